@@ -1,0 +1,114 @@
+// optimized/decoder.hpp — the float32 OpenMP decoder with a key/value cache.
+//
+// Same semantics and model files as the reference (../shared/spec/MODEL.md), two ways to run:
+// teacher-forced (all positions in one parallel pass) and incremental (a Session holding a
+// K/V cache per layer). Attention goes only through an attncheck_kernel_fn, so any kernel that
+// follows attncheck/kernel_abi.h can run inside a real decoder.
+//
+// Dimension legend: V = vocab, d = d_model, h = heads, dk = d/h, f = d_ff, L = layers,
+// N = max_len, T = tokens in a call, S = memory rows, B = sequences in a batch.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "attncheck/kernel_abi.h"
+#include "attncheck/kernels.hpp"
+#include "attncheck/model.hpp"
+
+namespace attncheck::optimized {
+
+struct PackedWeights;  // weights laid out for the matrix products, made once at load time
+
+class Decoder {
+public:
+    // Validates the model (InputError) and packs its weights. The kernel is used for every
+    // attention call (self and cross, prefill and steps).
+    explicit Decoder(const Model& model, attncheck_kernel_fn kernel = attncheck_optimized_kernel);
+    ~Decoder();
+    Decoder(Decoder&&) noexcept;
+    Decoder& operator=(Decoder&&) noexcept;
+
+    const ModelConfig& config() const;
+    attncheck_kernel_fn kernel() const;
+    void set_kernel(attncheck_kernel_fn kernel);
+
+    // Teacher-forced logits [T, V]. InputError for bad tokens or memory (check_tokens,
+    // check_memory). A kernel that returns nonzero raises KernelError.
+    std::vector<float> forward(const std::vector<int>& tokens,
+                               const std::optional<Memory>& memory = std::nullopt) const;
+
+    // A batch of sequences of different lengths in one call (padded internally, padding-aware
+    // through kv_valid_len): result[b] is logits [T_b, V]. memories is empty or one per sequence.
+    std::vector<std::vector<float>> forward_batch(
+        const std::vector<std::vector<int>>& tokens,
+        const std::vector<std::optional<Memory>>& memories = {}) const;
+
+    // Greedy generation with the K/V cache: max_new new token ids (argmax, lowest id on ties).
+    // InputError when prompt.size() + max_new > N.
+    std::vector<int> generate(const std::vector<int>& prompt, int max_new,
+                              const std::optional<Memory>& memory = std::nullopt) const;
+
+    const PackedWeights& packed() const { return *packed_; }
+
+private:
+    std::unique_ptr<PackedWeights> packed_;
+    attncheck_kernel_fn kernel_;
+};
+
+// A kernel returned nonzero ("unsupported") inside a decoder call.
+struct KernelError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+// Incremental evaluation of one sequence with a K/V cache per layer (self-attention K/V appended
+// per token; cross-attention K/V computed once from the memory). All buffers are sized for N
+// positions at construction: step() allocates nothing.
+class Session {
+public:
+    Session(const Decoder& decoder, const std::optional<Memory>& memory = std::nullopt);
+    ~Session();
+    Session(Session&&) noexcept;
+
+    // Positions fed so far (the next token goes to position pos()).
+    int pos() const;
+    // Feeds tokens at positions pos() .. pos()+n-1 in chunks of at most chunk tokens (0: one
+    // chunk) and returns their logits [n, V]. InputError when it would pass N.
+    std::vector<float> prefill(const std::vector<int>& tokens, int chunk = 0);
+    // Feeds one token; returns its logits [V], valid until the next call. Allocates nothing.
+    std::span<const float> step(int token);
+    // Forget everything (pos() = 0); the memory stays.
+    void reset();
+    // Back to an earlier position (0 <= new_pos <= pos()): the cache keeps positions < new_pos.
+    void truncate(int new_pos);
+
+private:
+    struct State;
+    std::unique_ptr<State> s_;
+};
+
+// Incremental evaluation of B sequences at once: each step feeds one token to each active
+// sequence (sequences may be at different positions: the attention call pads with kv_valid_len).
+class BatchSession {
+public:
+    BatchSession(const Decoder& decoder, int batch,
+                 const std::vector<std::optional<Memory>>& memories = {});
+    ~BatchSession();
+    int batch() const;
+    int pos(int b) const;
+    // Prefill sequence b with its own prompt; returns logits [n, V].
+    std::vector<float> prefill(int b, const std::vector<int>& tokens);
+    // One token per sequence (tokens.size() == batch); returns logits [B, V], valid until the
+    // next call.
+    std::span<const float> step(const std::vector<int>& tokens);
+    void reset();
+
+private:
+    struct State;
+    std::unique_ptr<State> s_;
+};
+
+}  // namespace attncheck::optimized
