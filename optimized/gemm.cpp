@@ -1,0 +1,358 @@
+// optimized/gemm.cpp — packing, the register-blocked micro-kernel, the GEMM and GEMV drivers.
+//
+// See gemm.hpp for the layout and the determinism argument. One micro-kernel template,
+// tile<MR, NP>, computes MR rows x NP panels (NP*32 columns) over a slice of the reduction:
+// the GEMM uses tile<12, 1> on packed x, the GEMV uses tile<m, NP> with several panels at once
+// directly on the row-major x (NP*2*m independent FMA chains hide the FMA latency while the
+// weights stream from memory). With __AVX512F__ it is written with intrinsics; otherwise a
+// scalar std::fma version with the same accumulation order (and so the same results).
+#include "optimized/gemm.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <new>
+#include <numbers>
+
+#include <omp.h>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+namespace attncheck::optimized {
+
+AlignedFloats::AlignedFloats(std::size_t n) : n_(n) {
+    if (n == 0) return;
+    const std::size_t bytes = ((n * sizeof(float) + 63) / 64) * 64;
+    float* p = static_cast<float*>(std::aligned_alloc(64, bytes));
+    if (!p) throw std::bad_alloc();
+    std::memset(p, 0, bytes);
+    p_.reset(p);
+}
+
+PackedMatrix pack_weights(const std::vector<WeightPart>& parts, int k) {
+    PackedMatrix pm;
+    pm.k = k;
+    bool any_bias = false;
+    for (const WeightPart& part : parts) {
+        pm.n += part.n;
+        any_bias = any_bias || part.bias != nullptr;
+    }
+    pm.panels = AlignedFloats(std::size_t(pm.num_panels()) * std::size_t(k) * kNR);  // zeroed
+    if (any_bias) pm.bias.assign(std::size_t(pm.n), 0.0f);
+    int row0 = 0;  // first output row of this part in the concatenation
+    for (const WeightPart& part : parts) {
+        for (int r = 0; r < part.n; ++r) {
+            const int j = row0 + r;  // output column of the packed matrix
+            float* panel = pm.panels.data() + std::size_t(j / kNR) * std::size_t(k) * kNR;
+            const float* src = part.w + std::size_t(r) * std::size_t(k);
+            for (int c = 0; c < k; ++c) panel[std::size_t(c) * kNR + std::size_t(j % kNR)] = src[c];
+            if (part.bias) pm.bias[std::size_t(j)] = part.bias[r];
+        }
+        row0 += part.n;
+    }
+    return pm;
+}
+
+PackedMatrix pack_weights(const float* w, int n, int k, const float* bias) {
+    return pack_weights(std::vector<WeightPart>{{w, n, bias}}, k);
+}
+
+float activate32(Activation32 a, float v) {
+    switch (a) {
+        case Activation32::none:
+            return v;
+        case Activation32::relu:
+            return v > 0.0f ? v : 0.0f;
+        case Activation32::gelu:
+            return 0.5f * v * (1.0f + std::erf(v * float(std::numbers::sqrt2 / 2)));
+        case Activation32::gelu_tanh: {
+            const float c = float(std::sqrt(2.0 / std::numbers::pi));
+            return 0.5f * v * (1.0f + std::tanh(c * (v + 0.044715f * v * v * v)));
+        }
+    }
+    return v;
+}
+
+void linear_naive(const float* w, const float* bias, int n, int k, const float* x, int m, int ldx,
+                  float* y, int ldy, Activation32 act, const float* residual, int ldr) {
+    for (int i = 0; i < m; ++i)
+        for (int j = 0; j < n; ++j) {
+            float acc = 0.0f;
+            for (int c = 0; c < k; ++c)
+                acc = std::fma(x[std::size_t(i) * ldx + c], w[std::size_t(j) * k + c], acc);
+            if (bias) acc += bias[j];
+            acc = activate32(act, acc);
+            if (residual) acc += residual[std::size_t(i) * ldr + j];
+            y[std::size_t(i) * ldy + j] = acc;
+        }
+}
+
+namespace {
+
+// Where a tile's accumulators come from and go to. Before the last K block the exact partial
+// sums go to c_out (a scratch tile) and come back through c_in; in the last block the epilogue
+// (bias, ReLU, residual) is applied in registers on the way to y.
+struct TileIO {
+    const float* c_in = nullptr;  // partial sums to continue from, or null (start at 0)
+    std::ptrdiff_t ld_in = 0;
+    float* c_out = nullptr;
+    std::ptrdiff_t ld_out = 0;
+    const float* bias = nullptr;      // final block only: bias of the tile's first column
+    const float* residual = nullptr;  // final block only
+    std::ptrdiff_t ld_res = 0;
+    bool relu = false;  // final block only
+    int m_valid = 0;    // rows to load/store (<= MR)
+    int n_valid = 0;    // columns to load/store (<= NP*32)
+};
+
+#if defined(__AVX512F__)
+
+inline __mmask16 column_mask(int n_valid, int vec) {
+    const int v = std::clamp(n_valid - 16 * vec, 0, 16);
+    return __mmask16((1u << v) - 1u);
+}
+
+// acc[r][j] += sum_{k < kc} a(r, k) * b_panel(j / 2)[k][16 * (j % 2) ..]
+//   a(r, k) = a[r * a_rs + k * a_ks]; panel p of b starts at b + p * b_ps, rows of 32 floats.
+template <int MR, int NP>
+void tile(int kc, const float* a, std::ptrdiff_t a_rs, std::ptrdiff_t a_ks, const float* b,
+          std::ptrdiff_t b_ps, const TileIO& io) {
+    constexpr int NV = 2 * NP;  // 16-float vectors per row
+    __m512 acc[MR][NV];
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 16
+        for (int j = 0; j < NV; ++j) acc[r][j] = _mm512_setzero_ps();
+    // Loops over r always run to the compile-time MR (with a test inside) so that acc stays in
+    // registers: a runtime bound would force the array to the stack.
+    if (io.c_in) {
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; ++r)
+            if (r < io.m_valid)
+#pragma GCC unroll 16
+                for (int j = 0; j < NV; ++j)
+                    acc[r][j] = _mm512_maskz_loadu_ps(column_mask(io.n_valid, j),
+                                                      io.c_in + r * io.ld_in + 16 * j);
+    }
+    for (int k = 0; k < kc; ++k) {
+        __m512 bv[NV];
+#pragma GCC unroll 16
+        for (int p = 0; p < NP; ++p) {
+            bv[2 * p] = _mm512_loadu_ps(b + p * b_ps + std::ptrdiff_t(k) * kNR);
+            bv[2 * p + 1] = _mm512_loadu_ps(b + p * b_ps + std::ptrdiff_t(k) * kNR + 16);
+        }
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; ++r) {
+            const __m512 av = _mm512_set1_ps(a[r * a_rs + k * a_ks]);
+#pragma GCC unroll 16
+            for (int j = 0; j < NV; ++j) acc[r][j] = _mm512_fmadd_ps(av, bv[j], acc[r][j]);
+        }
+    }
+    __mmask16 masks[NV];
+#pragma GCC unroll 16
+    for (int j = 0; j < NV; ++j) masks[j] = column_mask(io.n_valid, j);
+    if (io.bias) {
+#pragma GCC unroll 16
+        for (int j = 0; j < NV; ++j) {
+            const __m512 bj = _mm512_maskz_loadu_ps(masks[j], io.bias + 16 * j);
+#pragma GCC unroll 16
+            for (int r = 0; r < MR; ++r) acc[r][j] = _mm512_add_ps(acc[r][j], bj);
+        }
+    }
+    if (io.relu)
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 16
+            for (int j = 0; j < NV; ++j) acc[r][j] = _mm512_max_ps(acc[r][j], _mm512_setzero_ps());
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r)
+        if (r < io.m_valid)
+#pragma GCC unroll 16
+            for (int j = 0; j < NV; ++j) {
+                __m512 v = acc[r][j];
+                if (io.residual)
+                    v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(masks[j], io.residual + r * io.ld_res + 16 * j));
+                _mm512_mask_storeu_ps(io.c_out + r * io.ld_out + 16 * j, masks[j], v);
+            }
+}
+
+#else  // portable fallback: the same order of operations with std::fma
+
+template <int MR, int NP>
+void tile(int kc, const float* a, std::ptrdiff_t a_rs, std::ptrdiff_t a_ks, const float* b,
+          std::ptrdiff_t b_ps, const TileIO& io) {
+    constexpr int NC = NP * kNR;
+    float acc[MR][NC] = {};
+    if (io.c_in)
+        for (int r = 0; r < io.m_valid; ++r)
+            for (int j = 0; j < io.n_valid; ++j) acc[r][j] = io.c_in[r * io.ld_in + j];
+    for (int k = 0; k < kc; ++k)
+        for (int r = 0; r < MR; ++r) {
+            const float av = a[r * a_rs + k * a_ks];
+            for (int j = 0; j < NC; ++j)
+                acc[r][j] = std::fma(av, b[(j / kNR) * b_ps + std::ptrdiff_t(k) * kNR + j % kNR], acc[r][j]);
+        }
+    for (int r = 0; r < io.m_valid; ++r)
+        for (int j = 0; j < io.n_valid; ++j) {
+            float v = acc[r][j];
+            if (io.bias) v += io.bias[j];
+            if (io.relu) v = v > 0.0f ? v : 0.0f;
+            if (io.residual) v += io.residual[r * io.ld_res + j];
+            io.c_out[r * io.ld_out + j] = v;
+        }
+}
+
+#endif
+
+// GEMM blocking: an x block [kMC, kKC] (144 KiB) stays in L2, a weight micro-panel [kKC, 32]
+// (32 KiB) in L1; a tile of the output covers kNCP panels (256 columns).
+constexpr int kMC = 12 * kMR;  // 144 rows
+constexpr int kKC = 256;
+constexpr int kNCP = 8;
+
+// Per-thread scratch, grown on first use and kept (OpenMP threads persist in the pool).
+float* thread_scratch(std::size_t n, int which) {
+    static thread_local AlignedFloats buffers[2];
+    AlignedFloats& b = buffers[which];
+    if (b.size() < n) b = AlignedFloats(n);
+    return b.data();
+}
+
+void gemm(const PackedMatrix& W, const float* x, int m, int ldx, float* y, int ldy, bool relu,
+          const float* residual, int ldr) {
+    const int K = W.k, P = W.num_panels();
+    const int row_blocks = (m + kMC - 1) / kMC, col_blocks = (P + kNCP - 1) / kNCP;
+    const int tiles = row_blocks * col_blocks;
+    const std::ptrdiff_t panel_stride = std::ptrdiff_t(K) * kNR;
+#pragma omp parallel for schedule(static) if (tiles > 1)
+    for (int t = 0; t < tiles; ++t) {
+        // Column block outermost: with a static schedule each thread reads a disjoint part of
+        // the weights (the big operand) and all of x.
+        const int cb = t / row_blocks, ib = t % row_blocks;
+        const int i0 = ib * kMC, mc = std::min(kMC, m - i0);
+        const int p0 = cb * kNCP, np = std::min(kNCP, P - p0);
+        const int micro_panels = (mc + kMR - 1) / kMR;
+        float* apack = thread_scratch(std::size_t(kMC) * kKC, 0);           // [kMC/kMR, kc, kMR]
+        float* ctile = thread_scratch(std::size_t(kMC) * kNCP * kNR, 1);   // [kMC, kNCP*32]
+        constexpr std::ptrdiff_t ldc = kNCP * kNR;
+        for (int k0 = 0; k0 < K; k0 += kKC) {
+            const int kc = std::min(kKC, K - k0);
+            const bool first = k0 == 0, last = k0 + kc == K;
+            for (int ip = 0; ip < micro_panels; ++ip) {  // pack x rows into [kc, kMR], zero padded
+                float* dst = apack + std::size_t(ip) * std::size_t(kc) * kMR;
+                for (int r = 0; r < kMR; ++r) {
+                    const int i = i0 + ip * kMR + r;
+                    if (i < m) {
+                        const float* src = x + std::size_t(i) * ldx + k0;
+                        for (int c = 0; c < kc; ++c) dst[c * kMR + r] = src[c];
+                    } else {
+                        for (int c = 0; c < kc; ++c) dst[c * kMR + r] = 0.0f;
+                    }
+                }
+            }
+            for (int p = p0; p < p0 + np; ++p) {
+                const int j0 = p * kNR;
+                const float* bp = W.panels.data() + std::size_t(p) * panel_stride + std::size_t(k0) * kNR;
+                for (int ip = 0; ip < micro_panels; ++ip) {
+                    const int r0 = i0 + ip * kMR;  // first row of the micro-tile in y
+                    TileIO io;
+                    io.m_valid = std::min(kMR, m - r0);
+                    io.n_valid = std::min(kNR, W.n - j0);
+                    float* ct = ctile + std::ptrdiff_t(ip * kMR) * ldc + (p - p0) * kNR;
+                    if (!first) {
+                        io.c_in = ct;
+                        io.ld_in = ldc;
+                    }
+                    if (last) {
+                        io.c_out = y + std::ptrdiff_t(r0) * ldy + j0;
+                        io.ld_out = ldy;
+                        if (!W.bias.empty()) io.bias = W.bias.data() + j0;
+                        if (residual) {
+                            io.residual = residual + std::ptrdiff_t(r0) * ldr + j0;
+                            io.ld_res = ldr;
+                        }
+                        io.relu = relu;
+                    } else {
+                        io.c_out = ct;
+                        io.ld_out = ldc;
+                    }
+                    tile<kMR, 1>(kc, apack + std::size_t(ip) * std::size_t(kc) * kMR, 1, kMR, bp,
+                                 panel_stride, io);
+                }
+            }
+        }
+    }
+}
+
+// The GEMV for m <= kSmallM rows: NP panels per tile, full K, x read in place.
+template <int MR, int NP>
+void gemv_rows(const PackedMatrix& W, const float* x, int ldx, float* y, int ldy, bool relu,
+               const float* residual, int ldr) {
+    const int K = W.k, P = W.num_panels();
+    const int groups = (P + NP - 1) / NP;
+    const std::ptrdiff_t panel_stride = std::ptrdiff_t(K) * kNR;
+    auto io_for = [&](int p, int n_panels) {
+        TileIO io;
+        const int j0 = p * kNR;
+        io.m_valid = MR;
+        io.n_valid = std::min(n_panels * kNR, W.n - j0);
+        io.c_out = y + j0;
+        io.ld_out = ldy;
+        if (!W.bias.empty()) io.bias = W.bias.data() + j0;
+        if (residual) {
+            io.residual = residual + j0;
+            io.ld_res = ldr;
+        }
+        io.relu = relu;
+        return io;
+    };
+    // Each group is a contiguous run of panels; a static schedule gives each thread a
+    // contiguous range of the weights to stream.
+#pragma omp parallel for schedule(static) if (groups > 1)
+    for (int g = 0; g < groups; ++g) {
+        const int p0 = g * NP;
+        const float* bp = W.panels.data() + std::size_t(p0) * panel_stride;
+        if (p0 + NP <= P) {
+            tile<MR, NP>(K, x, ldx, 1, bp, panel_stride, io_for(p0, NP));
+        } else {
+            for (int p = p0; p < P; ++p)
+                tile<MR, 1>(K, x, ldx, 1, W.panels.data() + std::size_t(p) * panel_stride,
+                            panel_stride, io_for(p, 1));
+        }
+    }
+}
+
+}  // namespace
+
+void linear(const PackedMatrix& W, const float* x, int m, int ldx, float* y, int ldy,
+            Activation32 act, const float* residual, int ldr) {
+    if (m <= 0 || W.n <= 0) return;
+    const bool relu = act == Activation32::relu;
+    // The GELUs are applied after the product (they need erf/tanh); a residual is only ever
+    // combined with no activation, so the two never need ordering against each other here.
+    const bool post_act = act == Activation32::gelu || act == Activation32::gelu_tanh;
+    const float* res = post_act ? nullptr : residual;
+    switch (m) {
+        case 1: gemv_rows<1, 8>(W, x, ldx, y, ldy, relu, res, ldr); break;
+        case 2: gemv_rows<2, 4>(W, x, ldx, y, ldy, relu, res, ldr); break;
+        case 3: gemv_rows<3, 3>(W, x, ldx, y, ldy, relu, res, ldr); break;
+        case 4: gemv_rows<4, 3>(W, x, ldx, y, ldy, relu, res, ldr); break;
+        default: gemm(W, x, m, ldx, y, ldy, relu, res, ldr); break;
+    }
+    if (post_act) {
+        const std::ptrdiff_t n = W.n;
+#pragma omp parallel for schedule(static) if (std::ptrdiff_t(m) * n > 4096)
+        for (int i = 0; i < m; ++i) {
+            float* row = y + std::ptrdiff_t(i) * ldy;
+            const float* rrow = residual ? residual + std::ptrdiff_t(i) * ldr : nullptr;
+            for (std::ptrdiff_t j = 0; j < n; ++j) {
+                row[j] = activate32(act, row[j]);
+                if (rrow) row[j] += rrow[j];
+            }
+        }
+    }
+}
+
+}  // namespace attncheck::optimized

@@ -1,0 +1,96 @@
+// optimized/gemm.hpp — the linear layers of the optimized decoder: y = act(x W^T + b) (+ r).
+//
+// Every projection, the feed-forward and the logits of the decoder go through linear(). The
+// weight W [n, k] is packed once, at load time, into panels of kNR = 32 output columns stored
+// k-major, so that the inner loop of both products reads one panel row (32 floats, two 512-bit
+// vectors) per reduction step:
+//
+//   panel p = W[p*32 .. p*32+31, :]^T   [k, 32], zero padded past n      packed [P, k, 32]
+//
+// Two products share that packing:
+//   - M > kSmallM rows (prefill, teacher-forced): a BLIS-style GEMM. x is packed per
+//     (mc x kc) block into micro-panels [kc, kMR] (L2), a weight micro-panel [kc, 32] stays in
+//     L1 while kMR x 32 outputs accumulate in 24 registers. OpenMP over (row block, column
+//     block) tiles.
+//   - M <= kSmallM rows (a decode step, a small batch): a GEMV limited by memory bandwidth.
+//     Each weight is read exactly once, several panels at a time (independent FMA chains), the
+//     two threads on disjoint panel ranges.
+//
+// Determinism: every output element is accumulated by one thread, starting at 0, with one FMA
+// per reduction index in the order k = 0, 1, ..., then + bias, activation, + residual. The K
+// dimension is never split across threads; K blocking stores the exact float partial sum and
+// reloads it. So the result is bitwise the same for any thread count, any tiling, and in both
+// products (a row computed in a prefill equals the same row computed in a step).
+//
+// Dimension legend: M = rows of x, K = reduction (in features), N = out features.
+#pragma once
+
+#include <cstddef>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+namespace attncheck::optimized {
+
+inline constexpr int kNR = 32;     // output columns per packed panel (two 16-float vectors)
+inline constexpr int kMR = 12;     // rows of the GEMM micro-kernel (12 x 32 = 24 accumulators)
+inline constexpr int kSmallM = 4;  // up to this many rows the bandwidth-bound GEMV is used
+
+// 64-byte aligned float storage (a cache line, a 512-bit vector), zero initialised.
+class AlignedFloats {
+public:
+    AlignedFloats() = default;
+    explicit AlignedFloats(std::size_t n);
+    float* data() { return p_.get(); }
+    const float* data() const { return p_.get(); }
+    std::size_t size() const { return n_; }
+
+private:
+    struct Free {
+        void operator()(float* p) const { std::free(p); }
+    };
+    std::unique_ptr<float[], Free> p_;
+    std::size_t n_ = 0;
+};
+
+// W [n, k] (and bias [n], possibly absent) in the panel layout above.
+struct PackedMatrix {
+    int n = 0;  // N: out features (rows of W)
+    int k = 0;  // K: in features
+    AlignedFloats panels;     // [ceil(n/32), k, 32]
+    std::vector<float> bias;  // [n], or empty for no bias
+    int num_panels() const { return (n + kNR - 1) / kNR; }
+};
+
+// Packs W [n, k] row-major (and bias [n], or nullptr).
+PackedMatrix pack_weights(const float* w, int n, int k, const float* bias);
+
+// Concatenates several weights with the same k along n (e.g. Wq, Wk, Wv -> Wqkv [3d, d]):
+// parts[i] = {w_i [n_i, k], bias_i [n_i] or nullptr}.
+struct WeightPart {
+    const float* w;
+    int n;
+    const float* bias;
+};
+PackedMatrix pack_weights(const std::vector<WeightPart>& parts, int k);
+
+enum class Activation32 { none, relu, gelu, gelu_tanh };
+
+// y[i, j] = act(sum_k x[i, k] W[j, k] + b[j]) + residual[i, j]   for i < m, j < W.n
+//   x [m, ldx] (first W.k columns used), y [m, ldy], residual [m, ldr] or nullptr.
+// residual may alias y (an in-place x += F(x)); x must not overlap y. OpenMP inside (runs
+// serially when called from a parallel region). Scratch for packing x is per thread and grown
+// on first use, so a call with m <= kSmallM allocates nothing.
+void linear(const PackedMatrix& W, const float* x, int m, int ldx, float* y, int ldy,
+            Activation32 act = Activation32::none, const float* residual = nullptr, int ldr = 0);
+
+// The element-wise activation used in linear()'s epilogue (exposed for tests).
+float activate32(Activation32 a, float v);
+
+// The plain triple loop with the same accumulation order (fma from 0, k ascending, then bias,
+// activation, residual): the specification of linear(), used by the tests.
+void linear_naive(const float* w, const float* bias, int n, int k, const float* x, int m, int ldx,
+                  float* y, int ldy, Activation32 act = Activation32::none,
+                  const float* residual = nullptr, int ldr = 0);
+
+}  // namespace attncheck::optimized

@@ -1,0 +1,590 @@
+// tests/optimized/decoder_test.cpp — the optimized decoder (optimized/decoder.hpp) and its matrix
+// products (optimized/gemm.hpp).
+//
+// Accuracy: every decoder result is compared with reference::Decoder<double> (the oracle) with
+// reference::Decoder<float> as the float32 baseline, through check_agreement() of
+// attncheck/tolerance.hpp (NUMERICS.md), on random models of every MODEL.md configuration
+// (norm x cross-attention x positional x activation x embed scale x tied: 96 configurations),
+// teacher-forced, step by step, in chunks of several sizes, in a BatchSession and in
+// forward_batch.
+//
+// Exact properties (bitwise): linear() equals the plain triple loop with the same order of
+// operations on odd sizes; results do not depend on the thread count; truncate then re-step
+// equals a fresh session fed the same history; step() allocates nothing (counted by the global
+// operator new replaced below, which only counts while a test asks it to).
+//
+// To add a configuration: extend all_configs(); every failure prints the configuration, the
+// seed and the worst element.
+//
+// Dimension legend: V = vocab, d = d_model, h = heads, f = d_ff, N = max_len, T = tokens,
+// S = memory rows, B = sequences, M/N/K = the matrix product's rows, outputs, reduction.
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <new>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <omp.h>
+
+#include "attncheck/error.hpp"
+#include "attncheck/kernels.hpp"
+#include "attncheck/model.hpp"
+#include "attncheck/tolerance.hpp"
+#include "optimized/decoder.hpp"
+#include "optimized/gemm.hpp"
+#include "reference/decoder.hpp"
+
+// ---------------------------------------------------------------------------------------------
+// Allocation counting: the replaced global operator new counts while g_counting is set.
+// ---------------------------------------------------------------------------------------------
+// Our operator new is malloc, so our operator delete is free; g++ 12 cannot see through the
+// replacement and warns about the pairing at every inlined delete.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+namespace {
+std::atomic<bool> g_counting{false};
+std::atomic<long> g_allocations{0};
+}  // namespace
+
+void* operator new(std::size_t n) {
+    if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
+    if (void* p = std::malloc(n ? n : 1)) return p;
+    throw std::bad_alloc();
+}
+void* operator new[](std::size_t n) { return ::operator new(n); }
+// The nothrow forms too, so that every pointer our delete frees came from malloc (ASan checks
+// the pairing).
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+    if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
+    return std::malloc(n ? n : 1);
+}
+void* operator new[](std::size_t n, const std::nothrow_t& t) noexcept { return ::operator new(n, t); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+
+namespace {
+
+using namespace attncheck;
+using optimized::Activation32;
+using optimized::BatchSession;
+using optimized::Decoder;
+using optimized::Session;
+
+// Restores the OpenMP thread count at scope exit.
+struct ThreadCount {
+    int saved = omp_get_max_threads();
+    explicit ThreadCount(int n) { omp_set_num_threads(n); }
+    ~ThreadCount() { omp_set_num_threads(saved); }
+};
+
+// A plain attention kernel that allocates nothing (the reference kernel uses xtensor
+// temporaries), so that the allocation test measures the decoder alone. Two passes per row:
+// the maximum over visible keys, then exp-weights accumulated into out and normalised.
+extern "C" int no_alloc_kernel(const attncheck_problem* p, const float* q, const float* k, const float* v,
+                               float* out) {
+    if (p->abi_version != ATTNCHECK_ABI_VERSION) return ATTNCHECK_UNSUPPORTED;
+    const long Tq = p->q_len, Tk = p->kv_len, Dk = p->head_dim, Dv = p->value_dim;
+    for (long bh = 0; bh < long(p->batch) * p->heads; ++bh) {
+        const long b = bh / p->heads;
+        const long valid = p->kv_valid_len ? p->kv_valid_len[b] : Tk;
+        for (long i = 0; i < Tq; ++i) {
+            const float* qi = q + (bh * Tq + i) * Dk;
+            float* oi = out + (bh * Tq + i) * Dv;
+            auto visible = [&](long j) { return j < valid && (!p->causal || j <= p->q_offset + i); };
+            auto score = [&](long j) {
+                float s = 0;
+                for (long c = 0; c < Dk; ++c) s += qi[c] * k[(bh * Tk + j) * Dk + c];
+                return s * p->scale;
+            };
+            float mx = -INFINITY;
+            for (long j = 0; j < Tk; ++j)
+                if (visible(j)) mx = std::max(mx, score(j));
+            for (long c = 0; c < Dv; ++c) oi[c] = 0;
+            if (mx == -INFINITY) continue;
+            float sum = 0;
+            for (long j = 0; j < Tk; ++j) {
+                if (!visible(j)) continue;
+                const float w = std::exp(score(j) - mx);
+                sum += w;
+                for (long c = 0; c < Dv; ++c) oi[c] += w * v[(bh * Tk + j) * Dv + c];
+            }
+            for (long c = 0; c < Dv; ++c) oi[c] /= sum;
+        }
+    }
+    return ATTNCHECK_OK;
+}
+
+extern "C" int refusing_kernel(const attncheck_problem*, const float*, const float*, const float*, float*) {
+    return ATTNCHECK_UNSUPPORTED;
+}
+
+std::string describe(const ModelConfig& c) {
+    std::ostringstream s;
+    s << "d=" << c.d_model << " h=" << c.n_heads << " f=" << c.d_ff << " L=" << c.n_layers << " V=" << c.vocab_size
+      << " N=" << c.max_len << " norm=" << to_string(c.norm) << " cross=" << c.cross_attention
+      << " positional=" << to_string(c.positional) << " activation=" << to_string(c.activation)
+      << " embed_scale=" << (c.embed_scale_sqrt_d ? "sqrt_d_model" : "1") << " tied=" << c.tie_embeddings;
+    return s.str();
+}
+
+// Odd sizes on purpose: d = 24 is not a multiple of the 32-column panel, dk = 8, f = 40 and
+// V = 37 leave ragged last panels.
+ModelConfig small_config() {
+    ModelConfig c;
+    c.vocab_size = 37;
+    c.d_model = 24;
+    c.n_heads = 3;
+    c.d_ff = 40;
+    c.n_layers = 2;
+    c.max_len = 24;
+    return c;
+}
+
+std::vector<ModelConfig> all_configs(const ModelConfig& base) {
+    std::vector<ModelConfig> out;
+    for (Norm norm : {Norm::post, Norm::pre})
+        for (bool cross : {false, true})
+            for (Positional pos : {Positional::sinusoidal, Positional::learned})
+                for (Activation act : {Activation::relu, Activation::gelu, Activation::gelu_tanh})
+                    for (bool scale : {true, false})
+                        for (bool tied : {true, false}) {
+                            ModelConfig c = base;
+                            c.norm = norm;
+                            c.cross_attention = cross;
+                            c.positional = pos;
+                            c.activation = act;
+                            c.embed_scale_sqrt_d = scale;
+                            c.tie_embeddings = tied;
+                            out.push_back(c);
+                        }
+    return out;
+}
+
+std::vector<int> random_tokens(std::mt19937_64& rng, int n, int V) {
+    std::uniform_int_distribution<int> u(0, V - 1);
+    std::vector<int> t(static_cast<std::size_t>(n));
+    for (int& x : t) x = u(rng);
+    return t;
+}
+
+// Memory m [S, d] with valid_len drawn from {0, 1 .. S}: 0 is the all-padding edge case.
+std::optional<Memory> random_memory(std::mt19937_64& rng, const ModelConfig& c, int S, int valid) {
+    if (!c.cross_attention) return std::nullopt;
+    Memory m;
+    m.rows = S;
+    m.valid_len = valid;
+    std::normal_distribution<float> n(0.0f, 1.0f);
+    m.data.resize(std::size_t(S) * std::size_t(c.d_model));
+    for (float& x : m.data) x = n(rng);
+    return m;
+}
+
+// The oracle and the baseline for one sequence: logits [T, V] each.
+struct Expected {
+    std::vector<double> oracle;
+    std::vector<float> baseline;
+};
+Expected expected(const Model& model, const std::vector<int>& tokens, const std::optional<Memory>& mem) {
+    const auto o = reference::Decoder<double>(model).forward(tokens, mem);
+    const auto b = reference::Decoder<float>(model).forward(tokens, mem);
+    return {std::vector<double>(o.begin(), o.end()), std::vector<float>(b.begin(), b.end())};
+}
+
+// Candidate rows [first, first + rows) of logits [*, V] against the same rows of e.
+void require_agrees(const std::vector<float>& candidate, const Expected& e, std::size_t first_row, std::size_t V,
+                    const std::string& what) {
+    const std::size_t n = candidate.size();
+    REQUIRE(first_row * V + n <= e.oracle.size());
+    const Agreement a = check_agreement(candidate.data(), e.oracle.data() + first_row * V,
+                                        e.baseline.data() + first_row * V, n);
+    INFO(what << ": " << a.describe());
+    REQUIRE(a.ok);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Matrix products
+// ---------------------------------------------------------------------------------------------
+
+TEST_CASE("linear() equals the plain loop bitwise on odd sizes", "[optimized][gemm]") {
+    const std::uint64_t seed = 20240601;
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    // Sizes straddle every edge: 1, the micro-kernel's 12 rows, the GEMV limit 4, the 32-column
+    // panel, the 144-row block and the 256-deep K block.
+    for (int m : {1, 2, 3, 4, 5, 7, 12, 13, 33, 100, 150})
+        for (int n : {1, 7, 32, 33, 100, 300})
+            for (int k : {1, 7, 33, 100, 257})
+                for (Activation32 act : {Activation32::none, Activation32::relu, Activation32::gelu, Activation32::gelu_tanh})
+                    for (int with_residual : {0, 1}) {
+                        if (with_residual && act != Activation32::none && act != Activation32::relu) continue;
+                        const int ldx = k + 3, ldy = n + 5;  // strided rows: the ld arguments are honoured
+                        std::vector<float> w(std::size_t(n) * k), b(static_cast<std::size_t>(n)), x(std::size_t(m) * ldx),
+                            r(std::size_t(m) * ldy);
+                        for (auto* v : {&w, &b, &x, &r})
+                            for (float& e : *v) e = u(rng);
+                        const auto W = optimized::pack_weights(w.data(), n, k, b.data());
+                        std::vector<float> got(r), want(r);  // start from the residual: in place
+                        const float* res = with_residual ? got.data() : nullptr;
+                        optimized::linear(W, x.data(), m, ldx, got.data(), ldy, act, res, ldy);
+                        optimized::linear_naive(w.data(), b.data(), n, k, x.data(), m, ldx, want.data(), ldy, act,
+                                                with_residual ? r.data() : nullptr, ldy);
+                        for (int i = 0; i < m; ++i)
+                            for (int j = 0; j < ldy; ++j) {
+                                const std::size_t e = std::size_t(i) * ldy + std::size_t(j);
+                                if (got[e] != want[e]) {
+                                    FAIL_CHECK("M=" << m << " N=" << n << " K=" << k << " act=" << int(act)
+                                                    << " residual=" << with_residual << " seed=" << seed << ": y[" << i
+                                                    << "," << j << "] = " << got[e] << ", plain loop " << want[e]
+                                                    << (j >= n ? " (past N: must be untouched)" : ""));
+                                    return;
+                                }
+                            }
+                    }
+}
+
+TEST_CASE("linear() without bias, several weights concatenated", "[optimized][gemm]") {
+    std::mt19937_64 rng(7);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    const int k = 45, m = 17;
+    std::vector<float> w1(10 * k), w2(27 * k), b1(10), x(std::size_t(m) * k);
+    for (auto* v : {&w1, &w2, &b1, &x})
+        for (float& e : *v) e = u(rng);
+    // Part 2 has no bias: its columns get bias 0, which must not change anything.
+    const auto W = optimized::pack_weights({{w1.data(), 10, b1.data()}, {w2.data(), 27, nullptr}}, k);
+    REQUIRE(W.n == 37);
+    std::vector<float> got(std::size_t(m) * 37), want1(std::size_t(m) * 10), want2(std::size_t(m) * 27);
+    optimized::linear(W, x.data(), m, k, got.data(), 37);
+    optimized::linear_naive(w1.data(), b1.data(), 10, k, x.data(), m, k, want1.data(), 10);
+    std::vector<float> zero(27, 0.0f);
+    optimized::linear_naive(w2.data(), zero.data(), 27, k, x.data(), m, k, want2.data(), 27);
+    for (int i = 0; i < m; ++i) {
+        for (int j = 0; j < 10; ++j) REQUIRE(got[std::size_t(i) * 37 + j] == want1[std::size_t(i) * 10 + j]);
+        for (int j = 0; j < 27; ++j) REQUIRE(got[std::size_t(i) * 37 + 10 + j] == want2[std::size_t(i) * 27 + j]);
+    }
+}
+
+TEST_CASE("linear() is bitwise the same on 1 and 2 threads", "[optimized][gemm][threads]") {
+    std::mt19937_64 rng(99);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (auto [m, n, k] : {std::tuple{1, 300, 200}, {3, 300, 200}, {200, 700, 300}, {500, 64, 600}}) {
+        std::vector<float> w(std::size_t(n) * k), b(static_cast<std::size_t>(n)), x(std::size_t(m) * k);
+        for (auto* v : {&w, &b, &x})
+            for (float& e : *v) e = u(rng);
+        const auto W = optimized::pack_weights(w.data(), n, k, b.data());
+        std::vector<float> y1(std::size_t(m) * n), y2(y1.size());
+        {
+            ThreadCount t(1);
+            optimized::linear(W, x.data(), m, k, y1.data(), n, Activation32::gelu);
+        }
+        {
+            ThreadCount t(2);
+            optimized::linear(W, x.data(), m, k, y2.data(), n, Activation32::gelu);
+        }
+        INFO("M=" << m << " N=" << n << " K=" << k);
+        REQUIRE(y1 == y2);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The decoder against the float64 reference, every configuration
+// ---------------------------------------------------------------------------------------------
+
+TEST_CASE("teacher-forced, step-by-step and chunked logits agree with the float64 reference in every configuration",
+          "[optimized][decoder]") {
+    const auto kernel = GENERATE(as<attncheck_kernel_fn>{}, attncheck_optimized_kernel, attncheck_reference_kernel);
+    const std::uint64_t seed = 1234;
+    int index = 0;
+    for (const ModelConfig& c : all_configs(small_config())) {
+        std::mt19937_64 rng(seed + std::uint64_t(index));
+        const Model model = init_model(c, seed + std::uint64_t(index));
+        ++index;
+        const int T = 13;
+        const auto tokens = random_tokens(rng, T, c.vocab_size);
+        const int S = 5;
+        const auto mem = random_memory(rng, c, S, index % (S + 1));  // valid_len 0 .. S
+        const Expected e = expected(model, tokens, mem);
+        const std::size_t V = std::size_t(c.vocab_size);
+        const Decoder dec(model, kernel);
+        const std::string where = describe(c) + " seed=" + std::to_string(seed + std::uint64_t(index - 1)) +
+                                  (kernel == attncheck_reference_kernel ? " kernel=reference" : " kernel=optimized");
+
+        require_agrees(dec.forward(tokens, mem), e, 0, V, "teacher-forced " + where);
+
+        Session s(dec, mem);
+        for (int t = 0; t < T; ++t) {
+            const auto row = s.step(tokens[std::size_t(t)]);
+            require_agrees(std::vector<float>(row.begin(), row.end()), e, std::size_t(t), V,
+                           "step " + std::to_string(t) + " " + where);
+        }
+        REQUIRE(s.pos() == T);
+        for (int chunk : {0, 1, 2, 5, 12}) {
+            s.reset();
+            require_agrees(s.prefill(tokens, chunk), e, 0, V, "prefill chunk=" + std::to_string(chunk) + " " + where);
+        }
+        // Prefill part, then steps: the cache written by a chunk is read by steps.
+        s.reset();
+        const std::vector<int> head(tokens.begin(), tokens.begin() + 6);
+        require_agrees(s.prefill(head, 4), e, 0, V, "prefill 6 then steps " + where);
+        for (int t = 6; t < T; ++t) {
+            const auto row = s.step(tokens[std::size_t(t)]);
+            require_agrees(std::vector<float>(row.begin(), row.end()), e, std::size_t(t), V,
+                           "step after prefill " + std::to_string(t) + " " + where);
+        }
+    }
+}
+
+TEST_CASE("a wider model (several panels, GEMM row blocks) agrees with the reference", "[optimized][decoder]") {
+    ModelConfig c;
+    c.vocab_size = 300;
+    c.d_model = 96;
+    c.n_heads = 4;
+    c.d_ff = 200;
+    c.n_layers = 2;
+    c.max_len = 160;
+    for (Norm norm : {Norm::post, Norm::pre}) {
+        c.norm = norm;
+        c.cross_attention = norm == Norm::pre;
+        const std::uint64_t seed = 77;
+        std::mt19937_64 rng(seed);
+        const Model model = init_model(c, seed);
+        const auto tokens = random_tokens(rng, 150, c.vocab_size);
+        const auto mem = random_memory(rng, c, 20, 17);
+        const Expected e = expected(model, tokens, mem);
+        const Decoder dec(model);
+        require_agrees(dec.forward(tokens, mem), e, 0, std::size_t(c.vocab_size), "teacher-forced " + describe(c));
+        Session s(dec, mem);
+        require_agrees(s.prefill(tokens, 64), e, 0, std::size_t(c.vocab_size), "chunked " + describe(c));
+    }
+}
+
+TEST_CASE("BatchSession and forward_batch agree with the reference per sequence", "[optimized][decoder][batch]") {
+    const auto kernel = GENERATE(as<attncheck_kernel_fn>{}, attncheck_optimized_kernel, attncheck_reference_kernel);
+    const std::uint64_t seed = 555;
+    int index = 0;
+    for (const ModelConfig& c : all_configs(small_config())) {
+        if (index++ % 5 != 0) continue;  // a spread of configurations: batches cost B references each
+        std::mt19937_64 rng(seed + std::uint64_t(index));
+        const Model model = init_model(c, seed + std::uint64_t(index));
+        const Decoder dec(model, kernel);
+        const std::size_t V = std::size_t(c.vocab_size);
+        const int B = 3;
+        const int prompt[B] = {4, 1, 7}, steps = 6;  // different positions in every step
+        std::vector<std::vector<int>> tokens;
+        std::vector<std::optional<Memory>> mems;
+        std::vector<Expected> want;
+        for (int b = 0; b < B; ++b) {
+            tokens.push_back(random_tokens(rng, prompt[b] + steps, c.vocab_size));
+            mems.push_back(random_memory(rng, c, 3 + b, b + 1));  // different S per sequence: padding
+            want.push_back(expected(model, tokens.back(), mems.back()));
+        }
+        const std::string where = describe(c) + " seed=" + std::to_string(seed + std::uint64_t(index));
+        BatchSession bs(dec, B, c.cross_attention ? mems : std::vector<std::optional<Memory>>{});
+        for (int b = 0; b < B; ++b) {
+            const std::vector<int> p(tokens[std::size_t(b)].begin(), tokens[std::size_t(b)].begin() + prompt[b]);
+            require_agrees(bs.prefill(b, p), want[std::size_t(b)], 0, V, "batch prefill b=" + std::to_string(b) + " " + where);
+            REQUIRE(bs.pos(b) == prompt[b]);
+        }
+        for (int s = 0; s < steps; ++s) {
+            std::vector<int> next;
+            for (int b = 0; b < B; ++b) next.push_back(tokens[std::size_t(b)][std::size_t(prompt[b] + s)]);
+            const auto rows = bs.step(next);
+            REQUIRE(rows.size() == std::size_t(B) * V);
+            for (int b = 0; b < B; ++b)
+                require_agrees(std::vector<float>(rows.begin() + std::ptrdiff_t(std::size_t(b) * V),
+                                                  rows.begin() + std::ptrdiff_t(std::size_t(b + 1) * V)),
+                               want[std::size_t(b)], std::size_t(prompt[b] + s), V,
+                               "batch step " + std::to_string(s) + " b=" + std::to_string(b) + " " + where);
+        }
+        const auto all = dec.forward_batch(tokens, c.cross_attention ? mems : std::vector<std::optional<Memory>>{});
+        REQUIRE(all.size() == std::size_t(B));
+        for (int b = 0; b < B; ++b)
+            require_agrees(all[std::size_t(b)], want[std::size_t(b)], 0, V, "forward_batch b=" + std::to_string(b) + " " + where);
+        // Different lengths in one forward_batch: the short sequence must not see the padding.
+        std::vector<std::vector<int>> ragged = {tokens[0], {tokens[1].begin(), tokens[1].begin() + 2}};
+        std::vector<std::optional<Memory>> ragged_mem;
+        if (c.cross_attention) ragged_mem = {mems[0], mems[1]};
+        const auto r = dec.forward_batch(ragged, ragged_mem);
+        const Expected short_want = expected(model, ragged[1], c.cross_attention ? mems[1] : std::nullopt);
+        require_agrees(r[1], short_want, 0, V, "forward_batch ragged " + where);
+        require_agrees(r[0], want[0], 0, V, "forward_batch ragged long " + where);
+    }
+}
+
+TEST_CASE("generate() with the cache equals the reference's recompute-everything generation", "[optimized][decoder]") {
+    const std::uint64_t seed = 31337;
+    int index = 0;
+    for (const ModelConfig& c : all_configs(small_config())) {
+        if (index++ % 7 != 0) continue;
+        std::mt19937_64 rng(seed + std::uint64_t(index));
+        const Model model = init_model(c, seed + std::uint64_t(index));
+        const auto prompt = random_tokens(rng, 3, c.vocab_size);
+        const auto mem = random_memory(rng, c, 4, 3);
+        const int max_new = c.max_len - 3;  // up to the last position
+        const auto want = reference::Decoder<double>(model).generate(prompt, max_new, mem);
+        const auto got = Decoder(model).generate(prompt, max_new, mem);
+        INFO(describe(c) << " seed=" << seed + std::uint64_t(index));
+        REQUIRE(got == want);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exact properties of the session
+// ---------------------------------------------------------------------------------------------
+
+TEST_CASE("Session::step allocates nothing", "[optimized][session][alloc]") {
+    ModelConfig c = small_config();
+    c.cross_attention = GENERATE(false, true);
+    c.norm = GENERATE(Norm::post, Norm::pre);
+    const Model model = init_model(c, 5);
+    std::mt19937_64 rng(5);
+    const auto mem = random_memory(rng, c, 4, 2);
+    const Decoder dec(model, no_alloc_kernel);
+    Session s(dec, mem);
+    s.step(1);  // first call: OpenMP's thread pool and any lazy runtime state
+    g_allocations = 0;
+    g_counting = true;
+    long steps = 0;
+    for (int t = 0; t < 10; ++t, ++steps) s.step(t % c.vocab_size);
+    g_counting = false;
+    INFO(describe(c) << ": " << g_allocations.load() << " allocations in " << steps << " steps");
+    REQUIRE(g_allocations.load() == 0);
+}
+
+TEST_CASE("Session::step with the built-in optimized kernel allocates nothing", "[optimized][session][alloc]") {
+    const ModelConfig c = small_config();
+    const Decoder dec(init_model(c, 6));
+    Session s(dec);
+    s.step(1);
+    g_allocations = 0;
+    g_counting = true;
+    for (int t = 0; t < 10; ++t) s.step(t);
+    g_counting = false;
+    REQUIRE(g_allocations.load() == 0);
+}
+
+TEST_CASE("truncate then re-step equals a fresh session", "[optimized][session]") {
+    ModelConfig c = small_config();
+    c.cross_attention = GENERATE(false, true);
+    const Model model = init_model(c, 11);
+    std::mt19937_64 rng(11);
+    const auto mem = random_memory(rng, c, 4, 4);
+    const Decoder dec(model);
+    const auto history = random_tokens(rng, 5, c.vocab_size);
+    const auto detour = random_tokens(rng, 6, c.vocab_size);
+    const auto after = random_tokens(rng, 4, c.vocab_size);
+
+    Session a(dec, mem);
+    a.prefill(history);
+    for (int t : detour) a.step(t);
+    REQUIRE(a.pos() == 11);
+    a.truncate(5);
+    REQUIRE(a.pos() == 5);
+    Session b(dec, mem);
+    b.prefill(history);
+    for (int t : after) {
+        const auto ra = a.step(t);
+        const std::vector<float> va(ra.begin(), ra.end());
+        const auto rb = b.step(t);
+        REQUIRE(va == std::vector<float>(rb.begin(), rb.end()));
+    }
+    REQUIRE_THROWS_AS(a.truncate(a.pos() + 1), InputError);
+    REQUIRE_THROWS_AS(a.truncate(-1), InputError);
+}
+
+TEST_CASE("passing max_len is an InputError", "[optimized][session]") {
+    const ModelConfig c = small_config();  // N = 24
+    const Decoder dec(init_model(c, 3));
+    Session s(dec);
+    std::vector<int> full(std::size_t(c.max_len), 1);
+    REQUIRE_NOTHROW(s.prefill(full, 7));
+    REQUIRE(s.pos() == c.max_len);
+    REQUIRE_THROWS_AS(s.step(1), InputError);
+    s.truncate(c.max_len - 2);
+    REQUIRE_THROWS_AS(s.prefill({1, 2, 3}), InputError);
+    REQUIRE(s.pos() == c.max_len - 2);  // a refused call changes nothing
+    REQUIRE_NOTHROW(s.step(2));
+    REQUIRE_NOTHROW(s.step(2));
+    REQUIRE_THROWS_AS(s.step(2), InputError);
+    REQUIRE_THROWS_AS(dec.generate({1, 2}, c.max_len - 1), InputError);
+    REQUIRE_NOTHROW(dec.generate({1, 2}, c.max_len - 2));
+    std::vector<int> too_long(std::size_t(c.max_len + 1), 0);
+    REQUIRE_THROWS_AS(dec.forward(too_long), InputError);
+    BatchSession bs(dec, 2);
+    bs.prefill(0, full);
+    REQUIRE_THROWS_AS(bs.step({1, 1}), InputError);
+    REQUIRE_THROWS_AS(bs.prefill(1, too_long), InputError);
+    // Other bad inputs, each a clear InputError.
+    REQUIRE_THROWS_AS(s.step(c.vocab_size), InputError);
+    REQUIRE_THROWS_AS(s.step(-1), InputError);
+    REQUIRE_THROWS_AS(bs.step({1}), InputError);
+    REQUIRE_THROWS_AS(bs.prefill(2, {1}), InputError);
+    REQUIRE_THROWS_AS(dec.forward({}), InputError);
+    Memory m;
+    m.rows = 2;
+    m.valid_len = 2;
+    m.data.assign(std::size_t(2 * c.d_model), 0.0f);
+    REQUIRE_THROWS_AS(dec.forward({1}, m), InputError);  // memory for a model without cross-attention
+}
+
+TEST_CASE("results are bitwise the same on 1 and 2 threads", "[optimized][decoder][threads]") {
+    ModelConfig c;
+    c.vocab_size = 300;
+    c.d_model = 64;
+    c.n_heads = 4;
+    c.d_ff = 128;
+    c.n_layers = 2;
+    c.max_len = 200;
+    c.cross_attention = true;
+    c.norm = Norm::pre;
+    c.activation = Activation::gelu;
+    const Model model = init_model(c, 8);
+    std::mt19937_64 rng(8);
+    const auto tokens = random_tokens(rng, 180, c.vocab_size);
+    const auto mem = random_memory(rng, c, 9, 7);
+    const Decoder dec(model);
+    auto run = [&](int threads) {
+        ThreadCount t(threads);
+        std::vector<float> out = dec.forward(tokens, mem);
+        Session s(dec, mem);
+        const auto p = s.prefill(std::vector<int>(tokens.begin(), tokens.begin() + 150), 50);
+        out.insert(out.end(), p.begin(), p.end());
+        for (int i = 150; i < 180; ++i) {
+            const auto r = s.step(tokens[std::size_t(i)]);
+            out.insert(out.end(), r.begin(), r.end());
+        }
+        return out;
+    };
+    const auto one = run(1), two = run(2);
+    REQUIRE(one.size() == two.size());
+    for (std::size_t i = 0; i < one.size(); ++i)
+        if (one[i] != two[i]) {
+            FAIL("element " << i << ": 1 thread " << one[i] << ", 2 threads " << two[i]);
+        }
+}
+
+TEST_CASE("a kernel that refuses raises KernelError naming the problem", "[optimized][decoder]") {
+    const ModelConfig c = small_config();
+    const Decoder dec(init_model(c, 4), refusing_kernel);
+    try {
+        dec.forward({1, 2, 3});
+        FAIL("no KernelError");
+    } catch (const optimized::KernelError& e) {
+        const std::string what = e.what();
+        INFO(what);
+        REQUIRE(what.find("q_len=3") != std::string::npos);
+        REQUIRE(what.find("kv_len=3") != std::string::npos);
+    }
+    Session s(dec);
+    REQUIRE_THROWS_AS(s.step(1), optimized::KernelError);
+    REQUIRE_THROWS_AS(Decoder(init_model(c, 4), nullptr), InputError);
+}
