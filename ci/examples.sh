@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The kernel authors' path, end to end, from a clean build (issue 6): build attncheck, install
+# it to a prefix, then build and run both examples against the INSTALLED package only:
+#   examples/outside-project  find_package(attncheck) + a Catch2 test calling check_kernel()
+#   examples/c-kernel         a plain C kernel in a shared library, checked with
+#                             `attncheck fuzz --kernel-lib`; plus a kernel that segfaults and
+#                             one that loops forever, which must be reported as such (exit 1,
+#                             "crashed (SIGSEGV)" / "timed out") without stopping the run.
+# Usage: ci/examples.sh
+# Environment:
+#   ATTNCHECK_PREFIX        install prefix (default /tmp/attncheck-prefix; emptied first)
+#   ATTNCHECK_EXAMPLES_DIR  build folders (default out/examples; emptied first)
+#   ATTNCHECK_JOBS          parallel build jobs (default nproc)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. ci/lib.sh
+
+prefix=$(realpath -m "${ATTNCHECK_PREFIX:-/tmp/attncheck-prefix}")
+work=$(realpath -m "${ATTNCHECK_EXAMPLES_DIR:-out/examples}")
+rm -rf "$prefix" "$work"
+mkdir -p "$work"
+
+build_and_install() {
+  cmake -S . -B "$work/attncheck" -DCMAKE_BUILD_TYPE=Release -DATTNCHECK_WERROR=ON \
+    -DATTNCHECK_BUILD_TESTS=OFF -DATTNCHECK_BUILD_BENCH=OFF
+  cmake --build "$work/attncheck" -j"$(jobs)"
+  cmake --install "$work/attncheck" --prefix "$prefix"
+}
+
+outside_project() {
+  cmake -S examples/outside-project -B "$work/outside-project" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="$prefix"
+  cmake --build "$work/outside-project" -j"$(jobs)"
+  ctest --test-dir "$work/outside-project" --output-on-failure
+}
+
+c_kernel_build() {
+  cmake -S examples/c-kernel -B "$work/c-kernel" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="$prefix"
+  cmake --build "$work/c-kernel" -j"$(jobs)"
+}
+
+# expect_fuzz WANT_RC PATTERN LIB SYMBOL [FLAGS...]: runs the installed `attncheck fuzz` on a
+# kernel library, shows its output, and fails unless it exits WANT_RC and prints PATTERN (grep -E).
+expect_fuzz() {
+  local want_rc=$1 pattern=$2 lib=$3 symbol=$4 rc=0 log
+  shift 4
+  log="$work/fuzz-$symbol.log"
+  echo "\$ attncheck fuzz --kernel-lib $lib --symbol $symbol $*"
+  "$prefix/bin/attncheck" fuzz --kernel-lib "$lib" --symbol "$symbol" "$@" > "$log" 2>&1 || rc=$?
+  cat "$log"
+  if [ "$rc" -ne "$want_rc" ]; then
+    echo "examples: expected exit $want_rc from fuzz of $symbol, got $rc" >&2
+    return 1
+  fi
+  if ! grep -Eq "$pattern" "$log"; then
+    echo "examples: fuzz of $symbol did not print /$pattern/" >&2
+    return 1
+  fi
+}
+
+stage "examples: build and install attncheck to $prefix" build_and_install
+stage "examples: outside-project (find_package + check_kernel)" outside_project
+stage "examples: c-kernel (build the shared libraries)" c_kernel_build
+stage "examples: c-kernel naive_attention passes" \
+  expect_fuzz 0 "" "$work/c-kernel/libnaive_kernel.so" naive_attention
+stage "examples: c-kernel crash_attention is reported as a crash" \
+  expect_fuzz 1 "crashed \((SIGSEGV|AddressSanitizer: SEGV)" "$work/c-kernel/libcrash_kernel.so" crash_attention
+# One property only: every property hangs the same way, and each costs the worker's per-case
+# timeout before it is killed.
+stage "examples: c-kernel hang_attention is reported as a timeout" \
+  expect_fuzz 1 "timed out after [0-9.]+ s on case" "$work/c-kernel/libhang_kernel.so" hang_attention \
+  --property agreement
+echo "examples: all passed"

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer harnesses of fuzz/ with clang (ASan + UBSan) and runs each for a bounded
+# time over its committed corpus (fuzz/corpus/<target>/). Any crash, sanitizer report, leak,
+# timeout, giant allocation or exception other than attncheck::InputError fails the run; the
+# reproducer is written to out/fuzz/<target>/crash-* (replay: build-fuzz/fuzz_<target> FILE).
+#
+# Usage: ci/fuzz.sh [--merge] [target...]      targets: model npy tokens (default: all)
+#   --merge   after fuzzing, fold the new interesting inputs into fuzz/corpus/ (then commit them)
+# Environment: ATTNCHECK_FUZZ_SECONDS (per target, default 60), ATTNCHECK_FUZZ_BUILD_DIR
+#   (default build-fuzz), CXX_FUZZ (the clang++, default clang++-14 or clang++).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. ci/lib.sh
+
+seconds=${ATTNCHECK_FUZZ_SECONDS:-60}
+dir=${ATTNCHECK_FUZZ_BUILD_DIR:-build-fuzz}
+cxx=${CXX_FUZZ:-$(command -v clang++-14 || command -v clang++)}
+merge=0
+targets=()
+for a in "$@"; do
+  case "$a" in
+    --merge) merge=1 ;;
+    model|npy|tokens) targets+=("$a") ;;
+    *) echo "fuzz.sh: unknown argument $a (targets: model npy tokens)" >&2; exit 2 ;;
+  esac
+done
+[ ${#targets[@]} -gt 0 ] || targets=(model npy tokens)
+
+cmake -S fuzz -B "$dir" -DCMAKE_CXX_COMPILER="$cxx" >/dev/null
+cmake --build "$dir" -j"$(jobs)"
+
+# Sizes and limits: model files grow up to 64 KB (room for several layers), a legal input never
+# needs 512 MB (the loader must not allocate what a header merely claims), one input never takes
+# 10 s (a hang is a bug too).
+declare -A max_len=([model]=65536 [npy]=4096 [tokens]=1024)
+failed=()
+for t in "${targets[@]}"; do
+  work=out/fuzz/$t
+  rm -rf "$work"; mkdir -p "$work/new"
+  # One more model seed, made by the command line itself, when a build is there to make it.
+  if [ "$t" = model ] && [ -x build/cli/attncheck ]; then
+    build/cli/attncheck init --out "$work/new/init_tiny.safetensors" --preset tiny --seed 1 \
+      >/dev/null 2>&1 || true
+  fi
+  echo "== fuzz_$t for ${seconds}s"
+  # New inputs go to the scratch folder (first), the committed corpus is read only.
+  if ! "$dir/fuzz_$t" "$work/new" "fuzz/corpus/$t" \
+        -dict="fuzz/$t.dict" -max_total_time="$seconds" -max_len="${max_len[$t]}" \
+        -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=512 \
+        -artifact_prefix="$work/" -print_final_stats=1 2> "$work/log.txt"; then
+    failed+=("$t")
+    tail -n 60 "$work/log.txt"
+    echo "fuzz.sh: fuzz_$t FAILED; reproducer(s): $(ls "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$work"/oom-* 2>/dev/null | tr '\n' ' ')"
+  else
+    grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb)|^#[0-9]+ *DONE" "$work/log.txt" || true
+    echo "fuzz_$t: no crash; $(ls "$work/new" | wc -l) new corpus inputs"
+  fi
+  if [ "$merge" = 1 ]; then
+    "$dir/fuzz_$t" -merge=1 "fuzz/corpus/$t" "$work/new" 2>/dev/null
+  fi
+done
+
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "fuzz.sh: failures in: ${failed[*]}" >&2
+  exit 1
+fi

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The sanitizer job: builds with AddressSanitizer + UndefinedBehaviorSanitizer in build-sanitize/
+# (no benchmarks), runs the whole ctest suite and a short `attncheck fuzz`, and fails on any
+# sanitizer report, including one inside a test that expected a nonzero exit (a CLI error-path
+# test that wants exit code 2 would otherwise hide a heap overflow behind its own failure):
+# every report is also written to out/sanitize/*.log and their presence fails the job.
+#
+# Usage: ci/sanitize.sh [extra ctest arguments]
+# Environment: ATTNCHECK_SANITIZE_BUILD_DIR (default build-sanitize), ATTNCHECK_FUZZ_CASES
+#   (cases of `attncheck fuzz`, default 50), ATTNCHECK_CI_CASES (properties budget, default 30:
+#   sanitized code runs 2-5x slower).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. ci/lib.sh
+
+dir=${ATTNCHECK_SANITIZE_BUILD_DIR:-build-sanitize}
+logs=$(realpath -m out/sanitize)
+rm -rf "$logs"; mkdir -p "$logs"
+
+# RelWithDebInfo: optimised enough for the properties to finish, with line numbers in reports.
+cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTNCHECK_SANITIZE=ON \
+      -DATTNCHECK_BUILD_BENCH=OFF -DATTNCHECK_WERROR=ON
+cmake --build "$dir" -j"$(jobs)"
+
+# halt_on_error: the first report ends the process; log_path: reports also land in files
+# (one per process, suffixed with the pid) that this script checks at the end.
+export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:abort_on_error=0:log_path=$logs/asan:check_initialization_order=1:strict_init_order=1"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$logs/ubsan"
+export ATTNCHECK_CI_CASES=${ATTNCHECK_CI_CASES:-30}
+[ -n "${RC_PARAMS:-}" ] || export RC_PARAMS="max_success=$ATTNCHECK_CI_CASES"
+
+rc=0
+ctest --test-dir "$dir" --output-on-failure -j"$(jobs)" \
+      --output-junit "$logs/junit.xml" "$@" || rc=$?
+echo "== attncheck fuzz --cases ${ATTNCHECK_FUZZ_CASES:-50} (sanitized)"
+"$dir/cli/attncheck" fuzz --cases "${ATTNCHECK_FUZZ_CASES:-50}" || rc=$?
+
+reports=$(find "$logs" -name 'asan*' -o -name 'ubsan*' | sort)
+if [ -n "$reports" ]; then
+  for r in $reports; do echo "---- $r"; head -n 60 "$r"; done
+  echo "sanitize.sh: $(echo "$reports" | wc -l) sanitizer report(s)" >&2
+  rc=1
+fi
+exit "$rc"
