@@ -6,7 +6,9 @@
 #                             `attncheck fuzz --kernel-lib`; plus a kernel that segfaults and
 #                             one that loops forever, which must be reported as such (exit 1,
 #                             "crashed (SIGSEGV)" / "timed out") without stopping the run.
-# Usage: ci/examples.sh
+# Usage: ci/examples.sh [--use-installed]
+#   --use-installed  skip the clean build and install: use the package already at the prefix
+#                    (for iterating on the examples; CI runs without it)
 # Environment:
 #   ATTNCHECK_PREFIX        install prefix (default /tmp/attncheck-prefix; emptied first)
 #   ATTNCHECK_EXAMPLES_DIR  build folders (default out/examples; emptied first)
@@ -15,9 +17,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . ci/lib.sh
 
+use_installed=0
+case "${1:-}" in
+  "") ;;
+  --use-installed) use_installed=1 ;;
+  *) echo "usage: ci/examples.sh [--use-installed]" >&2; exit 2 ;;
+esac
+
 prefix=$(realpath -m "${ATTNCHECK_PREFIX:-/tmp/attncheck-prefix}")
 work=$(realpath -m "${ATTNCHECK_EXAMPLES_DIR:-out/examples}")
-rm -rf "$prefix" "$work"
+rm -rf "$work"
+[ "$use_installed" -eq 1 ] || rm -rf "$prefix"
 mkdir -p "$work"
 
 build_and_install() {
@@ -59,7 +69,11 @@ expect_fuzz() {
   fi
 }
 
-stage "examples: build and install attncheck to $prefix" build_and_install
+if [ "$use_installed" -eq 1 ]; then
+  [ -x "$prefix/bin/attncheck" ] || { echo "examples: no attncheck installed at $prefix" >&2; exit 1; }
+else
+  stage "examples: build and install attncheck to $prefix" build_and_install
+fi
 stage "examples: outside-project (find_package + check_kernel)" outside_project
 stage "examples: c-kernel (build the shared libraries)" c_kernel_build
 stage "examples: c-kernel naive_attention passes" \

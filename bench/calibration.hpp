@@ -1,0 +1,20 @@
+// bench/calibration.hpp — the machine's limits, measured by the benchmark binary itself.
+//
+// Every "fraction of peak" and "fraction of bandwidth" counter of the benchmarks divides by
+// these, measured in the same process on the same machine, so a ratio never mixes a number
+// from a data sheet with a number from this run.
+#pragma once
+
+namespace attncheck::bench {
+
+// fp32 FMA peak in GFLOP/s (2 flops per FMA lane) on `threads` OpenMP threads: independent
+// chains of 512-bit FMAs (256-bit, or scalar without AVX-512), enough of them to hide the FMA
+// latency, best of several runs. Measured on the first call for a given thread count, then
+// memoized for the process.
+double fma_peak_gflops(int threads);
+
+// DRAM read bandwidth in GB/s (1e9 bytes/s): all OpenMP threads stream-read a 512 MiB buffer
+// (far larger than the last-level cache), best of several passes. Memoized like the above.
+double dram_read_gbs();
+
+}  // namespace attncheck::bench

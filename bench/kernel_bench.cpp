@@ -1,0 +1,168 @@
+// bench/kernel_bench.cpp — the attention kernel alone (issue 3): causal prefill at T = 512 and
+// 2048 and a decode step at kv_len 4096, 8 heads, head_dim 64, batch 1.
+//
+// Counters (all from manual timing of the kernel calls only, wall clock):
+//   gflops     useful GFLOP/s: only unmasked work counts, (2*Dk + 2*Dv) flops per visible
+//              (query, key) pair — the work a kernel that skips nothing visible must do
+//   frac_peak  gflops / fma_peak_gflops(threads)   (calibration.hpp, same process)
+//   gbs, frac_bw   (decode) K and V bytes the step must read / time, and / dram_read_gbs()
+//   speedup    (reference benchmarks) reference time / optimized time on the same problem
+// Arg 0 of each benchmark is the thread count (0 = all OpenMP threads).
+//
+// Dimension legend: B = batch, H = heads, Tq = q_len, Tk = kv_len, Dk = head_dim, Dv = value_dim.
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+#include <omp.h>
+
+#include "attncheck/kernels.hpp"
+#include "bench/calibration.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kHeads = 8, kHeadDim = 64;
+// Decode reads K and V from copies of the cache in turn, together larger than the L3, so the
+// step streams from DRAM as a real decoder's does (one layer's cache is evicted by the others).
+constexpr int kDecodeCopies = 4;
+
+struct Problem {
+    attncheck_problem p{};
+    std::vector<float> q, k, v, out;  // [B,H,Tq,Dk] [copies*B,H,Tk,Dk] [copies*B,H,Tk,Dv] [B,H,Tq,Dv]
+    int copies = 1;
+    double useful_flops = 0;
+    double kv_bytes = 0;  // K and V rows visible to some query
+};
+
+Problem make_problem(int Tq, int Tk, int q_offset, int copies) {
+    Problem pr;
+    pr.copies = copies;
+    attncheck_problem& p = pr.p;
+    p.abi_version = ATTNCHECK_ABI_VERSION;
+    p.batch = 1, p.heads = kHeads, p.q_len = Tq, p.kv_len = Tk;
+    p.head_dim = kHeadDim, p.value_dim = kHeadDim, p.q_offset = q_offset, p.causal = 1;
+    p.kv_valid_len = nullptr;
+    p.scale = 0.125f;
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    const std::size_t H = kHeads, D = kHeadDim;
+    pr.q.resize(H * std::size_t(Tq) * D);
+    pr.k.resize(std::size_t(copies) * H * std::size_t(Tk) * D);
+    pr.v.resize(pr.k.size());
+    for (auto* x : {&pr.q, &pr.k, &pr.v})
+        for (auto& e : *x) e = u(rng);
+    pr.out.resize(H * std::size_t(Tq) * D);
+    double pairs = 0, max_key = 0;
+    for (int i = 0; i < Tq; ++i) {
+        const double visible = std::min<double>(q_offset + i + 1, Tk);
+        pairs += visible;
+        max_key = std::max(max_key, visible);
+    }
+    pr.useful_flops = double(H) * pairs * (2.0 * kHeadDim + 2.0 * kHeadDim);
+    pr.kv_bytes = double(H) * max_key * (kHeadDim + kHeadDim) * sizeof(float);
+    return pr;
+}
+
+// One call on copy `c` of K and V.
+double run_once(attncheck_kernel_fn fn, Problem& pr, int c) {
+    const std::size_t kv = pr.k.size() / std::size_t(pr.copies);
+    const auto t0 = Clock::now();
+    const int rc = fn(&pr.p, pr.q.data(), pr.k.data() + std::size_t(c) * kv,
+                      pr.v.data() + std::size_t(c) * kv, pr.out.data());
+    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (rc != ATTNCHECK_OK) throw std::runtime_error("kernel refused the benchmark problem");
+    benchmark::ClobberMemory();
+    return secs;
+}
+
+// Sets the OpenMP thread count for one benchmark and restores it afterwards.
+struct Threads {
+    int saved = omp_get_max_threads();
+    int n;
+    explicit Threads(std::int64_t arg) : n(arg > 0 ? int(arg) : saved) { omp_set_num_threads(n); }
+    ~Threads() { omp_set_num_threads(saved); }
+};
+
+// Seconds per call of the optimized kernel, remembered per (Tq, Tk, threads) so that the
+// reference benchmarks can report a speed-up measured in the same process.
+std::map<std::tuple<int, int, int>, double> g_optimized_secs;
+
+void report(benchmark::State& state, const Problem& pr, double secs_total, int threads, bool decode) {
+    const double per_call = secs_total / double(state.iterations());
+    const double gflops = pr.useful_flops / per_call * 1e-9;
+    state.counters["threads"] = threads;
+    state.counters["us_per_call"] = per_call * 1e6;
+    state.counters["gflops"] = gflops;
+    state.counters["frac_peak"] = gflops / attncheck::bench::fma_peak_gflops(threads);
+    if (decode) {
+        const double gbs = pr.kv_bytes / per_call * 1e-9;
+        state.counters["gbs"] = gbs;
+        state.counters["frac_bw"] = gbs / attncheck::bench::dram_read_gbs();
+    }
+}
+
+void BM_AttentionPrefill(benchmark::State& state) {
+    const Threads th(state.range(0));
+    const int T = int(state.range(1));
+    Problem pr = make_problem(T, T, 0, 1);
+    attncheck::bench::fma_peak_gflops(th.n);  // calibrate outside the timed calls
+    double secs = 0;
+    for (auto _ : state) secs += run_once(attncheck_optimized_kernel, pr, 0);
+    g_optimized_secs[{T, T, th.n}] = secs / double(state.iterations());
+    report(state, pr, secs, th.n, false);
+}
+BENCHMARK(BM_AttentionPrefill)
+    ->ArgsProduct({{1, 0}, {512, 2048}})
+    ->ArgNames({"threads", "T"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+void BM_AttentionDecode(benchmark::State& state) {
+    const Threads th(state.range(0));
+    const int Tk = int(state.range(1));
+    Problem pr = make_problem(1, Tk, Tk - 1, kDecodeCopies);
+    attncheck::bench::fma_peak_gflops(th.n);
+    attncheck::bench::dram_read_gbs();
+    double secs = 0;
+    int c = 0;
+    for (auto _ : state) secs += run_once(attncheck_optimized_kernel, pr, c++ % kDecodeCopies);
+    g_optimized_secs[{1, Tk, th.n}] = secs / double(state.iterations());
+    report(state, pr, secs, th.n, true);
+}
+BENCHMARK(BM_AttentionDecode)
+    ->ArgsProduct({{1, 0}, {4096}})
+    ->ArgNames({"threads", "Tk"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
+
+// The reference kernel on the same problems (all threads; it is single-threaded itself).
+void BM_AttentionReference(benchmark::State& state) {
+    const Threads th(0);
+    const int Tq = int(state.range(0)), Tk = int(state.range(1));
+    const bool decode = Tq == 1;
+    Problem pr = make_problem(Tq, Tk, Tk - Tq, decode ? kDecodeCopies : 1);
+    double secs = 0;
+    int c = 0;
+    for (auto _ : state) secs += run_once(attncheck_reference_kernel, pr, c++ % pr.copies);
+    report(state, pr, secs, th.n, decode);
+    const auto it = g_optimized_secs.find({Tq, Tk, th.n});
+    if (it != g_optimized_secs.end())
+        state.counters["speedup"] = secs / double(state.iterations()) / it->second;
+}
+BENCHMARK(BM_AttentionReference)
+    ->Args({512, 512})
+    ->Args({2048, 2048})
+    ->Args({1, 4096})
+    ->ArgNames({"Tq", "Tk"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace

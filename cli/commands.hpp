@@ -1,0 +1,27 @@
+// cli/commands.hpp — the subcommands of `attncheck`, one file each, registered by main.cpp.
+//
+// Each add_*_command() adds its CLI11 subcommand (options, help text) to the app and returns the
+// function that runs it once the command line has parsed. A runner returns the process exit code
+// (0 success, 1 a check failed) and reports bad input by throwing attncheck::InputError, which
+// main() turns into exit code 2 and a message on stderr: no subcommand prints errors itself.
+#pragma once
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+namespace attncheck::cli {
+
+struct Command {
+    CLI::App* app = nullptr;     // the subcommand; *app is true when it was given
+    std::function<int()> run;    // runs it with the parsed options
+};
+
+Command add_init_command(CLI::App& app);
+Command add_logits_command(CLI::App& app);
+Command add_generate_command(CLI::App& app);
+Command add_explain_command(CLI::App& app);
+// `fuzz` parses nothing itself: everything after the word `fuzz` goes to properties::fuzz_main.
+Command add_fuzz_command(CLI::App& app);
+
+}  // namespace attncheck::cli

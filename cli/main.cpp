@@ -1,0 +1,88 @@
+// cli/main.cpp — the `attncheck` executable: subcommands, and the one place errors become exit
+// codes.
+//
+//   0  success
+//   1  a check failed (fuzz found a counterexample)
+//   2  bad input or usage: the message goes to stderr as "attncheck: error: ..."
+//
+// Every subcommand reports bad input by throwing attncheck::InputError; CLI11 throws its own
+// parse errors; the decoders may throw optimized::KernelError or run out of memory. All of them
+// are caught here, so the tool never aborts with an uncaught exception whatever it is given.
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <new>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "attncheck/error.hpp"
+#include "cli/commands.hpp"
+#include "optimized/decoder.hpp"
+#include "properties/fuzz.hpp"
+
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitBadInput = 2;
+
+int fail(const std::string& message) {
+    std::cerr << "attncheck: error: " << message << "\n";
+    return kExitBadInput;
+}
+
+int run(int argc, char** argv) {
+    // `attncheck fuzz ...`: pass every later argument verbatim (a `--` included) to the fuzz
+    // driver, without letting CLI11 see them. The fuzz subcommand below is still registered so
+    // that it is listed by --help and reached the same way by any other spelling.
+    if (argc >= 2 && std::string(argv[1]) == "fuzz")
+        return attncheck::properties::fuzz_main(std::vector<std::string>(argv + 2, argv + argc));
+
+    CLI::App app{"attncheck: verification and property testing of masked (causal) multi-head "
+                 "attention in transformer decoders",
+                 "attncheck"};
+    app.set_version_flag("--version", "attncheck 0.1.0");
+    app.require_subcommand(1);
+    app.footer("Exit codes: 0 success, 1 a check failed, 2 bad input or usage "
+               "(message on stderr).\nRun `attncheck COMMAND --help` for a command's options.");
+    const std::vector<attncheck::cli::Command> commands = {
+        attncheck::cli::add_init_command(app),     attncheck::cli::add_logits_command(app),
+        attncheck::cli::add_generate_command(app), attncheck::cli::add_explain_command(app),
+        attncheck::cli::add_fuzz_command(app),
+    };
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::Success& e) {  // --help, --version
+        return app.exit(e, std::cout, std::cerr);
+    } catch (const CLI::ParseError& e) {
+        // CLI11 reports a misspelt command as "A subcommand is required"; name it instead.
+        if (app.get_subcommands().empty() && argc >= 2 && argv[1][0] != '-')
+            return fail(std::string("unknown command '") + argv[1] +
+                        "' (expected init, logits, generate, explain or fuzz; run `attncheck --help`)");
+        std::string where = "attncheck";
+        for (const CLI::App* sub : app.get_subcommands()) where += " " + sub->get_name();
+        return fail(std::string(e.what()) + "\n(run `" + where + " --help` for usage)");
+    }
+    for (const auto& command : commands)
+        if (command.app->parsed()) return command.run();
+    return fail("no command given (run `attncheck --help`)");  // require_subcommand makes this unreachable
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    try {
+        return run(argc, argv);
+    } catch (const attncheck::InputError& e) {
+        return fail(e.what());
+    } catch (const attncheck::optimized::KernelError& e) {
+        return fail(std::string("the attention kernel refused the problem: ") + e.what());
+    } catch (const std::bad_alloc&) {
+        return fail("out of memory (the model or the input is too large for this machine)");
+    } catch (const std::exception& e) {
+        return fail(std::string("internal error: ") + e.what());
+    } catch (...) {
+        return fail("internal error: unknown exception");
+    }
+}

@@ -1,0 +1,714 @@
+// optimized/attention_kernel.cpp — the built-in fast attention kernel, attncheck_optimized_kernel.
+//
+// Fused masked attention with an online softmax (FlashAttention's recurrence, on a CPU):
+//
+//   for each query block (kQueryBlock rows) of one (sequence, head):
+//     for each chunk of kChunkKeys keys, tile by tile (kTileKeys keys):
+//       pack the key tile transposed            Kt [Dk, 64]          (reused by every row)
+//       for each micro-block of 6 rows:
+//         S = scale * Q Kt                      [6, 64] in 24 zmm registers
+//         masked entries -> -inf; per row: m' = max(m, max S), alpha = exp(m - m'),
+//         P = exp(S - m'), l = l * alpha + sum P, O = O * alpha + P V
+//     merge the chunk's partial (m, l, O) into the running one, in chunk order
+//   out = O / l   (0 for a row that sees no key)
+//
+// No Tq x Tk matrix exists: P lives for one micro-block and tile (6 x 64 floats).
+//
+// Masking and skipping. Key j is visible to query row i when j < kv_valid_len[b] and, if
+// causal, j <= q_offset + i (reference::key_visible). Rows' last visible keys are
+// nondecreasing in i, so a block stops at the tile that holds the last row's last key: tiles
+// past the causal diagonal and padding tiles are never read, let alone computed. Inside the
+// diagonal tile, masked scores become -inf (exp gives exactly 0) and P V runs, per row, only
+// over that row's visible keys, so a masked key contributes nothing, not even a 0 * v (which
+// would turn an inf or NaN in a future value into NaN, or -0 into +0).
+//
+// Determinism and exact causality. The arithmetic that produces row i is a fixed function of
+// (q[i], keys and values 0 .. last visible, scale): tiles and chunks start at multiples of
+// their size in absolute key index; each score is one FMA chain over c = 0 .. Dk-1; each lane
+// of a vector always holds the same key residue (j mod 16); P V adds keys in ascending order;
+// partials merge in chunk order; a tile or chunk where the row sees nothing is an exact no-op
+// (alpha = exp(0) = 1, P = 0; such a chunk is skipped in the merge). So the result is bitwise
+// the same for any thread count, whether a decode step splits its chunks across threads or
+// not, for any q_len / q_offset split of the same rows (chunked prefill == full prefill ==
+// incremental steps), and appending future keys cannot change an earlier row.
+//
+// Work split (OpenMP): tasks are (sequence, head, query block), heaviest (last) blocks first,
+// dynamic schedule; with several query blocks per head the key tiles are first packed once, in
+// parallel, into a buffer the size of k. When there is only one query block (decode: q_len
+// small) and more than one chunk, the tasks are (sequence, head, chunk) instead: each packs its
+// tiles as it goes (prefetching the next tile's keys and values), writes its partial to a
+// scratch buffer, and a second loop merges the partials in chunk order.
+//
+// Cost (Zen 5 core, measured by bench/kernel_bench.cpp): causal prefill T=2048, 8 heads,
+// Dk=Dv=64 runs at ~65-80% of the measured FMA peak; the rest is the exp (~13 vector ops per 16
+// scores), the per-row max/rescale and the half-masked diagonal tiles. A decode step at
+// kv_len 4096 streams K and V at ~65-70% of the measured DRAM read bandwidth.
+//
+// Vectorization: 16-float vectors, AVX-512 intrinsics when __AVX512F__ is defined, otherwise a
+// portable 16-float struct the compiler vectorizes (same algorithm, same tiling).
+//
+// Contraction: g++ contracts a * b + c into an FMA by default in C++ (-ffp-contract=fast, even
+// with -std=c++20), and whether it does depends on inlining, so the same source line could round
+// differently for a 6-row and a 1-row micro-block. Every multiply-add here is therefore written
+// as an explicit FMA, and every other product feeds a blend, a max or an exp, never an add, so
+// no contraction is left for the compiler to choose (the determinism tests check it).
+//
+// Dimension legend: B = batch, H = heads, Tq = q_len, Tk = kv_len, Dk = head_dim, Dv = value_dim.
+// g++ 12's AVX-512 headers initialise "undefined" vectors from themselves (_mm512_undefined_ps),
+// which -Wuninitialized reports at every intrinsic that uses one (max, roundscale, scalef,
+// reductions). The pragma must precede the first include of <immintrin.h>.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include "optimized/attention_kernel.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <new>
+#include <vector>
+
+#include <omp.h>
+
+#include "attncheck/kernel_abi.h"
+#include "attncheck/kernels.hpp"
+
+#if defined(__AVX512F__) || defined(__SSE__)
+#include <immintrin.h>
+#endif
+
+namespace attncheck::optimized::attention_detail {
+namespace {
+
+constexpr int kLanes = 16;
+constexpr int kTileVecs = kTileKeys / kLanes;  // 4
+constexpr int kDvBlockVecs = 4;                // output columns per P V pass: 64
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+static_assert(kTileKeys % kLanes == 0 && kChunkKeys % kTileKeys == 0);
+
+// ---------------------------------------------------------------------------------------------
+// 16-float vectors.
+#if defined(__AVX512F__)
+struct vf {
+    __m512 r;
+};
+inline __mmask16 first_n(int n) {  // lanes 0 .. n-1, n in [0, 16]
+    return n >= kLanes ? __mmask16(0xFFFF) : __mmask16((1u << std::max(n, 0)) - 1u);
+}
+inline vf vzero() { return {_mm512_setzero_ps()}; }
+inline vf vset1(float x) { return {_mm512_set1_ps(x)}; }
+inline vf vload(const float* p) { return {_mm512_loadu_ps(p)}; }
+inline vf vload_n(const float* p, int n) { return {_mm512_maskz_loadu_ps(first_n(n), p)}; }
+inline void vstore(float* p, vf a) { _mm512_storeu_ps(p, a.r); }
+inline void vstore_n(float* p, vf a, int n) { _mm512_mask_storeu_ps(p, first_n(n), a.r); }
+inline vf vfma(vf a, vf b, vf c) { return {_mm512_fmadd_ps(a.r, b.r, c.r)}; }  // a*b + c
+inline vf vmul(vf a, vf b) { return {_mm512_mul_ps(a.r, b.r)}; }
+inline vf vadd(vf a, vf b) { return {_mm512_add_ps(a.r, b.r)}; }
+inline vf vsub(vf a, vf b) { return {_mm512_sub_ps(a.r, b.r)}; }
+inline vf vdiv(vf a, vf b) { return {_mm512_div_ps(a.r, b.r)}; }
+inline vf vmax(vf a, vf b) { return {_mm512_max_ps(a.r, b.r)}; }
+// Lanes >= n replaced by -inf (the mask of keys past a row's last visible key).
+inline vf vmask_after(vf a, int n) {
+    return {_mm512_mask_mov_ps(_mm512_set1_ps(kNegInf), first_n(n), a.r)};
+}
+inline float vreduce_max(vf a) { return _mm512_reduce_max_ps(a.r); }
+inline float vreduce_add(vf a) { return _mm512_reduce_add_ps(a.r); }
+
+// exp(x) for x <= 0: n = round(x / ln2), r = x - n ln2 (Cody-Waite, |r| <= ln2/2), degree-7
+// Taylor polynomial (truncation error r^8/8! < 0.05 ulp) by Horner with FMA, then scalef
+// (2^n with correct underflow). Measured: max 0.93 ulp, rms 0.30 ulp over [-87, 0] against
+// exp in double (glibc's expf: rms 0.29 ulp); the test demands <= 2 ulp.
+inline vf vexp(vf x) {
+    // Clamp -inf (and anything whose exp rounds to 0) to -104 so that r stays finite:
+    // exp(-104) ~ 6.8e-46 < half the smallest subnormal, so the result is exactly 0.
+    // max_ps returns its second operand when either is NaN, so NaN propagates.
+    const __m512 xc = _mm512_max_ps(_mm512_set1_ps(-104.0f), x.r);
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);  // n * ln2_hi is exact
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return {_mm512_scalef_ps(p, n)};
+}
+#else
+struct vf {
+    float r[kLanes];
+};
+inline vf vzero() { return vf{}; }
+inline vf vset1(float x) {
+    vf a;
+    for (int l = 0; l < kLanes; ++l) a.r[l] = x;
+    return a;
+}
+inline vf vload(const float* p) {
+    vf a;
+    for (int l = 0; l < kLanes; ++l) a.r[l] = p[l];
+    return a;
+}
+inline vf vload_n(const float* p, int n) {
+    vf a{};
+    for (int l = 0; l < std::min(n, kLanes); ++l) a.r[l] = p[l];
+    return a;
+}
+inline void vstore(float* p, vf a) {
+    for (int l = 0; l < kLanes; ++l) p[l] = a.r[l];
+}
+inline void vstore_n(float* p, vf a, int n) {
+    for (int l = 0; l < std::min(n, kLanes); ++l) p[l] = a.r[l];
+}
+#define ATTNCHECK_LANEWISE(name, expr)             \
+    inline vf name(vf a, vf b) {                   \
+        vf c;                                      \
+        for (int l = 0; l < kLanes; ++l) c.r[l] = expr; \
+        return c;                                  \
+    }
+ATTNCHECK_LANEWISE(vmul, a.r[l] * b.r[l])
+ATTNCHECK_LANEWISE(vadd, a.r[l] + b.r[l])
+ATTNCHECK_LANEWISE(vsub, a.r[l] - b.r[l])
+ATTNCHECK_LANEWISE(vdiv, a.r[l] / b.r[l])
+ATTNCHECK_LANEWISE(vmax, (std::isnan(a.r[l]) || std::isnan(b.r[l])) ? b.r[l] : std::max(a.r[l], b.r[l]))
+#undef ATTNCHECK_LANEWISE
+inline vf vfma(vf a, vf b, vf c) {
+    vf d;
+    for (int l = 0; l < kLanes; ++l) d.r[l] = std::fma(a.r[l], b.r[l], c.r[l]);
+    return d;
+}
+inline vf vmask_after(vf a, int n) {  // a select on every lane, like the AVX-512 blend
+    vf b;
+    for (int l = 0; l < kLanes; ++l) b.r[l] = l < n ? a.r[l] : kNegInf;
+    return b;
+}
+inline float vreduce_max(vf a) {
+    float m = a.r[0];
+    for (int l = 1; l < kLanes; ++l) m = std::max(m, a.r[l]);
+    return m;
+}
+inline float vreduce_add(vf a) {  // the same pairwise tree on every call
+    for (int w = kLanes / 2; w >= 1; w /= 2)
+        for (int l = 0; l < w; ++l) a.r[l] = a.r[l] + a.r[l + w];
+    return a.r[0];
+}
+// The portable path uses the C library's exp (correctly rounded or within 1 ulp in glibc).
+inline vf vexp(vf x) {
+    vf y;
+    for (int l = 0; l < kLanes; ++l) y.r[l] = std::exp(x.r[l]);
+    return y;
+}
+#endif
+
+// exp of one scalar through the same vector routine, so that scalar and vector uses agree.
+inline float sexp(float x) {
+    float tmp[kLanes];
+    vstore(tmp, vexp(vset1(x)));
+    return tmp[0];
+}
+
+// ---------------------------------------------------------------------------------------------
+// One (sequence, head) of the problem.
+struct Head {
+    const float* q;  // [Tq, Dk]
+    const float* k;  // [Tk, Dk]
+    const float* v;  // [Tk, Dv]
+    float* out;      // [Tq, Dv]
+    std::int64_t valid;  // keys >= valid are padding
+    // Null, or this head's keys packed tile by tile in advance: [ceil(Tk/64), Dk, 64].
+    const float* kt_packed = nullptr;
+};
+
+struct Shape {
+    std::int64_t Tq, Tk, Dk, Dv, q_offset;
+    bool causal;
+    float scale;
+    // Last key visible to query row i, or -1 when none.
+    std::int64_t last_key(std::int64_t i) const {
+        const std::int64_t last = valid_last;
+        return causal ? std::min(q_offset + i, last) : last;
+    }
+    std::int64_t valid_last = 0;  // per head: valid - 1
+};
+
+// Per-thread scratch, grown on demand and kept between calls (a decode step allocates nothing
+// once the largest shape has been seen). Sizes depend on Dk, Dv and kQueryBlock only.
+struct Scratch {
+    std::vector<float> kt;     // [Dk, 64]   the key tile, transposed
+    std::vector<float> p;      // [6, 64]    probabilities of one micro-block and tile
+    std::vector<float> o;      // [QB, Dv]   the chunk's unnormalized accumulator
+    std::vector<float> lvec;   // [QB, 16]   the chunk's running sums, one per key residue
+    std::vector<float> m;      // [QB]       the chunk's running max
+    std::vector<float> lsum;   // [QB]       the chunk's sum (lvec reduced)
+    std::vector<float> o_tot;  // [QB, Dv]   merged accumulator over chunks
+    std::vector<float> m_tot;  // [QB]
+    std::vector<float> l_tot;  // [QB]
+    void reserve(std::int64_t Dk, std::int64_t Dv) {
+        const std::size_t qb = kQueryBlock, dk = std::size_t(Dk), dv = std::size_t(Dv);
+        if (kt.size() < dk * kTileKeys) kt.resize(dk * kTileKeys);
+        if (p.size() < std::size_t(kMicroRows) * kTileKeys) p.resize(std::size_t(kMicroRows) * kTileKeys);
+        if (o.size() < qb * dv) o.resize(qb * dv);
+        if (o_tot.size() < qb * dv) o_tot.resize(qb * dv);
+        if (lvec.size() < qb * kLanes) lvec.resize(qb * kLanes);
+        for (auto* s : {&m, &lsum, &m_tot, &l_tot})
+            if (s->size() < qb) s->resize(qb);
+    }
+};
+thread_local Scratch t_scratch;
+
+// Software prefetch of n contiguous floats into L2 (one request per 64-byte line).
+inline void prefetch_rows(const float* p, std::int64_t n) {
+#if defined(__AVX512F__) || defined(__SSE__)
+    for (std::int64_t i = 0; i < n; i += 16) _mm_prefetch(reinterpret_cast<const char*>(p + i), _MM_HINT_T1);
+#else
+    (void)p, (void)n;
+#endif
+}
+
+// Kt[c, jj] = k[t0 + jj, c] for jj < nk, 0 for nk <= jj < 64 (keys past the last visible one
+// are never read: they may be padding garbage).
+void pack_key_tile(const float* k, std::int64_t Dk, std::int64_t t0, int nk, float* kt) {
+    const float* src = k + t0 * Dk;
+#if defined(__AVX512F__)
+    // 16 keys x 16 columns at a time through an in-register transpose (64 shuffles per 256
+    // floats instead of 256 scalar stores): a decode step packs every tile it reads, so this is
+    // on its critical path. Missing keys and columns are zero (masked loads never read past
+    // the last key or the row's end).
+    for (int jj0 = 0; jj0 < kTileKeys; jj0 += kLanes)
+        for (std::int64_t c0 = 0; c0 < Dk; c0 += kLanes) {
+            const int ncol = int(std::min<std::int64_t>(kLanes, Dk - c0));
+            const __mmask16 colmask = first_n(ncol);
+            __m512 r[16], t[16];
+            for (int i = 0; i < 16; ++i)
+                r[i] = jj0 + i < nk ? _mm512_maskz_loadu_ps(colmask, src + (jj0 + i) * Dk + c0)
+                                    : _mm512_setzero_ps();
+            for (int i = 0; i < 16; i += 2) {
+                t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+                t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+            }
+            for (int g = 0; g < 16; g += 4) {  // per 4 rows: u0..u3 = columns 4k+0 .. 4k+3
+                const __m512d a0 = _mm512_castps_pd(t[g]), a1 = _mm512_castps_pd(t[g + 1]);
+                const __m512d a2 = _mm512_castps_pd(t[g + 2]), a3 = _mm512_castps_pd(t[g + 3]);
+                r[g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, a2));
+                r[g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, a2));
+                r[g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, a3));
+                r[g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, a3));
+            }
+            for (int m = 0; m < 4; ++m) {  // gather 128-bit lanes: column 4k+m from 4 row groups
+                const __m512 v0 = _mm512_shuffle_f32x4(r[m], r[4 + m], 0x88);
+                const __m512 w0 = _mm512_shuffle_f32x4(r[m], r[4 + m], 0xDD);
+                const __m512 v1 = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0x88);
+                const __m512 w1 = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0xDD);
+                const __m512 col[4] = {_mm512_shuffle_f32x4(v0, v1, 0x88),
+                                       _mm512_shuffle_f32x4(w0, w1, 0x88),
+                                       _mm512_shuffle_f32x4(v0, v1, 0xDD),
+                                       _mm512_shuffle_f32x4(w0, w1, 0xDD)};
+                for (int kq = 0; kq < 4; ++kq) {
+                    const int c = 4 * kq + m;
+                    if (c < ncol) _mm512_storeu_ps(kt + (c0 + c) * kTileKeys + jj0, col[kq]);
+                }
+            }
+        }
+#else
+    for (int jj = 0; jj < nk; ++jj)
+        for (std::int64_t c = 0; c < Dk; ++c) kt[c * kTileKeys + jj] = src[jj * Dk + c];
+    if (nk < kTileKeys)
+        for (std::int64_t c = 0; c < Dk; ++c)
+            std::fill(kt + c * kTileKeys + nk, kt + (c + 1) * kTileKeys, 0.0f);
+#endif
+}
+
+// o[r, :] = o[r, :] * alpha[r] (when scale_o) + sum_{j in [j0, j1)} p[r, j] * v[j, :], for the
+// R rows, over NV vectors of output columns starting at column dv0 (the last has `last_n`
+// lanes). Keys are added in ascending order, one FMA each.
+template <int R, int NV>
+void pv_block(float* const* o_rows, const float* alpha, bool scale_o, const float* const* p_rows,
+              const float* v, std::int64_t Dv, std::int64_t dv0, int last_n, int j0, int j1) {
+    vf acc[R][NV];
+    for (int r = 0; r < R; ++r)
+        for (int u = 0; u < NV; ++u) {
+            acc[r][u] = u == NV - 1 ? vload_n(o_rows[r] + dv0 + u * kLanes, last_n)
+                                    : vload(o_rows[r] + dv0 + u * kLanes);
+            if (scale_o) acc[r][u] = vmul(acc[r][u], vset1(alpha[r]));
+        }
+    for (int j = j0; j < j1; ++j) {
+        const float* vj = v + std::int64_t(j) * Dv + dv0;
+        vf vv[NV];
+        for (int u = 0; u < NV; ++u)
+            vv[u] = u == NV - 1 ? vload_n(vj + u * kLanes, last_n) : vload(vj + u * kLanes);
+        for (int r = 0; r < R; ++r) {
+            const vf pj = vset1(p_rows[r][j]);
+            for (int u = 0; u < NV; ++u) acc[r][u] = vfma(pj, vv[u], acc[r][u]);
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int u = 0; u < NV; ++u) {
+            if (u == NV - 1)
+                vstore_n(o_rows[r] + dv0 + u * kLanes, acc[r][u], last_n);
+            else
+                vstore(o_rows[r] + dv0 + u * kLanes, acc[r][u]);
+        }
+}
+
+template <int R>
+void pv_dispatch(int nv, float* const* o_rows, const float* alpha, bool scale_o,
+                 const float* const* p_rows, const float* v, std::int64_t Dv, std::int64_t dv0,
+                 int last_n, int j0, int j1) {
+    switch (nv) {
+        case 1: pv_block<R, 1>(o_rows, alpha, scale_o, p_rows, v, Dv, dv0, last_n, j0, j1); break;
+        case 2: pv_block<R, 2>(o_rows, alpha, scale_o, p_rows, v, Dv, dv0, last_n, j0, j1); break;
+        case 3: pv_block<R, 3>(o_rows, alpha, scale_o, p_rows, v, Dv, dv0, last_n, j0, j1); break;
+        default: pv_block<R, 4>(o_rows, alpha, scale_o, p_rows, v, Dv, dv0, last_n, j0, j1); break;
+    }
+}
+
+// One micro-block of R query rows (block-local indices lr0 .. lr0+R-1, absolute row i0 + lr)
+// against one key tile [t0, t0 + nk): scores, online softmax update, P V.
+template <int R>
+void micro_tile(const Head& hd, const Shape& sh, std::int64_t i0, int lr0, std::int64_t t0, int nk,
+                const float* kt, Scratch& s) {
+    const std::int64_t Dk = sh.Dk, Dv = sh.Dv;
+    // S = Q Kt: [R, 64] in R x 4 registers, one FMA chain over c per score.
+    vf acc[R][kTileVecs];
+    for (int r = 0; r < R; ++r)
+        for (int u = 0; u < kTileVecs; ++u) acc[r][u] = vzero();
+    const float* qrow = hd.q + (i0 + lr0) * Dk;
+    for (std::int64_t c = 0; c < Dk; ++c) {
+        vf kv[kTileVecs];
+        for (int u = 0; u < kTileVecs; ++u) kv[u] = vload(kt + c * kTileKeys + u * kLanes);
+        for (int r = 0; r < R; ++r) {
+            const vf qb = vset1(qrow[r * Dk + c]);
+            for (int u = 0; u < kTileVecs; ++u) acc[r][u] = vfma(qb, kv[u], acc[r][u]);
+        }
+    }
+
+    // Online softmax per row.
+    float alpha[R];
+    int nvis[R];  // keys of this tile visible to the row (a prefix of the tile)
+    {
+        float m_old[R], m_use[R];
+        for (int r = 0; r < R; ++r) {
+            const int lr = lr0 + r;
+            const std::int64_t last = sh.last_key(i0 + lr);
+            nvis[r] = int(std::clamp<std::int64_t>(last - t0 + 1, 0, nk));
+            vf vmx = vset1(kNegInf);
+            for (int u = 0; u < kTileVecs; ++u) {
+                acc[r][u] = vmask_after(vmul(acc[r][u], vset1(sh.scale)), nvis[r] - u * kLanes);
+                vmx = vmax(vmx, acc[r][u]);
+            }
+            const float mx = vreduce_max(vmx);
+            m_old[r] = s.m[lr];
+            const float m_new = std::max(m_old[r], mx);
+            s.m[lr] = m_new;
+            // A row that has seen no key yet keeps m = -inf; subtracting 0 instead keeps
+            // exp(-inf - -inf) = NaN out: its P is exp(-inf) = 0 and alpha irrelevant.
+            m_use[r] = m_new == kNegInf ? 0.0f : m_new;
+        }
+        float d[kLanes] = {}, e[kLanes];
+        for (int r = 0; r < R; ++r) d[r] = m_old[r] - m_use[r];  // -inf - finite = -inf: alpha 0
+        vstore(e, vexp(vload(d)));
+        for (int r = 0; r < R; ++r) alpha[r] = e[r];
+        for (int r = 0; r < R; ++r) {
+            const vf mu = vset1(m_use[r]);
+            vf psum = vzero();
+            for (int u = 0; u < kTileVecs; ++u) {
+                const vf p = vexp(vsub(acc[r][u], mu));
+                vstore(s.p.data() + r * kTileKeys + u * kLanes, p);
+                psum = vadd(psum, p);
+            }
+            float* lv = s.lvec.data() + std::size_t(lr0 + r) * kLanes;
+            vstore(lv, vfma(vload(lv), vset1(alpha[r]), psum));
+        }
+    }
+
+    // O = O * alpha + P V. Keys every row of the micro-block sees go through the R-row kernel;
+    // the few keys in the causal diagonal that only later rows see are added row by row, so
+    // no masked key is ever multiplied in.
+    int j_all = nk;
+    for (int r = 0; r < R; ++r) j_all = std::min(j_all, nvis[r]);
+    float* o_rows[R];
+    const float* p_rows[R];
+    for (int r = 0; r < R; ++r) {
+        o_rows[r] = s.o.data() + std::size_t(lr0 + r) * std::size_t(Dv);
+        p_rows[r] = s.p.data() + r * kTileKeys;
+    }
+    const float* vt = hd.v + t0 * Dv;
+    for (std::int64_t dv0 = 0; dv0 < Dv; dv0 += kDvBlockVecs * kLanes) {
+        const int cols = int(std::min<std::int64_t>(Dv - dv0, kDvBlockVecs * kLanes));
+        const int nv = (cols + kLanes - 1) / kLanes;
+        const int last_n = cols - (nv - 1) * kLanes;
+        pv_dispatch<R>(nv, o_rows, alpha, true, p_rows, vt, Dv, dv0, last_n, 0, j_all);
+        for (int r = 0; r < R; ++r)
+            if (nvis[r] > j_all)
+                pv_dispatch<1>(nv, &o_rows[r], &alpha[r], false, &p_rows[r], vt, Dv, dv0, last_n,
+                               j_all, nvis[r]);
+    }
+}
+
+// The partial of one chunk for block rows [0, nr) (absolute rows i0 ..): fills s.o, s.m, s.lsum.
+void process_chunk(const Head& hd, const Shape& sh, std::int64_t i0, int nr, std::int64_t chunk,
+                   Scratch& s) {
+    const std::size_t Dv = std::size_t(sh.Dv);
+    std::fill(s.o.begin(), s.o.begin() + std::ptrdiff_t(std::size_t(nr) * Dv), 0.0f);
+    std::fill(s.lvec.begin(), s.lvec.begin() + std::ptrdiff_t(std::size_t(nr) * kLanes), 0.0f);
+    std::fill(s.m.begin(), s.m.begin() + nr, kNegInf);
+    const std::int64_t block_last = sh.last_key(i0 + nr - 1);  // the largest of the block
+    const std::int64_t c_begin = chunk * kChunkKeys;
+    const std::int64_t c_end = std::min<std::int64_t>(c_begin + kChunkKeys, block_last + 1);
+    for (std::int64_t t0 = c_begin; t0 < c_end; t0 += kTileKeys) {
+        const int nk = int(std::min<std::int64_t>(kTileKeys, c_end - t0));
+        // A prepacked tile may hold keys past the block's last one (real keys of later rows):
+        // their lanes are replaced by -inf before any arithmetic, so the bits are the same.
+        const float* kt = hd.kt_packed ? hd.kt_packed + (t0 / kTileKeys) * sh.Dk * kTileKeys
+                                       : s.kt.data();
+        if (!hd.kt_packed) {
+            // A single query block (a decode step) reads each key and value once, straight from
+            // memory: ask for the next tile now so its latency overlaps this tile's work.
+            const std::int64_t n0 = t0 + kTileKeys;
+            const std::int64_t n1 = std::min<std::int64_t>(n0 + kTileKeys, block_last + 1);
+            if (n0 < n1) {
+                prefetch_rows(hd.k + n0 * sh.Dk, (n1 - n0) * sh.Dk);
+                prefetch_rows(hd.v + n0 * sh.Dv, (n1 - n0) * sh.Dv);
+            }
+            pack_key_tile(hd.k, sh.Dk, t0, nk, s.kt.data());
+        }
+        for (int lr0 = 0; lr0 < nr; lr0 += kMicroRows) {
+            const int R = std::min(kMicroRows, nr - lr0);
+            // Skip micro-blocks that see nothing of this tile (an exact no-op for them).
+            if (sh.last_key(i0 + lr0 + R - 1) < t0) continue;
+            switch (R) {
+                case 1: micro_tile<1>(hd, sh, i0, lr0, t0, nk, kt, s); break;
+                case 2: micro_tile<2>(hd, sh, i0, lr0, t0, nk, kt, s); break;
+                case 3: micro_tile<3>(hd, sh, i0, lr0, t0, nk, kt, s); break;
+                case 4: micro_tile<4>(hd, sh, i0, lr0, t0, nk, kt, s); break;
+                case 5: micro_tile<5>(hd, sh, i0, lr0, t0, nk, kt, s); break;
+                default: micro_tile<6>(hd, sh, i0, lr0, t0, nk, kt, s); break;
+            }
+        }
+    }
+    for (int r = 0; r < nr; ++r) s.lsum[r] = vreduce_add(vload(s.lvec.data() + std::size_t(r) * kLanes));
+}
+
+// Merges one chunk's partial of a row (m_c, l_c, o_c) into the running (m, l, o). Used by both
+// work splits, so the arithmetic (and every bit of the result) is the same in both.
+[[gnu::noinline]] void merge_partial(float m_c, float l_c, const float* o_c, float& m, float& l,
+                                     float* o, std::int64_t Dv) {
+    if (m_c == kNegInf) return;  // the row saw no key of this chunk: nothing to add
+    const float m_new = std::max(m, m_c);
+    const float a = sexp(m - m_new);    // 0 when m = -inf (first contributing chunk)
+    const float b = sexp(m_c - m_new);  // 1 for the chunk that holds the max
+    const vf va = vset1(a), vb = vset1(b);
+    std::int64_t c = 0;
+    for (; c + kLanes <= Dv; c += kLanes)
+        vstore(o + c, vfma(vload(o + c), va, vmul(vload(o_c + c), vb)));
+    if (c < Dv) {
+        const int n = int(Dv - c);
+        vstore_n(o + c, vfma(vload_n(o + c, n), va, vmul(vload_n(o_c + c, n), vb)), n);
+    }
+    float tmp[kLanes];
+    vstore(tmp, vfma(vset1(l), va, vmul(vset1(l_c), vb)));
+    l = tmp[0];
+    m = m_new;
+}
+
+// out = o / l, or exactly 0 for a row with no visible key (l = 0).
+void finalize_row(const float* o, float l, float* out, std::int64_t Dv) {
+    if (!(l > 0.0f)) {
+        std::fill(out, out + Dv, 0.0f);
+        return;
+    }
+    const vf vl = vset1(l);
+    std::int64_t c = 0;
+    for (; c + kLanes <= Dv; c += kLanes) vstore(out + c, vdiv(vload(o + c), vl));
+    if (c < Dv) vstore_n(out + c, vdiv(vload_n(o + c, int(Dv - c)), vl), int(Dv - c));
+}
+
+std::int64_t chunks_for(std::int64_t last_key) {  // chunks that hold keys 0 .. last_key
+    return last_key < 0 ? 0 : last_key / kChunkKeys + 1;
+}
+
+// Scratch for the split decode path's partials, on the calling thread: [tasks, rows, Dv + 2].
+thread_local std::vector<float> t_partials;
+// Key tiles packed up front for a multi-block prefill, on the calling thread: [B*H, tiles, Dk, 64]
+// (the size of k itself; nothing proportional to Tq * Tk).
+thread_local std::vector<float> t_packed;
+
+int run(const attncheck_problem& p, const float* q, const float* k, const float* v, float* out) {
+    const std::int64_t B = p.batch, H = p.heads;
+    Shape base{p.q_len, p.kv_len, p.head_dim, p.value_dim, p.q_offset, p.causal != 0, p.scale};
+    const std::int64_t n_qblocks = (base.Tq + kQueryBlock - 1) / kQueryBlock;
+    const std::int64_t n_chunks_max = (base.Tk + kChunkKeys - 1) / kChunkKeys;
+
+    auto head_at = [&](std::int64_t bh, Shape& sh) {
+        const std::int64_t b = bh / H;
+        Head hd{q + bh * base.Tq * base.Dk, k + bh * base.Tk * base.Dk, v + bh * base.Tk * base.Dv,
+                out + bh * base.Tq * base.Dv, p.kv_valid_len ? p.kv_valid_len[b] : base.Tk};
+        sh = base;
+        sh.valid_last = hd.valid - 1;
+        return hd;
+    };
+
+    bool failed = false;  // an allocation failed on some thread (no exception crosses OpenMP)
+    const bool split = n_qblocks == 1 && n_chunks_max > 1;
+    if (!split) {
+        // With several query blocks per head every key tile is used by several tasks: pack
+        // each once, up front, instead of once per query block (packing is a transpose, about
+        // as costly as a sixth of a tile's arithmetic for one 64-row block).
+        const std::int64_t n_tiles = (base.Tk + kTileKeys - 1) / kTileKeys;
+        const std::size_t tile_floats = std::size_t(base.Dk) * kTileKeys;
+        float* packed = nullptr;
+        if (n_qblocks > 1) {
+            t_packed.resize(std::size_t(B * H * n_tiles) * tile_floats);  // may throw: caught
+            packed = t_packed.data();
+#pragma omp parallel for schedule(static)
+            for (std::int64_t t = 0; t < B * H * n_tiles; ++t) {
+                const std::int64_t bh = t / n_tiles, t0 = (t % n_tiles) * kTileKeys;
+                const std::int64_t valid = p.kv_valid_len ? p.kv_valid_len[bh / H] : base.Tk;
+                const int nk = int(std::clamp<std::int64_t>(valid - t0, 0, kTileKeys));
+                if (nk > 0)  // a tile of padding only is never used
+                    pack_key_tile(k + bh * base.Tk * base.Dk, base.Dk, t0, nk,
+                                  packed + std::size_t(t) * tile_floats);
+            }
+        }
+        const std::int64_t tasks = B * H * n_qblocks;
+#pragma omp parallel for schedule(dynamic, 1)
+        for (std::int64_t t = 0; t < tasks; ++t) {
+            Scratch& s = t_scratch;
+            try {
+                s.reserve(base.Dk, base.Dv);
+            } catch (...) {
+#pragma omp atomic write
+                failed = true;
+                continue;
+            }
+            const std::int64_t bh = t / n_qblocks;
+            const std::int64_t qb = n_qblocks - 1 - t % n_qblocks;  // long causal blocks first
+            Shape sh;
+            Head hd = head_at(bh, sh);
+            if (packed) hd.kt_packed = packed + std::size_t(bh * n_tiles) * tile_floats;
+            const std::int64_t i0 = qb * kQueryBlock;
+            const int nr = int(std::min<std::int64_t>(kQueryBlock, sh.Tq - i0));
+            const std::size_t Dv = std::size_t(sh.Dv);
+            std::fill(s.o_tot.begin(), s.o_tot.begin() + std::ptrdiff_t(std::size_t(nr) * Dv), 0.0f);
+            std::fill(s.m_tot.begin(), s.m_tot.begin() + nr, kNegInf);
+            std::fill(s.l_tot.begin(), s.l_tot.begin() + nr, 0.0f);
+            const std::int64_t nch = chunks_for(sh.last_key(i0 + nr - 1));
+            for (std::int64_t c = 0; c < nch; ++c) {
+                process_chunk(hd, sh, i0, nr, c, s);
+                for (int r = 0; r < nr; ++r)
+                    merge_partial(s.m[r], s.lsum[r], s.o.data() + r * Dv, s.m_tot[r], s.l_tot[r],
+                                  s.o_tot.data() + r * Dv, sh.Dv);
+            }
+            for (int r = 0; r < nr; ++r)
+                finalize_row(s.o_tot.data() + r * Dv, s.l_tot[r], hd.out + (i0 + r) * sh.Dv, sh.Dv);
+        }
+        return failed ? ATTNCHECK_UNSUPPORTED : ATTNCHECK_OK;
+    }
+
+    // Split: one query block (nr rows), chunks across threads. Partial layout per task:
+    // [nr, Dv] accumulator, then [nr] max, then [nr] sum.
+    const int nr = int(base.Tq);
+    const std::size_t per_task = std::size_t(nr) * (std::size_t(base.Dv) + 2);
+    const std::int64_t tasks = B * H * n_chunks_max;
+    t_partials.resize(std::size_t(tasks) * per_task);  // may throw: caught by the caller
+    float* partials = t_partials.data();
+#pragma omp parallel for schedule(dynamic, 1)
+    for (std::int64_t t = 0; t < tasks; ++t) {
+        Scratch& s = t_scratch;
+        try {
+            s.reserve(base.Dk, base.Dv);
+        } catch (...) {
+#pragma omp atomic write
+            failed = true;
+            continue;
+        }
+        const std::int64_t bh = t / n_chunks_max, c = t % n_chunks_max;
+        Shape sh;
+        const Head hd = head_at(bh, sh);
+        float* part = partials + std::size_t(t) * per_task;
+        const std::size_t Dv = std::size_t(sh.Dv);
+        if (c < chunks_for(sh.last_key(nr - 1))) {
+            process_chunk(hd, sh, 0, nr, c, s);
+            std::copy(s.o.begin(), s.o.begin() + std::ptrdiff_t(std::size_t(nr) * Dv), part);
+            std::copy(s.m.begin(), s.m.begin() + nr, part + std::size_t(nr) * Dv);
+            std::copy(s.lsum.begin(), s.lsum.begin() + nr, part + std::size_t(nr) * Dv + std::size_t(nr));
+        } else {  // past every row's last key: an empty partial
+            std::fill(part + std::size_t(nr) * Dv, part + std::size_t(nr) * Dv + std::size_t(nr), kNegInf);
+        }
+    }
+    if (failed) return ATTNCHECK_UNSUPPORTED;
+#pragma omp parallel for schedule(static)
+    for (std::int64_t bh = 0; bh < B * H; ++bh) {
+        Scratch& s = t_scratch;
+        try {
+            s.reserve(base.Dk, base.Dv);
+        } catch (...) {
+#pragma omp atomic write
+            failed = true;
+            continue;
+        }
+        Shape sh;
+        const Head hd = head_at(bh, sh);
+        const std::size_t Dv = std::size_t(sh.Dv);
+        std::fill(s.o_tot.begin(), s.o_tot.begin() + std::ptrdiff_t(std::size_t(nr) * Dv), 0.0f);
+        std::fill(s.m_tot.begin(), s.m_tot.begin() + nr, kNegInf);
+        std::fill(s.l_tot.begin(), s.l_tot.begin() + nr, 0.0f);
+        for (std::int64_t c = 0; c < n_chunks_max; ++c) {
+            const float* part = partials + std::size_t(bh * n_chunks_max + c) * per_task;
+            for (int r = 0; r < nr; ++r)
+                merge_partial(part[std::size_t(nr) * Dv + std::size_t(r)],
+                              part[std::size_t(nr) * Dv + std::size_t(nr) + std::size_t(r)],
+                              part + std::size_t(r) * Dv, s.m_tot[r], s.l_tot[r],
+                              s.o_tot.data() + std::size_t(r) * Dv, sh.Dv);
+        }
+        for (int r = 0; r < nr; ++r)
+            finalize_row(s.o_tot.data() + std::size_t(r) * Dv, s.l_tot[r], hd.out + r * sh.Dv, sh.Dv);
+    }
+    return failed ? ATTNCHECK_UNSUPPORTED : ATTNCHECK_OK;
+}
+
+// True when every element count (and its byte size) fits in int64 / size_t, so no index wraps.
+bool sizes_fit(const attncheck_problem& p) {
+    const unsigned __int128 bh = (unsigned __int128)p.batch * (unsigned __int128)p.heads;
+    const unsigned __int128 limit = (unsigned __int128)INT64_MAX / 4;
+    for (const std::int32_t rows : {p.q_len, p.kv_len})
+        for (const std::int32_t width : {p.head_dim, p.value_dim})
+            if (bh * (unsigned __int128)rows * (unsigned __int128)width > limit) return false;
+    return true;
+}
+
+}  // namespace
+
+void exp_nonpositive(const float* x, float* y, std::size_t n) {
+    std::size_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) vstore(y + i, vexp(vload(x + i)));
+    if (i < n) vstore_n(y + i, vexp(vload_n(x + i, int(n - i))), int(n - i));
+}
+
+bool uses_avx512() {
+#if defined(__AVX512F__)
+    return true;
+#else
+    return false;
+#endif
+}
+
+}  // namespace attncheck::optimized::attention_detail
+
+extern "C" int attncheck_optimized_kernel(const attncheck_problem* p, const float* q, const float* k,
+                                          const float* v, float* out) {
+    if (!p || !q || !k || !v || !out) return ATTNCHECK_UNSUPPORTED;
+    // No exception may cross the C boundary: a failed allocation reports "unsupported".
+    try {
+        if (!attncheck::problem_error(*p).empty()) return ATTNCHECK_UNSUPPORTED;
+        if (!attncheck::optimized::attention_detail::sizes_fit(*p)) return ATTNCHECK_UNSUPPORTED;
+        return attncheck::optimized::attention_detail::run(*p, q, k, v, out);
+    } catch (...) {
+        return ATTNCHECK_UNSUPPORTED;
+    }
+}

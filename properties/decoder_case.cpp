@@ -1,0 +1,79 @@
+// properties/decoder_case.cpp — the DecoderCase generator.
+#include "properties/decoder_case.hpp"
+
+#include <algorithm>
+#include <ostream>
+#include <sstream>
+
+#include "properties/stream.hpp"
+
+namespace attncheck::properties {
+
+std::vector<int> DecoderCase::tokens() const {
+    Stream rng(data_seed);
+    std::vector<int> t(static_cast<std::size_t>(tokens_len));
+    for (int& x : t) x = rng.integer(0, config.vocab_size - 1);
+    return t;
+}
+
+std::optional<Memory> DecoderCase::memory() const {
+    if (!config.cross_attention) return std::nullopt;
+    Stream rng(std::uint64_t(data_seed) ^ 0x6D656D6F7279ull);  // "memory": its own stream
+    Memory m;
+    m.rows = memory_rows;
+    m.valid_len = memory_valid;
+    m.data.resize(std::size_t(memory_rows) * std::size_t(config.d_model));
+    for (float& x : m.data) x = float(rng.normal());
+    return m;
+}
+
+std::string describe(const DecoderCase& c) {
+    const ModelConfig& m = c.config;
+    std::ostringstream s;
+    s << "model V=" << m.vocab_size << " d=" << m.d_model << " h=" << m.n_heads << " f=" << m.d_ff
+      << " L=" << m.n_layers << " N=" << m.max_len << " norm=" << to_string(m.norm)
+      << " cross=" << (m.cross_attention ? "true" : "false") << " pos=" << to_string(m.positional)
+      << " act=" << to_string(m.activation) << " embed_scale=" << (m.embed_scale_sqrt_d ? "sqrt_d" : "1")
+      << " tie=" << (m.tie_embeddings ? "true" : "false") << " model_seed=" << c.model_seed
+      << "; T=" << c.tokens_len;
+    if (m.cross_attention) s << " S=" << c.memory_rows << " memory_valid_len=" << c.memory_valid;
+    s << " data_seed=" << c.data_seed << " tokens=[";
+    const auto t = c.tokens();
+    for (std::size_t i = 0; i < t.size(); ++i) s << (i ? "," : "") << t[i];
+    s << "]";
+    return s.str();
+}
+
+void showValue(const DecoderCase& c, std::ostream& os) { os << describe(c); }
+
+rc::Gen<DecoderCase> gen_decoder_case(const DecoderCaseOptions& o) {
+    return rc::gen::exec([o] {
+        using namespace rc;
+        DecoderCase c;
+        ModelConfig& m = c.config;
+        m.vocab_size = *gen::inRange(2, 33).as("vocab_size");
+        m.n_heads = *gen::inRange(1, 4).as("n_heads");
+        m.d_model = m.n_heads * *gen::inRange(1, 7).as("head_dim");
+        m.d_ff = *gen::inRange(1, 25).as("d_ff");
+        m.n_layers = *gen::inRange(1, 3).as("n_layers");
+        const int min_t = std::max(1, o.min_tokens);
+        m.max_len = *gen::inRange(std::max(min_t, 2), 25).as("max_len");
+        m.norm = *gen::element(Norm::post, Norm::pre).as("norm");
+        m.cross_attention = o.need_cross || *gen::arbitrary<bool>().as("cross_attention");
+        m.positional = *gen::element(Positional::sinusoidal, Positional::learned).as("positional");
+        m.activation = *gen::element(Activation::relu, Activation::gelu, Activation::gelu_tanh).as("activation");
+        m.embed_scale_sqrt_d = *gen::arbitrary<bool>().as("embed_scale_sqrt_d");
+        m.tie_embeddings = *gen::arbitrary<bool>().as("tie_embeddings");
+        c.model_seed = *gen::arbitrary<std::uint32_t>().as("model_seed");
+        c.tokens_len = *gen::inRange(min_t, m.max_len + 1).as("T");
+        if (m.cross_attention) {
+            c.memory_rows = *gen::inRange(o.need_memory_padding ? 2 : 1, 9).as("S");
+            c.memory_valid = o.need_memory_padding ? *gen::inRange(0, c.memory_rows).as("memory_valid_len < S")
+                                                   : *gen::inRange(0, c.memory_rows + 1).as("memory_valid_len");
+        }
+        c.data_seed = *gen::arbitrary<std::uint32_t>().as("data_seed");
+        return c;
+    });
+}
+
+}  // namespace attncheck::properties

@@ -1,0 +1,45 @@
+// properties/decoder_case.hpp — one random decoder problem: a small model, tokens, memory.
+//
+// RapidCheck generates the configuration (every option of MODEL.md: norm, cross-attention,
+// positional, activation, embed scale, tied head), the lengths and two seeds; init_model() makes
+// the weights from the model seed and the Stream makes tokens and memory from the data seed.
+//
+// Dimension legend: V = vocab, d = d_model, h = heads, N = max_len, T = tokens, S = memory rows.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <rapidcheck.h>
+
+#include "attncheck/model.hpp"
+
+namespace attncheck::properties {
+
+struct DecoderCase {
+    ModelConfig config;
+    std::uint32_t model_seed = 0;
+    int tokens_len = 1;      // T
+    int memory_rows = 0;     // S (0: no cross-attention)
+    int memory_valid = 0;    // memory.valid_len
+    std::uint32_t data_seed = 0;
+
+    std::vector<int> tokens() const;          // [T], from data_seed
+    std::optional<Memory> memory() const;     // [S, d], from data_seed; nullopt without cross
+};
+
+std::string describe(const DecoderCase& c);
+void showValue(const DecoderCase& c, std::ostream& os);
+
+struct DecoderCaseOptions {
+    int min_tokens = 1;            // causality needs T >= 2
+    bool need_cross = false;       // memory padding needs cross-attention ...
+    bool need_memory_padding = false;  // ... and memory_valid < S
+};
+
+rc::Gen<DecoderCase> gen_decoder_case(const DecoderCaseOptions& options = {});
+
+}  // namespace attncheck::properties

@@ -1,0 +1,297 @@
+// properties/decoder_properties.cpp — the checks behind decoder_properties().
+#include "properties/decoder_properties.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <optional>
+#include <sstream>
+
+#include "attncheck/tolerance.hpp"
+#include "optimized/decoder.hpp"
+#include "properties/stream.hpp"
+#include "reference/decoder.hpp"
+
+namespace attncheck::properties {
+namespace {
+
+std::string fmt(double x) {
+    std::ostringstream s;
+    s.precision(9);
+    s << x;
+    return s.str();
+}
+
+template <class T>
+std::vector<T> flat(const xt::xtensor<T, 2>& x) {
+    return std::vector<T>(x.begin(), x.end());
+}
+
+// The model and the decoder under test, built once per case.
+struct Built {
+    Model model;
+    std::optional<optimized::Decoder> opt;
+    std::optional<reference::Decoder<float>> ref;
+    int V = 0;
+
+    Built(const DecoderUnderTest& d, const DecoderCase& c) : model(init_model(c.config, c.model_seed)) {
+        V = c.config.vocab_size;
+        if (d.optimized())
+            opt.emplace(model, d.kernel);
+        else
+            ref.emplace(model);
+    }
+    std::vector<float> forward(const std::vector<int>& tokens, const std::optional<Memory>& mem) const {
+        return opt ? opt->forward(tokens, mem) : flat(ref->forward(tokens, mem));
+    }
+    std::vector<int> generate(const std::vector<int>& prompt, int n, const std::optional<Memory>& mem) const {
+        return opt ? opt->generate(prompt, n, mem) : ref->generate(prompt, n, mem);
+    }
+};
+
+struct OracleLogits {
+    std::vector<double> oracle;   // [T, V]
+    std::vector<float> baseline;  // [T, V]
+};
+OracleLogits oracle_logits(const Model& m, const std::vector<int>& tokens, const std::optional<Memory>& mem) {
+    return {flat(reference::Decoder<double>(m).forward(tokens, mem)), flat(reference::Decoder<float>(m).forward(tokens, mem))};
+}
+
+Verdict agree(const std::string& what, const std::vector<float>& cand, const OracleLogits& o, int V) {
+    // One position's logits share one computation: the baseline's error is taken per position.
+    Tolerance tol;
+    tol.row_length = std::size_t(V);
+    const Agreement a = check_agreement(cand, o.oracle, o.baseline, tol);
+    if (a.ok) return Verdict::pass();
+    std::ostringstream s;
+    s.precision(9);
+    s << what << " logits[" << a.worst_index / std::size_t(V) << "," << a.worst_index % std::size_t(V)
+      << "] [t,v]: candidate " << a.candidate << ", float64 oracle " << a.oracle << ", float32 baseline "
+      << a.baseline << ", |error| " << a.error << " > bound " << a.bound << " (" << a.worst_ratio << " x the bound"
+      << (a.non_finite ? ", non-finite" : "") << ")";
+    return Verdict::fail(s.str());
+}
+
+std::string first_difference(const std::vector<float>& a, const std::vector<float>& b, std::size_t rows, int V) {
+    for (std::size_t i = 0; i < rows * std::size_t(V) && i < a.size() && i < b.size(); ++i)
+        if (std::bit_cast<std::uint32_t>(a[i]) != std::bit_cast<std::uint32_t>(b[i]))
+            return "logits[" + std::to_string(i / std::size_t(V)) + "," + std::to_string(i % std::size_t(V)) +
+                   "] was " + fmt(a[i]) + ", now " + fmt(b[i]);
+    return {};
+}
+
+// Runs body, mapping a kernel's "unsupported" inside the decoder to an unsupported case.
+template <class F>
+Verdict guarded(F body) {
+    try {
+        return body();
+    } catch (const optimized::KernelError& e) {
+        return Verdict::unsupported(std::string("kernel refused a call inside the decoder: ") + e.what());
+    }
+}
+
+// ---- the properties ---------------------------------------------------------------------
+
+Verdict logits_causality(const DecoderUnderTest& d, const DecoderCase& c) {
+    return guarded([&] {
+        const Built b(d, c);
+        const auto tokens = c.tokens();
+        const auto mem = c.memory();
+        Stream rng(std::uint64_t(c.data_seed) + 0xCA05A1ull);
+        const int T = int(tokens.size());
+        const int k = rng.integer(0, T - 2);  // tokens after position k change
+        std::vector<int> changed = tokens;
+        for (int t = k + 1; t < T; ++t) changed[std::size_t(t)] = (tokens[std::size_t(t)] + rng.integer(1, b.V - 1)) % b.V;
+        const auto before = b.forward(tokens, mem), after = b.forward(changed, mem);
+        const std::string diff = first_difference(before, after, std::size_t(k + 1), b.V);
+        if (!diff.empty())
+            return Verdict::fail("changing the tokens after position " + std::to_string(k) +
+                                 " changed an earlier position's logits: " + diff);
+        return Verdict::pass();
+    });
+}
+
+Verdict agreement(const DecoderUnderTest& d, const DecoderCase& c) {
+    return guarded([&] {
+        const Built b(d, c);
+        const auto tokens = c.tokens();
+        const auto mem = c.memory();
+        return agree("teacher-forced", b.forward(tokens, mem), oracle_logits(b.model, tokens, mem), b.V);
+    });
+}
+
+Verdict incremental(const DecoderUnderTest& d, const DecoderCase& c) {
+    return guarded([&] {
+        const Built b(d, c);
+        const auto tokens = c.tokens();
+        const auto mem = c.memory();
+        const OracleLogits o = oracle_logits(b.model, tokens, mem);
+        const std::size_t T = tokens.size(), V = std::size_t(b.V);
+        if (!b.opt) return agree("textbook incremental", flat(b.ref->forward_incremental(tokens, mem)), o, b.V);
+
+        // One token at a time through the K/V cache.
+        optimized::Session steps(*b.opt, mem);
+        std::vector<float> stepped;
+        for (const int t : tokens) {
+            const auto row = steps.step(t);
+            stepped.insert(stepped.end(), row.begin(), row.end());
+        }
+        if (Verdict v = agree("step-by-step", stepped, o, b.V); v.failed()) return v;
+
+        // Chunked prefill: pieces of random length, each fed with a random chunk size.
+        Stream rng(std::uint64_t(c.data_seed) + 0xC4C4Eull);
+        optimized::Session chunked(*b.opt, mem);
+        std::vector<float> pieces;
+        std::ostringstream plan;
+        for (std::size_t at = 0; at < T;) {
+            const std::size_t n = std::size_t(rng.integer(1, int(T - at)));
+            const int chunk = rng.integer(0, int(n));
+            plan << (at ? " " : "") << n << "/" << chunk;
+            const auto part = chunked.prefill(std::vector<int>(tokens.begin() + std::ptrdiff_t(at),
+                                                               tokens.begin() + std::ptrdiff_t(at + n)), chunk);
+            pieces.insert(pieces.end(), part.begin(), part.end());
+            at += n;
+        }
+        if (Verdict v = agree("chunked prefill (pieces/chunk: " + plan.str() + ")", pieces, o, b.V); v.failed())
+            return v;
+
+        // Back to an earlier position and forward again: the cache must forget what it held.
+        const int back = rng.integer(0, int(T) - 1);
+        chunked.truncate(back);
+        std::vector<float> redone(pieces.begin(), pieces.begin() + std::ptrdiff_t(std::size_t(back) * V));
+        const auto rest = chunked.prefill(std::vector<int>(tokens.begin() + back, tokens.end()));
+        redone.insert(redone.end(), rest.begin(), rest.end());
+        return agree("after truncate(" + std::to_string(back) + ") and prefill", redone, o, b.V);
+    });
+}
+
+// The largest bound check_agreement allows on this row: a decision between two logits is
+// robust to float32 reordering only when their oracle margin exceeds twice this.
+double row_bound(const double* oracle, const float* baseline, std::size_t n) {
+    return agreement_bound(oracle, baseline, n);
+}
+
+Verdict generation(const DecoderUnderTest& d, const DecoderCase& c) {
+    return guarded([&] {
+        const Built b(d, c);
+        const auto tokens = c.tokens();
+        const auto mem = c.memory();
+        const int N = c.config.max_len;
+        const int P = std::min(int(tokens.size()), N - 1);  // N >= 2: room for one new token
+        const std::vector<int> prompt(tokens.begin(), tokens.begin() + P);
+        const int max_new = std::min(N - P, 6);
+        const std::vector<int> cached = b.generate(prompt, max_new, mem);
+        if (int(cached.size()) != max_new)
+            return Verdict::fail("generate(prompt, " + std::to_string(max_new) + ") returned " +
+                                 std::to_string(cached.size()) + " tokens");
+        std::vector<int> seq = prompt;
+        const std::size_t V = std::size_t(b.V);
+        for (int s = 0; s < max_new; ++s) {
+            const auto cand = b.forward(seq, mem);
+            const OracleLogits o = oracle_logits(b.model, seq, mem);
+            const std::size_t last = (seq.size() - 1) * V;
+            auto argmax = [&](auto&& at) {
+                std::size_t best = 0;
+                for (std::size_t v = 1; v < V; ++v)
+                    if (at(v) > at(best)) best = v;  // strict: the lowest id wins ties
+                return int(best);
+            };
+            const int recomputed = argmax([&](std::size_t v) { return cand[last + v]; });
+            const int oracle_best = argmax([&](std::size_t v) { return o.oracle[last + v]; });
+            double second = -INFINITY;
+            for (std::size_t v = 0; v < V; ++v)
+                if (int(v) != oracle_best) second = std::max(second, o.oracle[last + v]);
+            const double margin = o.oracle[last + std::size_t(oracle_best)] - second;
+            const double bound = row_bound(o.oracle.data() + last, o.baseline.data() + last, V);
+            if (!(margin > 2 * bound))  // a near-tie: float32 may legitimately pick either
+                return Verdict::pass_with_note("near-tie in the oracle's top two logits: compared " +
+                                               std::to_string(s) + " of " + std::to_string(max_new) + " tokens");
+            if (cached[std::size_t(s)] != recomputed || recomputed != oracle_best)
+                return Verdict::fail("greedy token " + std::to_string(s) + " (position " + std::to_string(seq.size()) +
+                                     "): with the cache " + std::to_string(cached[std::size_t(s)]) + ", recomputed " +
+                                     std::to_string(recomputed) + ", float64 oracle " + std::to_string(oracle_best) +
+                                     " (oracle top-2 margin " + fmt(margin) + " > 2 x bound " + fmt(bound) + ")");
+            seq.push_back(oracle_best);
+        }
+        return Verdict::pass();
+    });
+}
+
+Verdict memory_padding(const DecoderUnderTest& d, const DecoderCase& c) {
+    return guarded([&] {
+        const Built b(d, c);
+        const auto tokens = c.tokens();
+        const auto mem = c.memory();
+        Memory moved = *mem;
+        Stream rng(std::uint64_t(c.data_seed) + 0x9ADull);
+        const std::size_t dm = std::size_t(c.config.d_model);
+        for (std::size_t i = std::size_t(mem->valid_len) * dm; i < moved.data.size(); ++i)
+            moved.data[i] = float(10.0 * rng.normal());
+        const auto before = b.forward(tokens, mem), after = b.forward(tokens, moved);
+        std::string diff = first_difference(before, after, tokens.size(), b.V);
+        if (!diff.empty())
+            return Verdict::fail("replacing the padded memory rows (>= memory_valid_len " +
+                                 std::to_string(mem->valid_len) + ") changed " + diff);
+        if (b.opt) {
+            optimized::Session s1(*b.opt, mem), s2(*b.opt, moved);
+            diff = first_difference(s1.prefill(tokens), s2.prefill(tokens), tokens.size(), b.V);
+            if (!diff.empty())
+                return Verdict::fail("in a Session, replacing the padded memory rows changed " + diff);
+        }
+        return Verdict::pass();
+    });
+}
+
+Verdict batch(const DecoderUnderTest& d, const DecoderCase& c) {
+    return guarded([&] {
+        const Built b(d, c);
+        Stream rng(std::uint64_t(c.data_seed) + 0xBA7Cull);
+        const int B = rng.integer(2, 3);
+        std::vector<std::vector<int>> seqs;
+        std::vector<std::optional<Memory>> mems;
+        for (int i = 0; i < B; ++i) {
+            DecoderCase one = c;
+            one.data_seed = c.data_seed + std::uint32_t(i);
+            one.tokens_len = i == 0 ? c.tokens_len : rng.integer(1, c.config.max_len);
+            if (c.config.cross_attention && i > 0) one.memory_valid = rng.integer(0, c.memory_rows);
+            seqs.push_back(one.tokens());
+            mems.push_back(one.memory());
+        }
+        const auto together = b.opt->forward_batch(seqs, c.config.cross_attention ? mems : std::vector<std::optional<Memory>>{});
+        bool bitwise = true;
+        for (int i = 0; i < B; ++i) {
+            const auto alone = b.forward(seqs[std::size_t(i)], mems[std::size_t(i)]);
+            if (!first_difference(alone, together[std::size_t(i)], seqs[std::size_t(i)].size(), b.V).empty()) bitwise = false;
+            if (together[std::size_t(i)].size() != alone.size())
+                return Verdict::fail("forward_batch gave " + std::to_string(together[std::size_t(i)].size()) +
+                                     " logits for sequence " + std::to_string(i) + ", alone " + std::to_string(alone.size()));
+            const OracleLogits o = oracle_logits(b.model, seqs[std::size_t(i)], mems[std::size_t(i)]);
+            if (Verdict v = agree("sequence " + std::to_string(i) + " of " + std::to_string(B) + " in forward_batch,",
+                                  together[std::size_t(i)], o, b.V);
+                v.failed())
+                return v;
+        }
+        return bitwise ? Verdict::pass() : Verdict::pass_with_note("forward_batch differs from forward alone (within tolerance)");
+    });
+}
+
+}  // namespace
+
+const std::vector<DecoderProperty>& decoder_properties() {
+    static const std::vector<DecoderProperty> all = {
+        {"logits_causality", "changing tokens after position k leaves logits 0..k bitwise unchanged",
+         {.min_tokens = 2}, logits_causality},
+        {"decoder_agreement", "teacher-forced logits agree with the float64 reference decoder", {}, agreement},
+        {"incremental", "step-by-step, chunked-prefill (random chunks) and truncated KV-cache logits agree with teacher-forced",
+         {}, incremental},
+        {"generation", "greedy generation with the cache equals recompute generation (compared while the oracle's top-2 margin exceeds the tolerance)",
+         {}, generation},
+        {"memory_padding", "replacing padded cross-attention memory rows changes nothing, bitwise",
+         {.need_cross = true, .need_memory_padding = true}, memory_padding},
+        {"decoder_batch", "each sequence of forward_batch agrees with the reference (and is compared with forward alone)",
+         {}, batch, true},
+    };
+    return all;
+}
+
+}  // namespace attncheck::properties

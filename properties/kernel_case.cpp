@@ -1,0 +1,261 @@
+// properties/kernel_case.cpp — the KernelCase generator and the seeded input fill.
+#include "properties/kernel_case.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <ostream>
+#include <sstream>
+
+#include "properties/stream.hpp"
+#include "reference/attention.hpp"
+
+namespace attncheck::properties {
+
+const char* to_string(InputStyle s) {
+    switch (s) {
+        case InputStyle::normal: return "normal";
+        case InputStyle::large: return "large";
+        case InputStyle::ties: return "ties";
+        case InputStyle::small_int: return "small_int";
+    }
+    return "?";
+}
+
+const char* to_string(OffsetMode m) {
+    switch (m) {
+        case OffsetMode::prefill: return "prefill";
+        case OffsetMode::decode: return "decode";
+        case OffsetMode::chunk: return "chunk";
+        case OffsetMode::general: return "general";
+    }
+    return "?";
+}
+
+attncheck_problem KernelCase::problem() const {
+    attncheck_problem p{};
+    p.abi_version = ATTNCHECK_ABI_VERSION;
+    p.batch = batch;
+    p.heads = heads;
+    p.q_len = q_len;
+    p.kv_len = kv_len;
+    p.head_dim = head_dim;
+    p.value_dim = value_dim;
+    p.q_offset = q_offset;
+    p.causal = causal ? 1 : 0;
+    p.kv_valid_len = kv_valid_len.empty() ? nullptr : kv_valid_len.data();
+    p.scale = scale;
+    return p;
+}
+
+bool KernelCase::visible(int b, int i, int j) const {
+    return reference::key_visible(i, j, q_offset, causal, valid_len(b));
+}
+
+std::string describe(const KernelCase& c) {
+    std::ostringstream s;
+    s.precision(9);
+    s << "B=" << c.batch << " H=" << c.heads << " Tq=" << c.q_len << " Tk=" << c.kv_len
+      << " Dk=" << c.head_dim << " Dv=" << c.value_dim << " q_offset=" << c.q_offset << " ("
+      << to_string(c.mode) << ") causal=" << (c.causal ? 1 : 0) << " kv_valid_len=";
+    if (c.kv_valid_len.empty()) {
+        s << "null";
+    } else {
+        s << "[";
+        for (std::size_t b = 0; b < c.kv_valid_len.size(); ++b) s << (b ? "," : "") << c.kv_valid_len[b];
+        s << "]";
+    }
+    s << " scale=" << c.scale << " (" << c.scale_kind << ") style=" << to_string(c.style)
+      << " data_seed=" << c.data_seed;
+    return s.str();
+}
+
+void showValue(const KernelCase& c, std::ostream& os) { os << describe(c); }
+
+std::string index4(std::size_t flat, int d0, int d1, int d2, int d3) {
+    const std::size_t c = flat % std::size_t(d3);
+    const std::size_t i = flat / std::size_t(d3) % std::size_t(d2);
+    const std::size_t h = flat / (std::size_t(d3) * std::size_t(d2)) % std::size_t(d1);
+    const std::size_t b = flat / (std::size_t(d3) * std::size_t(d2) * std::size_t(d1));
+    (void)d0;
+    std::ostringstream s;
+    s << "[" << b << "," << h << "," << i << "," << c << "]";
+    return s.str();
+}
+
+KernelInputs fill_inputs(const KernelCase& c) {
+    Stream rng(c.data_seed);
+    KernelInputs in;
+    in.q.resize(c.q_size());
+    in.k.resize(c.k_size());
+    in.v.resize(c.v_size());
+    switch (c.style) {
+        case InputStyle::normal:
+            for (float& x : in.q) x = float(rng.normal());
+            for (float& x : in.k) x = float(rng.normal());
+            for (float& x : in.v) x = float(rng.normal());
+            break;
+        case InputStyle::large: {
+            // Scaled scores around 1e3, far past exp's float32 overflow at 88.7: a kernel without
+            // the row-max subtraction turns them into inf/inf = NaN. q and k are integers in
+            // [-a, a] (|q.k| < 2^24) and the scale a power of two, so every score is exact in
+            // any order of summation. Why: with inexact scores of size 1e3 the output is
+            // ill-conditioned (a rounding of 1e3 * eps32 in one score moves a near-one-hot row
+            // by ~1e-4), and two correct float32 kernels then differ by far more than any
+            // fixed multiple of the baseline's error; exact scores keep the check about the
+            // softmax, which is what this style is for.
+            const double s = std::abs(double(c.scale));
+            const double dk = double(c.head_dim);
+            const double cap = std::floor(std::sqrt(double(1 << 24) / dk)) - 1;
+            const int a = int(std::clamp(std::round(std::sqrt(3e3 / (s * std::sqrt(dk)))), 1.0, cap));
+            for (float& x : in.q) x = float(rng.integer(-a, a));
+            for (float& x : in.k) x = float(rng.integer(-a, a));
+            for (float& x : in.v) x = float(rng.normal());
+            break;
+        }
+        case InputStyle::ties: {
+            // Every key row of a (b, h) is one of a pool of 1-3 rows: many scores are exactly
+            // equal, so a kernel that picks "the" maximum, or breaks ties by position, shows it.
+            for (float& x : in.q) x = float(rng.normal());
+            const std::size_t rows = std::size_t(c.batch) * c.heads, Tk = std::size_t(c.kv_len),
+                              Dk = std::size_t(c.head_dim);
+            for (std::size_t bh = 0; bh < rows; ++bh) {
+                const int pool = rng.integer(1, 3);
+                std::vector<float> rowsv(std::size_t(pool) * Dk);
+                for (float& x : rowsv) x = float(rng.normal());
+                for (std::size_t j = 0; j < Tk; ++j) {
+                    const std::size_t pick = std::size_t(rng.integer(0, pool - 1));
+                    std::copy_n(rowsv.begin() + std::ptrdiff_t(pick * Dk), Dk,
+                                in.k.begin() + std::ptrdiff_t((bh * Tk + j) * Dk));
+                }
+            }
+            for (float& x : in.v) x = float(rng.normal());
+            break;
+        }
+        case InputStyle::small_int:
+            // Exact products and sums: a kernel's result is then close to exact, so a wrong
+            // weight cannot hide inside the rounding noise.
+            for (float& x : in.q) x = float(rng.integer(-2, 2));
+            for (float& x : in.k) x = float(rng.integer(-2, 2));
+            for (float& x : in.v) x = float(rng.integer(-2, 2));
+            break;
+    }
+    return in;
+}
+
+// A weighted choice that shrinks towards the first option (gen::weightedElement does not
+// shrink): one integer draw, mapped onto the options by their weights. Shapes and lengths
+// stay scaled by RapidCheck's size (small first), the kinds of case are all there from case 1.
+template <class T>
+T pick(std::initializer_list<std::pair<int, T>> options, const char* label) {
+    int total = 0;
+    for (const auto& o : options) total += o.first;
+    // At full size: RapidCheck scales ranges by the case size, which would make the first
+    // cases all pick the first option; the choice of style, mode or batch should not wait.
+    int r = *rc::gen::resize(100, rc::gen::inRange(0, total)).as(label);
+    for (const auto& o : options) {
+        if (r < o.first) return o.second;
+        r -= o.first;
+    }
+    return options.begin()->second;  // unreachable: r < total
+}
+
+rc::Gen<KernelCase> gen_kernel_case(const CaseOptions& o) {
+    return rc::gen::exec([o] {
+        using namespace rc;
+        KernelCase c;
+        const int min_b = std::max(1, o.min_batch);
+        c.batch = min_b > 1 ? *gen::inRange(min_b, min_b + 3).as("batch")
+                            : pick<int>({{6, 1}, {3, 2}, {1, 3}}, "batch");
+        c.heads = pick<int>({{5, 1}, {3, 2}, {2, 3}}, "heads");
+        const int lo_kv = o.need_future ? 2 : 1;
+        const int max_kv = std::max(lo_kv, o.max_kv);
+        // Mostly short sequences (fast, and most bugs show there), sometimes up to max_kv so
+        // that tiled kernels cross their tile boundaries.
+        c.kv_len = *gen::weightedOneOf<int>({{4, gen::inRange(lo_kv, std::min(9, max_kv) + 1)},
+                                             {3, gen::inRange(lo_kv, std::min(33, max_kv) + 1)},
+                                             {2, gen::inRange(lo_kv, max_kv + 1)}})
+                        .as("kv_len");
+        c.head_dim = *gen::weightedOneOf<int>({{1, gen::just(1)},
+                                               {4, gen::inRange(1, 9)},
+                                               {2, gen::inRange(1, 33)}})
+                          .as("head_dim");
+        c.value_dim = *gen::weightedOneOf<int>({{2, gen::just(c.head_dim)}, {2, gen::inRange(1, 17)}})
+                           .as("value_dim");
+        c.causal = o.need_future ? true : pick<bool>({{3, true}, {1, false}}, "causal");
+
+        c.mode = o.need_future
+                     ? pick<OffsetMode>({{1, OffsetMode::prefill}, {1, OffsetMode::chunk}, {1, OffsetMode::general}}, "mode")
+                     : pick<OffsetMode>({{1, OffsetMode::prefill}, {1, OffsetMode::decode}, {1, OffsetMode::chunk},
+                                         {1, OffsetMode::general}},
+                                        "mode");
+        const int Tk = c.kv_len;
+        switch (c.mode) {
+            case OffsetMode::prefill:
+                c.q_offset = 0;
+                c.q_len = Tk;
+                break;
+            case OffsetMode::decode:
+                c.q_len = 1;
+                c.q_offset = Tk - 1;
+                break;
+            case OffsetMode::chunk:
+                // need_future: row 0 (position Tk - Tq) must have a key after it, so Tq >= 2.
+                c.q_len = *gen::inRange(o.need_future ? 2 : 1, Tk + 1).as("q_len");
+                c.q_offset = Tk - c.q_len;
+                break;
+            case OffsetMode::general:
+                c.q_offset = o.need_future ? *gen::inRange(0, Tk - 1).as("q_offset")
+                                           : *gen::inRange(0, Tk + 4).as("q_offset");
+                c.q_len = *gen::inRange(1, Tk + 5).as("q_len");
+                break;
+        }
+
+        const bool padded = o.need_padding || o.need_empty ||
+                            pick<bool>({{3, false}, {2, true}}, "padded");
+        if (padded) {
+            c.kv_valid_len.resize(std::size_t(c.batch));
+            for (auto& n : c.kv_valid_len)
+                n = *gen::weightedOneOf<int>({{1, gen::just(0)}, {1, gen::just(Tk)}, {3, gen::inRange(0, Tk + 1)}})
+                         .as("kv_valid_len[b]");
+            if (o.need_padding && std::all_of(c.kv_valid_len.begin(), c.kv_valid_len.end(),
+                                              [&](int n) { return n == Tk; }))
+                c.kv_valid_len[0] = *gen::inRange(0, Tk).as("kv_valid_len[0] < Tk");
+            if (o.need_empty) c.kv_valid_len[std::size_t(*gen::inRange(0, c.batch).as("empty b"))] = 0;
+        }
+
+        c.style = pick<InputStyle>({{4, InputStyle::normal}, {2, InputStyle::large}, {2, InputStyle::ties},
+                                    {2, InputStyle::small_int}},
+                                   "style");
+        const float standard = 1.0f / std::sqrt(float(c.head_dim));
+        if (c.style == InputStyle::large) {
+            // Large scores come with a power-of-two scale and integer q, k (see fill_inputs):
+            // every score is then exact in any summation order.
+            const int e = *gen::inRange(-4, 3).as("log2 |scale|");
+            const bool negative = pick<bool>({{4, false}, {1, true}}, "scale < 0");
+            c.scale = std::ldexp(negative ? -1.0f : 1.0f, e);
+            c.scale_kind = "power of two: exact scores";
+            c.data_seed = *gen::arbitrary<std::uint32_t>().as("data_seed");
+            return c;
+        }
+        // A large scale (16) only with integer inputs, for the same reason as the large style:
+        // inexact scores of size ~100 make the output ill-conditioned (see fill_inputs).
+        const int scale_pick = c.style == InputStyle::small_int
+                                   ? pick<int>({{5, 0}, {1, 1}, {1, 2}, {1, 3}, {2, 4}, {2, 5}}, "scale kind")
+                                   : pick<int>({{5, 0}, {1, 1}, {1, 2}, {1, 3}, {2, 5}}, "scale kind");
+        switch (scale_pick) {
+            case 0: c.scale = standard; c.scale_kind = "1/sqrt(Dk)"; break;
+            case 1: c.scale = 0.0f; c.scale_kind = "zero: uniform weights"; break;
+            case 2: c.scale = 1.0f; c.scale_kind = "one"; break;
+            case 3: c.scale = -standard; c.scale_kind = "negative"; break;
+            case 4: c.scale = 16.0f; c.scale_kind = "large"; break;
+            default:
+                c.scale = float(*gen::inRange(-400, 401).as("scale*100")) / 100.0f;
+                c.scale_kind = "random";
+                break;
+        }
+        c.data_seed = *gen::arbitrary<std::uint32_t>().as("data_seed");
+        return c;
+    });
+}
+
+}  // namespace attncheck::properties

@@ -1,0 +1,118 @@
+// properties/kernel_lib.cpp — dlopen a kernel library, check its ABI version, probe its refusal
+// of an unknown version (see kernel_lib.hpp).
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE 1  // dladdr1, RTLD_DL_SYMENT
+#endif
+#include "properties/kernel_lib.hpp"
+
+#include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <sstream>
+#include <vector>
+
+#include "attncheck/error.hpp"
+
+namespace attncheck::properties {
+namespace {
+
+std::string prefix(const std::string& path) { return "kernel library " + path + ": "; }
+
+// The version a library declares through `attncheck_abi_version`, which may be an int32_t
+// variable or an `int32_t (void)` function; the symbol's ELF type tells them apart.
+std::int32_t declared_abi_version(void* sym, const std::string& path) {
+    Dl_info info{};
+    void* entry_ptr = nullptr;
+    const ElfW(Sym)* entry = nullptr;
+    if (dladdr1(sym, &info, &entry_ptr, RTLD_DL_SYMENT) != 0)
+        entry = static_cast<const ElfW(Sym)*>(entry_ptr);
+    const auto type = entry ? ELF64_ST_TYPE(entry->st_info) : STT_NOTYPE;
+    if (type == STT_FUNC || type == STT_GNU_IFUNC) {
+        auto fn = reinterpret_cast<std::int32_t (*)()>(sym);
+        return fn();
+    }
+    if (entry && type != STT_OBJECT && type != STT_COMMON)
+        throw InputError(prefix(path) +
+                         "attncheck_abi_version is neither an int32_t variable nor a function");
+    return *static_cast<const std::int32_t*>(sym);
+}
+
+}  // namespace
+
+LoadedKernel load_kernel_library(const std::string& path, const std::string& symbol) {
+    if (path.empty()) throw InputError("kernel library: empty path");
+    if (symbol.empty()) throw InputError(prefix(path) + "empty symbol name (--symbol)");
+    struct stat st{};
+    if (::stat(path.c_str(), &st) != 0) throw InputError(prefix(path) + "no such file");
+    if (S_ISDIR(st.st_mode)) throw InputError(prefix(path) + "is a directory, not a shared library");
+
+    // dlopen searches the library path for a bare name; "./" pins it to the file we just found.
+    const std::string open_path = path.find('/') == std::string::npos ? "./" + path : path;
+    dlerror();
+    void* handle = dlopen(open_path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+        const char* err = dlerror();
+        throw InputError(prefix(path) + "not a loadable shared library: " +
+                         (err ? err : "dlopen failed"));
+    }
+
+    LoadedKernel lk;
+    lk.path = path;
+    lk.symbol = symbol;
+    lk.handle = handle;
+
+    dlerror();
+    void* version_sym = dlsym(handle, "attncheck_abi_version");
+    if (version_sym) {
+        const std::int32_t v = declared_abi_version(version_sym, path);
+        if (v != ATTNCHECK_ABI_VERSION) {
+            std::ostringstream m;
+            m << prefix(path) << "wrong ABI version: attncheck_abi_version = " << v
+              << ", this suite speaks " << ATTNCHECK_ABI_VERSION;
+            dlclose(handle);
+            throw InputError(m.str());
+        }
+        lk.declares_abi_version = true;
+    }
+
+    dlerror();
+    void* fn = dlsym(handle, symbol.c_str());
+    if (!fn) {
+        dlclose(handle);
+        throw InputError(prefix(path) + "no symbol '" + symbol +
+                         "' (is it exported with C linkage, extern \"C\", and not static?)");
+    }
+    lk.fn = reinterpret_cast<attncheck_kernel_fn>(fn);
+    return lk;
+}
+
+AbiProbe probe_abi_refusal(attncheck_kernel_fn fn) {
+    // Guard elements on both sides of every buffer: a kernel that ignores abi_version and
+    // computes anyway (or computes with a misread layout) must not hurt the caller.
+    constexpr std::size_t kGuard = 64;
+    std::vector<float> q(2 * kGuard + 1, 0.5f), k(2 * kGuard + 1, 0.5f), v(2 * kGuard + 1, 1.0f),
+        out(2 * kGuard + 1, 0.0f);
+    const std::int32_t valid[1] = {1};
+    attncheck_problem p{};
+    p.abi_version = ATTNCHECK_ABI_VERSION + 1;
+    p.batch = p.heads = p.q_len = p.kv_len = p.head_dim = p.value_dim = 1;
+    p.q_offset = 0;
+    p.causal = 1;
+    p.kv_valid_len = valid;
+    p.scale = 1.0f;
+    const int rc = fn(&p, q.data() + kGuard, k.data() + kGuard, v.data() + kGuard, out.data() + kGuard);
+    AbiProbe r;
+    r.refused = rc != ATTNCHECK_OK;
+    if (!r.refused) {
+        std::ostringstream m;
+        m << "accepted abi_version = " << p.abi_version << " (returned 0); a kernel must refuse "
+          << "(return nonzero for) an ABI version it does not know";
+        r.message = m.str();
+    }
+    return r;
+}
+
+}  // namespace attncheck::properties

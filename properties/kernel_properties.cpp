@@ -1,0 +1,403 @@
+// properties/kernel_properties.cpp — the checks behind kernel_properties().
+//
+// Every kernel call goes through call_kernel(): fresh copies of the inputs (a kernel that
+// writes to them cannot spoil the next call), and out placed between two guard regions and
+// pre-filled with a NaN pattern, so that an out-of-bounds write lands in a guard (not in our
+// heap) and an element the kernel never wrote is recognisable.
+#include "properties/kernel_properties.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <sstream>
+
+#include "attncheck/tolerance.hpp"
+#include "properties/stream.hpp"
+#include "reference/attention.hpp"
+
+namespace attncheck::properties {
+namespace {
+
+// Bit patterns no arithmetic produces (a computed NaN is 0x7FC00000 or 0xFFC00000).
+constexpr std::uint32_t kUnwritten = 0x7FC0BEEFu;  // out before the call: "never written"
+constexpr std::uint32_t kCanary = 0x7FE5A5A5u;     // the guard regions around out
+constexpr std::uint32_t kOtherFill = 0x00000000u;  // a second fill, for the determinism check
+
+float from_bits(std::uint32_t u) { return std::bit_cast<float>(u); }
+std::uint32_t bits(float f) { return std::bit_cast<std::uint32_t>(f); }
+
+std::string fmt(double x) {
+    std::ostringstream s;
+    s.precision(9);
+    s << x;
+    return s.str();
+}
+
+struct Call {
+    int rc = 0;
+    std::vector<float> out;       // [B, H, Tq, Dv] as the kernel left it
+    std::string guard_violation;  // "" when the guards are intact
+    std::string input_change;     // "" when q, k, v are bitwise unchanged
+};
+
+std::string first_change(const char* name, const std::vector<float>& before,
+                         const std::vector<float>& after, int d0, int d1, int d2, int d3) {
+    for (std::size_t i = 0; i < before.size(); ++i)
+        if (bits(before[i]) != bits(after[i]))
+            return std::string(name) + index4(i, d0, d1, d2, d3) + " changed from " + fmt(before[i]) +
+                   " to " + fmt(after[i]);
+    return {};
+}
+
+Call call_kernel(const KernelUnderTest& kernel, const attncheck_problem& p, const KernelInputs& in,
+                 std::size_t out_n, std::uint32_t fill = kUnwritten) {
+    // Guards as long as out itself (at least 64 floats): an off-by-one row or a whole extra
+    // (b, h) block both land inside them.
+    const std::size_t guard = std::max<std::size_t>(64, out_n);
+    std::vector<float> buffer(guard + out_n + guard, from_bits(kCanary));
+    std::fill_n(buffer.begin() + std::ptrdiff_t(guard), out_n, from_bits(fill));
+    KernelInputs copy = in;
+    Call r;
+    r.rc = kernel.fn(&p, copy.q.data(), copy.k.data(), copy.v.data(), buffer.data() + guard);
+    r.out.assign(buffer.begin() + std::ptrdiff_t(guard), buffer.begin() + std::ptrdiff_t(guard + out_n));
+    for (std::size_t i = 0; i < guard; ++i)
+        if (bits(buffer[guard - 1 - i]) != kCanary) {
+            r.guard_violation = "wrote " + fmt(buffer[guard - 1 - i]) + " at out[-" + std::to_string(i + 1) +
+                                "] (" + std::to_string(i + 1) + " floats before out)";
+            break;
+        }
+    if (r.guard_violation.empty())
+        for (std::size_t i = 0; i < guard; ++i)
+            if (bits(buffer[guard + out_n + i]) != kCanary) {
+                r.guard_violation = "wrote " + fmt(buffer[guard + out_n + i]) + " at out[" +
+                                    std::to_string(out_n + i) + "] (" + std::to_string(i + 1) +
+                                    " floats past the end of out, which has " +
+                                    std::to_string(out_n) + ")";
+                break;
+            }
+    const int B = p.batch, H = p.heads;
+    r.input_change = first_change("q", in.q, copy.q, B, H, p.q_len, p.head_dim);
+    if (r.input_change.empty()) r.input_change = first_change("k", in.k, copy.k, B, H, p.kv_len, p.head_dim);
+    if (r.input_change.empty()) r.input_change = first_change("v", in.v, copy.v, B, H, p.kv_len, p.value_dim);
+    return r;
+}
+
+Verdict unsupported(int rc) {
+    return Verdict::unsupported("kernel returned " + std::to_string(rc) + " (unsupported)");
+}
+
+// NUMERICS.md's atol is "a few float32 ulps of the output's scale". An attention output row is
+// a convex combination of value rows, so its scale is that of the values, max |v|, even where
+// the combination cancels to nearly 0: there every float32 order of summation errs by ~eps32 *
+// max |v| while the oracle's own magnitude is far smaller. Seen in the false-alarm campaign:
+// Tq = 1, Tk = 3, out = 0.0098 from values of size 1, a correct kernel 6e-9 off, bound 4.9e-9.
+Tolerance attention_tolerance(const std::vector<float>& v) {
+    Tolerance tol;
+    for (const float x : v) tol.scale_floor = std::max(tol.scale_floor, double(std::abs(x)));
+    return tol;
+}
+
+// Candidate against the float64 reference, with the float32 reference setting the tolerance.
+Verdict agree(const char* what, const std::vector<float>& out, const attncheck_problem& p,
+              const KernelInputs& in) {
+    const std::vector<double> oracle = reference::attention<double>(p, in.q.data(), in.k.data(), in.v.data());
+    const std::vector<float> baseline = reference::attention<float>(p, in.q.data(), in.k.data(), in.v.data());
+    const Agreement a = check_agreement(out, oracle, baseline, attention_tolerance(in.v));
+    if (a.ok) return Verdict::pass();
+    std::ostringstream s;
+    s.precision(9);
+    s << what << index4(a.worst_index, p.batch, p.heads, p.q_len, p.value_dim) << " [b,h,i,c]: candidate "
+      << a.candidate << ", float64 oracle " << a.oracle << ", float32 baseline " << a.baseline
+      << ", |error| " << a.error << " > bound " << a.bound << " (" << a.worst_ratio
+      << " x the bound" << (a.non_finite ? ", non-finite" : "") << ")";
+    return Verdict::fail(s.str());
+}
+
+// The first element where two outputs differ bitwise among rows selected by keep(b, h, i).
+template <class Keep>
+std::string first_bitwise_difference(const std::vector<float>& a, const std::vector<float>& b,
+                                     const KernelCase& c, int Dv, Keep keep) {
+    for (int bb = 0; bb < c.batch; ++bb)
+        for (int h = 0; h < c.heads; ++h)
+            for (int i = 0; i < c.q_len; ++i) {
+                if (!keep(bb, h, i)) continue;
+                for (int col = 0; col < Dv; ++col) {
+                    const std::size_t at = ((std::size_t(bb) * c.heads + h) * c.q_len + i) * Dv + col;
+                    if (bits(a[at]) != bits(b[at]))
+                        return "out[" + std::to_string(bb) + "," + std::to_string(h) + "," + std::to_string(i) +
+                               "," + std::to_string(col) + "] was " + fmt(a[at]) + ", now " + fmt(b[at]);
+                }
+            }
+    return {};
+}
+
+// Replaces k and v rows j of sequence b (every head) where replace(b, j) with fresh values.
+// The magnitude mixes ordinary and large values: a kernel that lets such keys leak shows it
+// plainly, and one that computes their scores before masking must still not overflow to NaN.
+template <class Replace>
+KernelInputs perturb_keys(const KernelCase& c, const KernelInputs& in, std::uint64_t salt, Replace replace) {
+    KernelInputs r = in;
+    Stream rng(c.data_seed ^ (salt * 0xD1B54A32D192ED03ull));
+    const std::size_t Tk = std::size_t(c.kv_len), Dk = std::size_t(c.head_dim), Dv = std::size_t(c.value_dim);
+    for (int b = 0; b < c.batch; ++b)
+        for (int h = 0; h < c.heads; ++h)
+            for (std::size_t j = 0; j < Tk; ++j) {
+                if (!replace(b, int(j))) continue;
+                const double mag = rng.integer(0, 3) == 0 ? 50.0 : 2.0;
+                const std::size_t bh = std::size_t(b) * c.heads + h;
+                for (std::size_t x = 0; x < Dk; ++x) r.k[(bh * Tk + j) * Dk + x] = float(mag * rng.normal());
+                for (std::size_t x = 0; x < Dv; ++x) r.v[(bh * Tk + j) * Dv + x] = float(mag * rng.normal());
+            }
+    return r;
+}
+
+int visible_count(const KernelCase& c, int b, int i) {
+    int n = 0;
+    for (int j = 0; j < c.kv_len; ++j) n += c.visible(b, i, j) ? 1 : 0;
+    return n;
+}
+
+// ---- the properties ---------------------------------------------------------------------
+
+Verdict agreement(const KernelUnderTest& kernel, const KernelCase& c) {
+    const KernelInputs in = fill_inputs(c);
+    const attncheck_problem p = c.problem();
+    const Call r = call_kernel(kernel, p, in, c.out_size());
+    if (r.rc != 0) return unsupported(r.rc);
+    return agree("out", r.out, p, in);
+}
+
+Verdict causality(const KernelUnderTest& kernel, const KernelCase& c) {
+    const KernelInputs in = fill_inputs(c);
+    const attncheck_problem p = c.problem();
+    const Call base = call_kernel(kernel, p, in, c.out_size());
+    if (base.rc != 0) return unsupported(base.rc);
+    // Pivot rows r: keys j > q_offset + r are replaced; rows 0..r must not move a bit. Row 0,
+    // the last row that has a future, and a few between (each pivot is one kernel call).
+    const int last = std::min(c.q_len - 1, c.kv_len - 2 - c.q_offset);  // q_offset + r + 1 < Tk
+    std::vector<int> pivots;
+    const int count = std::min(last + 1, 6);
+    for (int t = 0; t < count; ++t) pivots.push_back(count == 1 ? 0 : int(std::int64_t(last) * t / (count - 1)));
+    pivots.erase(std::unique(pivots.begin(), pivots.end()), pivots.end());
+    for (const int r : pivots) {
+        const int horizon = c.q_offset + r;  // the last key row r may see
+        const KernelInputs moved =
+            perturb_keys(c, in, std::uint64_t(r) + 1, [&](int, int j) { return j > horizon; });
+        const Call after = call_kernel(kernel, p, moved, c.out_size());
+        if (after.rc != 0) return unsupported(after.rc);
+        const std::string diff = first_bitwise_difference(base.out, after.out, c, c.value_dim,
+                                                          [&](int, int, int i) { return i <= r; });
+        if (!diff.empty())
+            return Verdict::fail("row i <= " + std::to_string(r) + " changed when the keys/values j > q_offset + " +
+                                 std::to_string(r) + " = " + std::to_string(horizon) +
+                                 " (its future) were replaced: " + diff);
+    }
+    return Verdict::pass();
+}
+
+Verdict row_sums(const KernelUnderTest& kernel, const KernelCase& c) {
+    KernelInputs in = fill_inputs(c);
+    std::fill(in.v.begin(), in.v.end(), 1.0f);  // out[i, :] = sum_j p_ij: the row sums
+    const Call r = call_kernel(kernel, c.problem(), in, c.out_size());
+    if (r.rc != 0) return unsupported(r.rc);
+    for (int b = 0; b < c.batch; ++b)
+        for (int i = 0; i < c.q_len; ++i) {
+            const int n = visible_count(c, b, i);
+            const double bound = n == 0 ? 0.0 : row_sum_bound(std::size_t(n));
+            const double expect = n == 0 ? 0.0 : 1.0;
+            for (int h = 0; h < c.heads; ++h)
+                for (int col = 0; col < c.value_dim; ++col) {
+                    const std::size_t at = ((std::size_t(b) * c.heads + h) * c.q_len + i) * c.value_dim + col;
+                    const double got = r.out[at];
+                    if (!(std::abs(got - expect) <= bound))
+                        return Verdict::fail("with all-ones values out" + index4(at, c.batch, c.heads, c.q_len, c.value_dim) +
+                                             " [b,h,i,c] is the row's probability sum: got " + fmt(got) + ", expected " +
+                                             fmt(expect) + " within " + fmt(bound) + " (row sees " + std::to_string(n) +
+                                             " keys)");
+                }
+        }
+    return Verdict::pass();
+}
+
+Verdict probabilities(const KernelUnderTest& kernel, const KernelCase& c0) {
+    KernelCase c = c0;
+    c.value_dim = c.kv_len;  // v = identity [Tk, Tk]: out[i, j] = p_ij
+    KernelInputs in = fill_inputs(c0);
+    in.v.assign(c.v_size(), 0.0f);
+    for (std::size_t bh = 0; bh < std::size_t(c.batch) * c.heads; ++bh)
+        for (int j = 0; j < c.kv_len; ++j) in.v[(bh * c.kv_len + j) * c.kv_len + j] = 1.0f;
+    const attncheck_problem p = c.problem();
+    const Call r = call_kernel(kernel, p, in, c.out_size());
+    if (r.rc != 0) return unsupported(r.rc);
+    for (int b = 0; b < c.batch; ++b)
+        for (int h = 0; h < c.heads; ++h)
+            for (int i = 0; i < c.q_len; ++i) {
+                const std::size_t row = ((std::size_t(b) * c.heads + h) * c.q_len + i) * c.kv_len;
+                const std::string at = "p[" + std::to_string(b) + "," + std::to_string(h) + "," + std::to_string(i) + ",";
+                double sum = 0;
+                for (int j = 0; j < c.kv_len; ++j) {
+                    const float x = r.out[row + j];
+                    if (!c.visible(b, i, j) && x != 0.0f)
+                        return Verdict::fail(at + std::to_string(j) + "] (read through identity values) is " + fmt(x) +
+                                             " but key " + std::to_string(j) + " is masked for this row: must be exactly 0");
+                    if (!(x >= 0.0f && x <= 1.0f))
+                        return Verdict::fail(at + std::to_string(j) + "] (read through identity values) is " + fmt(x) +
+                                             ", outside [0, 1]");
+                    sum += x;
+                }
+                const int n = visible_count(c, b, i);
+                if (n > 0 && !(std::abs(sum - 1.0) <= row_sum_bound(std::size_t(n))))
+                    return Verdict::fail(at + ":] sums to " + fmt(sum) + ", expected 1 within " +
+                                         fmt(row_sum_bound(std::size_t(n))) + " (" + std::to_string(n) + " visible keys)");
+            }
+    return agree("p (read through identity values) ", r.out, p, in);
+}
+
+Verdict empty_rows(const KernelUnderTest& kernel, const KernelCase& c) {
+    const KernelInputs in = fill_inputs(c);
+    const Call r = call_kernel(kernel, c.problem(), in, c.out_size());
+    if (r.rc != 0) return unsupported(r.rc);
+    for (int b = 0; b < c.batch; ++b) {
+        if (c.valid_len(b) != 0) continue;  // kv_valid_len[b] = 0: no row of b sees any key
+        const std::size_t n = std::size_t(c.heads) * c.q_len * c.value_dim, first = std::size_t(b) * n;
+        for (std::size_t at = first; at < first + n; ++at)
+            if (r.out[at] != 0.0f)
+                return Verdict::fail("out" + index4(at, c.batch, c.heads, c.q_len, c.value_dim) +
+                                     " [b,h,i,c] is " + fmt(r.out[at]) + " for a row with no visible key (kv_valid_len[" +
+                                     std::to_string(b) + "] = 0): must be exactly 0, never NaN");
+    }
+    return Verdict::pass();
+}
+
+Verdict padding(const KernelUnderTest& kernel, const KernelCase& c) {
+    const KernelInputs in = fill_inputs(c);
+    const attncheck_problem p = c.problem();
+    const Call base = call_kernel(kernel, p, in, c.out_size());
+    if (base.rc != 0) return unsupported(base.rc);
+    const KernelInputs moved = perturb_keys(c, in, 0xA11, [&](int b, int j) { return j >= c.valid_len(b); });
+    const Call after = call_kernel(kernel, p, moved, c.out_size());
+    if (after.rc != 0) return unsupported(after.rc);
+    const std::string diff =
+        first_bitwise_difference(base.out, after.out, c, c.value_dim, [](int, int, int) { return true; });
+    if (!diff.empty()) return Verdict::fail("replacing the padded keys/values (j >= kv_valid_len[b]) changed " + diff);
+    return agree("out", base.out, p, in);
+}
+
+Verdict batch(const KernelUnderTest& kernel, const KernelCase& c) {
+    const KernelInputs in = fill_inputs(c);
+    const attncheck_problem p = c.problem();
+    const Call whole = call_kernel(kernel, p, in, c.out_size());
+    if (whole.rc != 0) return unsupported(whole.rc);
+    bool bitwise = true;
+    for (int b = 0; b < c.batch; ++b) {
+        KernelCase one = c;
+        one.batch = 1;
+        if (!c.kv_valid_len.empty()) one.kv_valid_len = {c.kv_valid_len[std::size_t(b)]};
+        auto slice = [b](const std::vector<float>& x, std::size_t per) {
+            return std::vector<float>(x.begin() + std::ptrdiff_t(b * per), x.begin() + std::ptrdiff_t((b + 1) * per));
+        };
+        const KernelInputs alone_in{slice(in.q, one.q_size()), slice(in.k, one.k_size()), slice(in.v, one.v_size())};
+        const attncheck_problem one_p = one.problem();
+        const Call alone = call_kernel(kernel, one_p, alone_in, one.out_size());
+        if (alone.rc != 0) return unsupported(alone.rc);
+        const std::vector<float> inside = slice(whole.out, one.out_size());
+        const std::string diff =
+            first_bitwise_difference(alone.out, inside, one, one.value_dim, [](int, int, int) { return true; });
+        if (diff.empty()) continue;
+        bitwise = false;
+        if (kernel.bitwise_batch)
+            return Verdict::fail("sequence " + std::to_string(b) + " alone vs inside the batch (as [0,...]): " + diff);
+        for (const auto* v : {&alone.out, &inside}) {
+            Verdict a = agree(v == &inside ? "inside the batch, out" : "alone, out", *v, one_p, alone_in);
+            if (a.failed()) return Verdict::fail("sequence " + std::to_string(b) + " " + a.message);
+        }
+    }
+    return bitwise ? Verdict::pass() : Verdict::pass_with_note("a sequence alone and inside the batch differ (within tolerance)");
+}
+
+Verdict determinism(const KernelUnderTest& kernel, const KernelCase& c) {
+    const KernelInputs in = fill_inputs(c);
+    const attncheck_problem p = c.problem();
+    const Call first = call_kernel(kernel, p, in, c.out_size());
+    if (first.rc != 0) return unsupported(first.rc);
+    // Again with out pre-filled differently (a kernel must not read its output), and once on a
+    // single thread (NUMERICS.md: no dependence on the thread count for a deterministic kernel).
+    const Call second = call_kernel(kernel, p, in, c.out_size(), kOtherFill);
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    const Call third = call_kernel(kernel, p, in, c.out_size());
+    omp_set_num_threads(threads);
+    const auto all = [](int, int, int) { return true; };
+    if (second.rc != 0 || third.rc != 0)
+        return Verdict::fail("the same call returned " + std::to_string(first.rc) + ", then " +
+                             std::to_string(second.rc) + ", then " + std::to_string(third.rc));
+    std::string diff = first_bitwise_difference(first.out, second.out, c, c.value_dim, all);
+    if (!diff.empty()) return Verdict::fail("the same call twice (out pre-filled with NaN, then with 0): " + diff);
+    diff = first_bitwise_difference(first.out, third.out, c, c.value_dim, all);
+    if (!diff.empty()) return Verdict::fail("the same call on " + std::to_string(threads) + " threads, then on 1: " + diff);
+    return Verdict::pass();
+}
+
+Verdict no_oob_write(const KernelUnderTest& kernel, const KernelCase& c) {
+    const KernelInputs in = fill_inputs(c);
+    const Call r = call_kernel(kernel, c.problem(), in, c.out_size());
+    if (!r.guard_violation.empty()) return Verdict::fail("kernel " + r.guard_violation);
+    if (r.rc != 0) return unsupported(r.rc);
+    for (std::size_t at = 0; at < r.out.size(); ++at)
+        if (bits(r.out[at]) == kUnwritten)
+            return Verdict::fail("out" + index4(at, c.batch, c.heads, c.q_len, c.value_dim) +
+                                 " [b,h,i,c] was never written (it still holds the NaN the suite filled out with)");
+    return Verdict::pass();
+}
+
+Verdict inputs_unchanged(const KernelUnderTest& kernel, const KernelCase& c) {
+    const KernelInputs in = fill_inputs(c);
+    const Call r = call_kernel(kernel, c.problem(), in, c.out_size());
+    if (!r.input_change.empty()) return Verdict::fail("kernel modified its input: " + r.input_change);
+    if (r.rc != 0) return unsupported(r.rc);
+    return Verdict::pass();
+}
+
+Verdict abi_version(const KernelUnderTest& kernel, const KernelCase& c) {
+    const KernelInputs in = fill_inputs(c);
+    for (const std::int32_t version : {ATTNCHECK_ABI_VERSION + 1, 0}) {
+        attncheck_problem p = c.problem();
+        p.abi_version = version;
+        const Call r = call_kernel(kernel, p, in, c.out_size());
+        if (r.rc == 0)
+            return Verdict::fail("kernel accepted abi_version " + std::to_string(version) +
+                                 " (returned 0): it must refuse a version it does not know");
+        if (!r.guard_violation.empty())
+            return Verdict::fail("refusing abi_version " + std::to_string(version) + ", kernel " + r.guard_violation);
+    }
+    return Verdict::pass();
+}
+
+}  // namespace
+
+const std::vector<KernelProperty>& kernel_properties() {
+    static const std::vector<KernelProperty> all = {
+        {"agreement", "out agrees with the float64 reference within NUMERICS.md's tolerance", {}, agreement},
+        {"causality", "replacing keys/values in the future of row i leaves rows <= i bitwise unchanged",
+         {.need_future = true}, causality},
+        {"row_sums", "all-ones values: every row's probabilities sum to 1 (0 for a row with no key)", {}, row_sums},
+        {"probabilities", "identity values expose the rows: in [0,1], masked keys exactly 0, equal to the reference",
+         {.max_kv = 48}, probabilities},
+        {"empty_rows", "a row with no visible key (kv_valid_len = 0) gives exactly 0, never NaN",
+         {.need_empty = true}, empty_rows},
+        {"padding", "replacing padded keys/values (j >= kv_valid_len) changes nothing, bitwise",
+         {.need_padding = true}, padding},
+        {"batch", "a sequence alone equals the same sequence inside a batch", {.min_batch = 2}, batch},
+        {"determinism", "the same call twice, and on one thread, gives bitwise the same out", {}, determinism},
+        {"no_oob_write", "nothing written outside out, and every element of out written", {}, no_oob_write},
+        {"inputs_unchanged", "q, k, v bitwise unchanged by the call", {}, inputs_unchanged},
+        {"abi_version", "a problem with an unknown abi_version (2, 0) is refused (nonzero)", {}, abi_version},
+    };
+    return all;
+}
+
+}  // namespace attncheck::properties

@@ -1,0 +1,40 @@
+// properties/kernel_properties.hpp — the kernel-level properties, over any attncheck_kernel_fn.
+//
+// Each property is a name, one line saying which bug it catches, the options its cases need
+// (the generator builds such cases, it never filters), and a check of one case. The checks
+// treat the kernel as a black box through the ABI (KERNEL_ABI.md): probabilities are read
+// through chosen values (all ones -> row sums, identity -> the rows themselves).
+//
+// Dimension legend: B = batch, H = heads, Tq = q_len, Tk = kv_len, Dk = head_dim, Dv = value_dim.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "attncheck/kernel_abi.h"
+#include "properties/kernel_case.hpp"
+#include "properties/verdict.hpp"
+
+namespace attncheck::properties {
+
+struct KernelUnderTest {
+    std::string name;
+    attncheck_kernel_fn fn = nullptr;
+    // A sequence inside a batch must give bitwise the same result as alone. True for the
+    // built-ins (they split work by (b, h) only); an outside kernel may block differently per
+    // batch size, so for it agreement within tolerance is required and a difference is noted.
+    bool bitwise_batch = false;
+};
+
+struct KernelProperty {
+    std::string name;
+    std::string summary;
+    CaseOptions options;
+    Verdict (*check)(const KernelUnderTest& kernel, const KernelCase& c);
+};
+
+// agreement, causality, row_sums, probabilities, empty_rows, padding, batch, determinism,
+// no_oob_write, inputs_unchanged, abi_version — in that order.
+const std::vector<KernelProperty>& kernel_properties();
+
+}  // namespace attncheck::properties

@@ -1,0 +1,119 @@
+// tests/properties/checker_test.cpp — the checker and its reports, checked on kernels whose
+// faults we know: a failure is found, shrunk, printed with the element and the replay line,
+// replays identically from its seed; "unsupported" is counted and never hides everything; the
+// fuzz driver's flags and exit codes.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "attncheck/kernels.hpp"
+#include "properties/fuzz.hpp"
+#include "properties/kernel_properties.hpp"
+#include "properties/runner.hpp"
+
+using namespace attncheck;
+using namespace attncheck::properties;
+
+namespace {
+
+const KernelProperty& property(const std::string& name) {
+    for (const auto& p : kernel_properties())
+        if (p.name == name) return p;
+    FAIL("no property " << name);
+    throw 0;
+}
+
+PropertyResult run(const std::string& name, attncheck_kernel_fn fn, RunParams params = {7, 100}) {
+    const KernelProperty& prop = property(name);
+    const rc::Gen<KernelCase> gen = gen_kernel_case(prop.options);
+    return run_property(prop.name, [&] { return prop.check(KernelUnderTest{"k", fn, true}, *gen.as("case")); }, params);
+}
+
+// Correct except that every output element is scaled by (1 + 1e-3): far beyond float32 rounding.
+extern "C" int slightly_wrong(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
+    const int rc = attncheck_reference_kernel(p, q, k, v, out);
+    if (rc != 0) return rc;
+    const std::size_t n = std::size_t(p->batch) * p->heads * p->q_len * p->value_dim;
+    for (std::size_t i = 0; i < n; ++i) out[i] *= 1.001f;
+    return 0;
+}
+extern "C" int refuses_everything(const attncheck_problem*, const float*, const float*, const float*, float*) {
+    return ATTNCHECK_UNSUPPORTED;
+}
+// Correct, but supports only single-row (decode) problems.
+extern "C" int decode_only(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
+    if (p->q_len != 1) return ATTNCHECK_UNSUPPORTED;
+    return attncheck_reference_kernel(p, q, k, v, out);
+}
+
+}  // namespace
+
+TEST_CASE("a wrong kernel fails agreement with a shrunk case, the element and both values", "[checker]") {
+    const PropertyResult r = run("agreement", slightly_wrong);
+    REQUIRE(r.status == Status::fail);
+    CHECK(r.failed_at >= 1);
+    INFO(r.counterexample << r.message);
+    CHECK(r.message.find("out[") != std::string::npos);
+    CHECK(r.message.find("[b,h,i,c]") != std::string::npos);
+    CHECK(r.message.find("float64 oracle") != std::string::npos);
+    CHECK(r.message.find("bound") != std::string::npos);
+    // Shrunk: the counterexample is the smallest shape the generators can make.
+    CHECK(r.counterexample.find("B=1 H=1") != std::string::npos);
+    CHECK(r.counterexample.find("data_seed=") != std::string::npos);
+}
+
+TEST_CASE("a failure replays identically from its seed and budget", "[checker]") {
+    const RunParams params{123456789, 50};
+    const PropertyResult a = run("agreement", slightly_wrong, params), b = run("agreement", slightly_wrong, params);
+    REQUIRE(a.status == Status::fail);
+    CHECK(a.failed_at == b.failed_at);
+    CHECK(a.message == b.message);
+    CHECK(a.counterexample == b.counterexample);
+    CHECK(replay_command("--kernel k", "agreement", params) ==
+          "attncheck fuzz --kernel k --property agreement --seed 123456789 --cases 50");
+}
+
+TEST_CASE("a kernel that supports nothing fails as unsupported, partial support is counted", "[checker]") {
+    const PropertyResult none = run("agreement", refuses_everything);
+    CHECK(none.status == Status::unsupported);
+    CHECK(none.message.find("every one") != std::string::npos);
+
+    const PropertyResult some = run("agreement", decode_only);
+    CHECK(some.status == Status::pass);
+    CHECK(some.unsupported > 0);
+    CHECK(some.unsupported < some.cases);
+}
+
+TEST_CASE("the built-in kernels pass the abi_version refusal and a refusing kernel fails nothing else", "[checker]") {
+    CHECK(run("abi_version", attncheck_reference_kernel).status == Status::pass);
+    // A kernel that refuses everything also refuses abi_version 2: that property alone passes.
+    CHECK(run("abi_version", refuses_everything).status == Status::pass);
+}
+
+TEST_CASE("attncheck fuzz: flags and exit codes", "[checker][fuzz]") {
+    CHECK(fuzz_main({"--help"}) == 0);
+    CHECK(fuzz_main({"--list"}) == 0);
+    CHECK(fuzz_main({"--bogus"}) == 2);
+    CHECK(fuzz_main({"--property", "no_such_property"}) == 2);
+    CHECK(fuzz_main({"--kernel", "no_such_kernel"}) == 2);
+    CHECK(fuzz_main({"--cases", "0"}) == 2);
+    CHECK(fuzz_main({"--seed", "-3"}) == 2);
+    CHECK(fuzz_main({"--kernel-lib", "/nonexistent/lib.so", "--symbol", "k"}) == 2);
+    CHECK(fuzz_main({"--mutants", "--kernel", "reference"}) == 2);
+
+    const std::string json = "properties_checker_test.json";
+    CHECK(fuzz_main({"--kernel", "reference", "--property", "determinism", "--cases", "5", "--seed", "1", "--json", json}) == 0);
+    std::ifstream in(json);
+    nlohmann::json j;
+    in >> j;
+    REQUIRE(j["results"].size() == 1);
+    CHECK(j["results"][0]["status"] == "pass");
+    CHECK(j["results"][0]["cases"] == 5);
+    std::remove(json.c_str());
+
+    // A mutant through --kernel fails with exit 1.
+    CHECK(fuzz_main({"--kernel", "diagonal_masked", "--property", "agreement", "--cases", "50", "--seed", "1"}) == 1);
+}

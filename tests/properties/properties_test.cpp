@@ -1,0 +1,89 @@
+// tests/properties/properties_test.cpp — every property at a CI budget: the built-in kernels and
+// decoders pass, the zoo's correct base kernels pass, and every mutant is killed.
+#include <catch2/catch.hpp>
+
+#include "attncheck/kernels.hpp"
+#include "properties/decoder_properties.hpp"
+#include "properties/kernel_properties.hpp"
+#include "properties/mutants.hpp"
+#include "properties/runner.hpp"
+#include "tests/properties/ci_params.hpp"
+
+using namespace attncheck;
+using namespace attncheck::properties;
+
+namespace {
+
+PropertyResult run(const KernelProperty& prop, const KernelUnderTest& k, const RunParams& params) {
+    const rc::Gen<KernelCase> gen = gen_kernel_case(prop.options);
+    return run_property(prop.name, [&] { return prop.check(k, *gen.as("case")); }, params);
+}
+
+PropertyResult run(const DecoderProperty& prop, const DecoderUnderTest& d, const RunParams& params) {
+    const rc::Gen<DecoderCase> gen = gen_decoder_case(prop.options);
+    return run_property(prop.name, [&] { return prop.check(d, *gen.as("case")); }, params);
+}
+
+std::string report(const PropertyResult& r, const std::string& subject) {
+    return subject + " / " + r.property + ": " + to_string(r.status) + " at case " + std::to_string(r.failed_at) +
+           "\n" + r.counterexample + r.message;
+}
+
+}  // namespace
+
+TEST_CASE("the built-in kernels pass every kernel property", "[properties]") {
+    const RunParams params = test::ci_params(150);
+    for (const KernelEntry& e : builtin_kernels())
+        for (const KernelProperty& prop : kernel_properties()) {
+            const PropertyResult r = run(prop, KernelUnderTest{e.name, e.fn, true}, params);
+            INFO(report(r, e.name));
+            CHECK(r.status == Status::pass);
+            CHECK(r.cases == params.cases);
+            CHECK(r.unsupported == 0);  // the built-ins support every valid problem
+        }
+}
+
+TEST_CASE("the zoo's correct base kernels pass every kernel property", "[properties][zoo]") {
+    const RunParams params = test::ci_params(150);
+    for (const auto& [name, fn] : {std::pair<const char*, attncheck_kernel_fn>{"zoo_base", mutant_base_kernel()},
+                                   {"zoo_online_base", mutant_online_base_kernel()}})
+        for (const KernelProperty& prop : kernel_properties()) {
+            const PropertyResult r = run(prop, KernelUnderTest{name, fn, true}, params);
+            INFO(report(r, name));
+            CHECK(r.status == Status::pass);
+        }
+}
+
+TEST_CASE("the reference and optimized decoders pass every decoder property", "[properties][decoder]") {
+    const RunParams params = test::ci_params(15);
+    std::vector<DecoderUnderTest> decoders = {{"reference", nullptr}};
+    for (const KernelEntry& e : builtin_kernels()) decoders.push_back({"optimized[" + e.name + "]", e.fn});
+    for (const DecoderUnderTest& d : decoders)
+        for (const DecoderProperty& prop : decoder_properties()) {
+            if (prop.optimized_only && !d.optimized()) continue;
+            const PropertyResult r = run(prop, d, params);
+            INFO(report(r, d.name));
+            CHECK(r.status == Status::pass);
+        }
+}
+
+TEST_CASE("every mutant is killed by some kernel property within the default budget", "[properties][zoo]") {
+    // Each property stops at its first failure, so a killed mutant costs a few cases per property.
+    const RunParams params = test::ci_params(300);
+    REQUIRE(mutant_kernels().size() >= 12);
+    for (const Mutant& m : mutant_kernels()) {
+        int first_kill = 0;
+        std::string by;
+        for (const KernelProperty& prop : kernel_properties()) {
+            const PropertyResult r = run(prop, KernelUnderTest{m.name, m.fn, true}, params);
+            CHECK(r.status != Status::error);
+            if (r.status == Status::fail && (first_kill == 0 || r.failed_at < first_kill)) {
+                first_kill = r.failed_at;
+                by = r.property;
+            }
+        }
+        INFO("mutant " << m.name << " (" << m.bug << "): first killed by " << (by.empty() ? "nothing" : by)
+                       << " after " << first_kill << " cases");
+        CHECK(first_kill > 0);
+    }
+}

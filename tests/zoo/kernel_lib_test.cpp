@@ -1,0 +1,71 @@
+// tests/zoo/kernel_lib_test.cpp — loading a kernel from a shared library: the happy path, and a
+// clear InputError for each way it goes wrong (issue 6).
+#include <catch2/catch.hpp>
+
+#include <fstream>
+#include <string>
+
+#include "attncheck/error.hpp"
+#include "properties/kernel_lib.hpp"
+#include "properties/mutants.hpp"
+#include "zoo_check.hpp"
+
+using namespace attncheck::properties;
+using Catch::Matchers::Contains;
+
+TEST_CASE("a library without a declared version loads, and its kernel computes attention") {
+    const LoadedKernel lk = load_kernel_library(ZOO_LIB_NOVERSION, "zoo_naive_kernel");
+    REQUIRE(lk.fn != nullptr);
+    CHECK(lk.handle != nullptr);
+    CHECK(lk.path == ZOO_LIB_NOVERSION);
+    CHECK(lk.symbol == "zoo_naive_kernel");
+    CHECK_FALSE(lk.declares_abi_version);
+    for (const zoo_test::Problem& pr : zoo_test::witness_problems()) {
+        const zoo_test::Verdict v = zoo_test::check_once(lk.fn, zoo_test::make_inputs(pr, 5));
+        INFO(pr.name << ": " << v.why);
+        CHECK_FALSE(v.flagged);
+    }
+}
+
+TEST_CASE("attncheck_abi_version = 1, as a variable or as a function, is accepted") {
+    CHECK(load_kernel_library(ZOO_LIB_ABI_VAR1, "zoo_naive_kernel").declares_abi_version);
+    CHECK(load_kernel_library(ZOO_LIB_ABI_FN1, "zoo_naive_kernel").declares_abi_version);
+}
+
+TEST_CASE("a wrong declared ABI version is refused, as a variable or as a function") {
+    CHECK_THROWS_WITH(load_kernel_library(ZOO_LIB_ABI_VAR2, "zoo_naive_kernel"),
+                      Contains("wrong ABI version: attncheck_abi_version = 2, this suite speaks 1"));
+    CHECK_THROWS_WITH(load_kernel_library(ZOO_LIB_ABI_FN2, "zoo_naive_kernel"),
+                      Contains("wrong ABI version: attncheck_abi_version = 2"));
+    CHECK_THROWS_AS(load_kernel_library(ZOO_LIB_ABI_VAR2, "zoo_naive_kernel"), attncheck::InputError);
+}
+
+TEST_CASE("a missing file, a directory, a non-library and a missing symbol are clear InputErrors") {
+    CHECK_THROWS_WITH(load_kernel_library("/nonexistent/libk.so", "k"),
+                      Contains("kernel library /nonexistent/libk.so: no such file"));
+    CHECK_THROWS_WITH(load_kernel_library("/tmp", "k"), Contains("is a directory"));
+
+    const std::string text = std::string(ZOO_BINARY_DIR) + "/not_a_library.so";
+    std::ofstream(text) << "this is a text file, not an ELF shared object\n";
+    CHECK_THROWS_WITH(load_kernel_library(text, "k"), Contains("not a loadable shared library: "));
+    CHECK_THROWS_AS(load_kernel_library(text, "k"), attncheck::InputError);
+
+    CHECK_THROWS_WITH(load_kernel_library(ZOO_LIB_NOVERSION, "no_such_kernel"),
+                      Contains("no symbol 'no_such_kernel'"));
+    CHECK_THROWS_WITH(load_kernel_library(ZOO_LIB_NOVERSION, ""), Contains("empty symbol name"));
+    CHECK_THROWS_AS(load_kernel_library("", "k"), attncheck::InputError);
+}
+
+TEST_CASE("the ABI probe: a kernel that refuses version 2 passes, one that accepts it is reported") {
+    const LoadedKernel lk = load_kernel_library(ZOO_LIB_NOVERSION, "zoo_naive_kernel");
+    const AbiProbe good = probe_abi_refusal(lk.fn);
+    CHECK(good.refused);
+    CHECK(good.message.empty());
+
+    const LoadedKernel sloppy = load_kernel_library(ZOO_LIB_NOVERSION, "zoo_sloppy_kernel");
+    const AbiProbe bad = probe_abi_refusal(sloppy.fn);
+    CHECK_FALSE(bad.refused);
+    CHECK_THAT(bad.message, Contains("accepted abi_version = 2"));
+
+    CHECK(probe_abi_refusal(mutant_base_kernel()).refused);
+}
