@@ -35,7 +35,8 @@
 // Work split (OpenMP): tasks are (sequence, head, query block), heaviest (last) blocks first,
 // dynamic schedule; with several query blocks per head the key tiles are first packed once, in
 // parallel, into a buffer the size of k. When there is only one query block (decode: q_len
-// small) and more than one chunk, the tasks are (sequence, head, chunk) instead: each packs its
+// small), more than one chunk, and fewer than 2 (sequence, head) pairs per thread, the tasks
+// are (sequence, head, chunk) instead: each packs its
 // tiles as it goes (prefetching the next tile's keys and values), writes its partial to a
 // scratch buffer, and a second loop merges the partials in chunk order.
 //
@@ -554,7 +555,12 @@ int run(const attncheck_problem& p, const float* q, const float* k, const float*
     };
 
     bool failed = false;  // an allocation failed on some thread (no exception crosses OpenMP)
-    const bool split = n_qblocks == 1 && n_chunks_max > 1;
+    // Split the keys of a single query block across threads only when there are too few
+    // (sequence, head) tasks to keep the threads busy: splitting costs a second OpenMP region
+    // (the merge) and its wake-ups, which a decode step over 8 heads on 2 threads does not need.
+    // Either way the bits are the same (see the determinism note at the top).
+    const std::int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+    const bool split = n_qblocks == 1 && n_chunks_max > 1 && B * H < 2 * threads;
     if (!split) {
         // With several query blocks per head every key tile is used by several tasks: pack
         // each once, up front, instead of once per query block (packing is a transpose, about
@@ -568,8 +574,11 @@ int run(const attncheck_problem& p, const float* q, const float* k, const float*
 #pragma omp parallel for schedule(static)
             for (std::int64_t t = 0; t < B * H * n_tiles; ++t) {
                 const std::int64_t bh = t / n_tiles, t0 = (t % n_tiles) * kTileKeys;
+                // Keys past the last row's last visible key (padding, or the future of a causal
+                // call) are never used: don't read them.
                 const std::int64_t valid = p.kv_valid_len ? p.kv_valid_len[bh / H] : base.Tk;
-                const int nk = int(std::clamp<std::int64_t>(valid - t0, 0, kTileKeys));
+                const std::int64_t used = base.causal ? std::min(valid, base.q_offset + base.Tq) : valid;
+                const int nk = int(std::clamp<std::int64_t>(used - t0, 0, kTileKeys));
                 if (nk > 0)  // a tile of padding only is never used
                     pack_key_tile(k + bh * base.Tk * base.Dk, base.Dk, t0, nk,
                                   packed + std::size_t(t) * tile_floats);

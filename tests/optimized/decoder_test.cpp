@@ -572,6 +572,53 @@ TEST_CASE("results are bitwise the same on 1 and 2 threads", "[optimized][decode
         }
 }
 
+// The built-in kernel behind a different function pointer: the decoder cannot recognise it, so
+// it takes the general path (one kernel call per head with kv_len = pos + n, one OpenMP region
+// per product) that every foreign kernel gets.
+extern "C" int forwarding_kernel(const attncheck_problem* p, const float* q, const float* k, const float* v,
+                                 float* out) {
+    return attncheck_optimized_kernel(p, q, k, v, out);
+}
+
+TEST_CASE("the built-in kernel's fast paths equal the general path bitwise", "[optimized][session][threads]") {
+    // With attncheck_optimized_kernel a chunk or a step makes one call for all heads over the
+    // whole cache layer (kv_len = N, causal with q_offset = pos): it must give exactly the bits
+    // of the general path's per-head calls (kv_len = pos + n), for any thread count (on 2 and
+    // 3 threads the kernel splits a step's 3 heads over their key chunks, on 1 it does not).
+    ModelConfig c = small_config();
+    c.cross_attention = GENERATE(false, true);
+    c.norm = GENERATE(Norm::post, Norm::pre);
+    c.activation = Activation::gelu;  // the GEMV's separate activation epilogue
+    c.max_len = 600;  // a step's call covers 2 of the kernel's 512-key chunks: its split path
+    const Model model = init_model(c, 12);
+    std::mt19937_64 rng(12);
+    const auto tokens = random_tokens(rng, 120, c.vocab_size);
+    const auto mem = c.cross_attention ? random_memory(rng, c, 6, 5) : std::nullopt;
+    auto run = [&](attncheck_kernel_fn kernel, int threads) {
+        ThreadCount t(threads);
+        const Decoder dec(model, kernel);
+        Session s(dec, mem);
+        // Chunks of 70 rows: two query blocks, the kernel's pre-packed path.
+        std::vector<float> out = s.prefill(std::vector<int>(tokens.begin(), tokens.begin() + 100), 70);
+        for (int i = 100; i < 120; ++i) {
+            const auto r = s.step(tokens[std::size_t(i)]);
+            out.insert(out.end(), r.begin(), r.end());
+        }
+        return out;
+    };
+    const auto general = run(forwarding_kernel, 2);
+    for (int threads : {1, 2, 3}) {
+        const auto fast = run(attncheck_optimized_kernel, threads);
+        REQUIRE(fast.size() == general.size());
+        for (std::size_t i = 0; i < fast.size(); ++i)
+            if (fast[i] != general[i]) {
+                FAIL(describe(c) << ", " << threads << " threads: logit " << i % std::size_t(c.vocab_size)
+                                 << " of row " << i / std::size_t(c.vocab_size) << ": fast path " << fast[i]
+                                 << ", general path " << general[i]);
+            }
+    }
+}
+
 TEST_CASE("a kernel that refuses raises KernelError naming the problem", "[optimized][decoder]") {
     const ModelConfig c = small_config();
     const Decoder dec(init_model(c, 4), refusing_kernel);

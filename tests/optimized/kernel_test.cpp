@@ -206,10 +206,14 @@ TEST_CASE("optimized kernel agrees with the float64 reference on a shape grid", 
 TEST_CASE("optimized kernel agrees across chunk boundaries: decode and chunked prefill",
           "[kernel][accuracy]") {
     std::uint64_t seed = 500;
-    // Decode steps (q_len = 1, q_offset = kv_len - 1) across one and several 512-key chunks
-    // (the split path that hands chunks to different threads).
+    // Decode steps (q_len = 1, q_offset = kv_len - 1) across one and several 512-key chunks:
+    // 6 (sequence, head) pairs go one per task; a single pair takes the split path that hands
+    // its chunks to different threads (taken when there are fewer than 2 pairs per thread).
     for (int Tk : {1, 2, 511, 512, 513, 1100})
-        for (int Dk : {64, 3}) check_against_reference(make_case(2, 3, 1, Tk, Dk, Dk, Tk - 1, true, ++seed));
+        for (int Dk : {64, 3}) {
+            check_against_reference(make_case(2, 3, 1, Tk, Dk, Dk, Tk - 1, true, ++seed));
+            check_against_reference(make_case(1, 1, 1, Tk, Dk, Dk, Tk - 1, true, ++seed));
+        }
     // Chunked prefill: q_len rows starting at q_offset; kv_len = q_offset + q_len.
     for (int q_len : {1, 6, 64, 70})
         for (int q_offset : {0, 5, 505, 600}) {
