@@ -1,10 +1,14 @@
 // bench/main.cpp — Google Benchmark's main, plus the run's context for the performance gate.
 //
-// OpenMP's default wait policy lets an idle worker spin. On this machine's two vCPUs (SMT
-// siblings sharing one core's FMA units) a spinning thread steals the throughput of the one
-// that works, and two-thread timings come out up to 10x slow, single-thread runs after them too.
-// libgomp reads OMP_WAIT_POLICY once at load time, so when it is unset we re-execute ourselves
-// with OMP_WAIT_POLICY=passive: every measurement of this binary is taken the same way.
+// How idle OpenMP workers wait decides the decode-step numbers: a step opens ~31 parallel
+// regions of a few hundred microseconds each, and a worker that has gone to sleep (the passive
+// policy) costs a futex wake-up per region. Spinning forever (libgomp's default, 300000 spins
+// per wait and then more) wrecks every timing as soon as anything else runs on these two vCPUs.
+// A short spin (GOMP_SPINCOUNT=10000, then sleep) is the compromise, measured on a quiet
+// machine in one run: decode step at ctx 1024, 0.62 of the bandwidth bound passive, 0.91 with the
+// short spin; prefill T=512 on 2 threads, 0.66 of the FMA peak passive, 0.75 with the short spin.
+// libgomp reads its environment once at load time, so when the caller set neither variable we
+// re-execute ourselves with GOMP_SPINCOUNT=10000: every run of this binary waits the same way.
 #include <unistd.h>
 
 #include <cstdio>
@@ -15,14 +19,17 @@
 #include "bench/slowdown.hpp"
 
 int main(int argc, char** argv) {
-    if (!std::getenv("OMP_WAIT_POLICY")) {
-        setenv("OMP_WAIT_POLICY", "passive", 1);
+    if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT")) {
+        setenv("GOMP_SPINCOUNT", "10000", 1);
         execv("/proc/self/exe", argv);
-        std::perror("attncheck_bench: re-exec with OMP_WAIT_POLICY=passive failed; going on");
+        std::perror("attncheck_bench: re-exec with GOMP_SPINCOUNT=10000 failed; going on");
     }
     benchmark::AddCustomContext("attncheck_inject_slowdown",
                                 attncheck::bench::slowdown_injected() ? "1" : "0");
-    benchmark::AddCustomContext("omp_wait_policy", std::getenv("OMP_WAIT_POLICY"));
+    const char* policy = std::getenv("OMP_WAIT_POLICY");
+    const char* spin = std::getenv("GOMP_SPINCOUNT");
+    benchmark::AddCustomContext("omp_wait_policy", policy ? policy : "(default)");
+    benchmark::AddCustomContext("gomp_spincount", spin ? spin : "(default)");
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
     benchmark::RunSpecifiedBenchmarks();
