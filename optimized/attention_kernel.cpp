@@ -585,16 +585,22 @@ int run(const attncheck_problem& p, const float* q, const float* k, const float*
             }
         }
         const std::int64_t tasks = B * H * n_qblocks;
-#pragma omp parallel for schedule(dynamic, 1)
-        for (std::int64_t t = 0; t < tasks; ++t) {
-            Scratch& s = t_scratch;
+#pragma omp parallel
+        {
+            // Every thread of the team sizes its scratch here, whether or not the schedule hands
+            // it a task this time: a later call (a decode step) then allocates on no thread.
+            bool ready = true;
             try {
-                s.reserve(base.Dk, base.Dv);
+                t_scratch.reserve(base.Dk, base.Dv);
             } catch (...) {
+                ready = false;
 #pragma omp atomic write
                 failed = true;
-                continue;
             }
+#pragma omp for schedule(dynamic, 1)
+        for (std::int64_t t = 0; t < tasks; ++t) {
+            if (!ready) continue;
+            Scratch& s = t_scratch;
             const std::int64_t bh = t / n_qblocks;
             const std::int64_t qb = n_qblocks - 1 - t % n_qblocks;  // long causal blocks first
             Shape sh;
@@ -616,6 +622,7 @@ int run(const attncheck_problem& p, const float* q, const float* k, const float*
             for (int r = 0; r < nr; ++r)
                 finalize_row(s.o_tot.data() + r * Dv, s.l_tot[r], hd.out + (i0 + r) * sh.Dv, sh.Dv);
         }
+        }  // omp parallel
         return failed ? ATTNCHECK_UNSUPPORTED : ATTNCHECK_OK;
     }
 
@@ -626,16 +633,22 @@ int run(const attncheck_problem& p, const float* q, const float* k, const float*
     const std::int64_t tasks = B * H * n_chunks_max;
     t_partials.resize(std::size_t(tasks) * per_task);  // may throw: caught by the caller
     float* partials = t_partials.data();
-#pragma omp parallel for schedule(dynamic, 1)
-    for (std::int64_t t = 0; t < tasks; ++t) {
-        Scratch& s = t_scratch;
+#pragma omp parallel
+    {
+        // Every thread of the team sizes its scratch here, whether or not the schedule hands
+        // it a task this time: a later call (a decode step) then allocates on no thread.
+        bool ready = true;
         try {
-            s.reserve(base.Dk, base.Dv);
+            t_scratch.reserve(base.Dk, base.Dv);
         } catch (...) {
+            ready = false;
 #pragma omp atomic write
             failed = true;
-            continue;
         }
+#pragma omp for schedule(dynamic, 1)
+    for (std::int64_t t = 0; t < tasks; ++t) {
+        if (!ready) continue;
+        Scratch& s = t_scratch;
         const std::int64_t bh = t / n_chunks_max, c = t % n_chunks_max;
         Shape sh;
         const Head hd = head_at(bh, sh);
@@ -650,17 +663,24 @@ int run(const attncheck_problem& p, const float* q, const float* k, const float*
             std::fill(part + std::size_t(nr) * Dv, part + std::size_t(nr) * Dv + std::size_t(nr), kNegInf);
         }
     }
+    }  // omp parallel
     if (failed) return ATTNCHECK_UNSUPPORTED;
-#pragma omp parallel for schedule(static)
-    for (std::int64_t bh = 0; bh < B * H; ++bh) {
-        Scratch& s = t_scratch;
+#pragma omp parallel
+    {
+        // Every thread of the team sizes its scratch here, whether or not the schedule hands
+        // it a task this time: a later call (a decode step) then allocates on no thread.
+        bool ready = true;
         try {
-            s.reserve(base.Dk, base.Dv);
+            t_scratch.reserve(base.Dk, base.Dv);
         } catch (...) {
+            ready = false;
 #pragma omp atomic write
             failed = true;
-            continue;
         }
+#pragma omp for schedule(static)
+    for (std::int64_t bh = 0; bh < B * H; ++bh) {
+        if (!ready) continue;
+        Scratch& s = t_scratch;
         Shape sh;
         const Head hd = head_at(bh, sh);
         const std::size_t Dv = std::size_t(sh.Dv);
@@ -678,6 +698,7 @@ int run(const attncheck_problem& p, const float* q, const float* k, const float*
         for (int r = 0; r < nr; ++r)
             finalize_row(s.o_tot.data() + std::size_t(r) * Dv, s.l_tot[r], hd.out + r * sh.Dv, sh.Dv);
     }
+    }  // omp parallel
     return failed ? ATTNCHECK_UNSUPPORTED : ATTNCHECK_OK;
 }
 

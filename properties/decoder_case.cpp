@@ -51,13 +51,33 @@ rc::Gen<DecoderCase> gen_decoder_case(const DecoderCaseOptions& o) {
         using namespace rc;
         DecoderCase c;
         ModelConfig& m = c.config;
-        m.vocab_size = *gen::inRange(2, 33).as("vocab_size");
-        m.n_heads = *gen::inRange(1, 4).as("n_heads");
-        m.d_model = m.n_heads * *gen::inRange(1, 7).as("head_dim");
-        m.d_ff = *gen::inRange(1, 25).as("d_ff");
-        m.n_layers = *gen::inRange(1, 3).as("n_layers");
         const int min_t = std::max(1, o.min_tokens);
-        m.max_len = *gen::inRange(std::max(min_t, 2), 25).as("max_len");
+        // Shrinks towards the small tier (rc::gen::element shrinks towards its first value).
+        const bool large = o.large_percent > 0 &&
+                           *gen::resize(100, gen::inRange(0, 100)).as("large tier (< large_percent)") < o.large_percent;
+        if (large) {
+            // (d_model, heads): head_dim 32 or 64, d_model across the 32-column panels and up to
+            // the 256-deep K block; d_ff and vocab around panel multiples and past 256.
+            const auto dh = *gen::element(std::pair{64, 2}, std::pair{64, 1}, std::pair{96, 3}, std::pair{128, 2},
+                                          std::pair{128, 4}, std::pair{192, 3}, std::pair{256, 4}, std::pair{256, 8})
+                                 .as("(d_model, n_heads)");
+            m.d_model = dh.first;
+            m.n_heads = dh.second;
+            m.vocab_size = *gen::resize(100, gen::weightedOneOf<int>({{2, gen::element(31, 32, 33, 64, 65, 97)}, {1, gen::inRange(2, 101)}}))
+                                .as("vocab_size");
+            m.d_ff = *gen::resize(100, gen::weightedOneOf<int>({{2, gen::element(255, 256, 257, 384, 511, 512)}, {1, gen::inRange(1, 513)}}))
+                          .as("d_ff");
+            m.n_layers = *gen::inRange(1, 3).as("n_layers");
+            m.max_len = *gen::resize(100, gen::weightedOneOf<int>({{2, gen::element(80, 145, 160)}, {1, gen::inRange(std::max(min_t, 2), 161)}}))
+                             .as("max_len");
+        } else {
+            m.vocab_size = *gen::inRange(2, 33).as("vocab_size");
+            m.n_heads = *gen::inRange(1, 4).as("n_heads");
+            m.d_model = m.n_heads * *gen::inRange(1, 7).as("head_dim");
+            m.d_ff = *gen::inRange(1, 25).as("d_ff");
+            m.n_layers = *gen::inRange(1, 3).as("n_layers");
+            m.max_len = *gen::inRange(std::max(min_t, 2), 25).as("max_len");
+        }
         m.norm = *gen::element(Norm::post, Norm::pre).as("norm");
         m.cross_attention = o.need_cross || *gen::arbitrary<bool>().as("cross_attention");
         m.positional = *gen::element(Positional::sinusoidal, Positional::learned).as("positional");
@@ -65,9 +85,14 @@ rc::Gen<DecoderCase> gen_decoder_case(const DecoderCaseOptions& o) {
         m.embed_scale_sqrt_d = *gen::arbitrary<bool>().as("embed_scale_sqrt_d");
         m.tie_embeddings = *gen::arbitrary<bool>().as("tie_embeddings");
         c.model_seed = *gen::arbitrary<std::uint32_t>().as("model_seed");
-        c.tokens_len = *gen::inRange(min_t, m.max_len + 1).as("T");
+        // The large tier mostly fills its max_len (that is where the row blocks are crossed).
+        c.tokens_len = large ? *gen::resize(100, gen::weightedOneOf<int>({{1, gen::just(m.max_len)},
+                                                                          {1, gen::inRange(min_t, m.max_len + 1)}}))
+                                    .as("T")
+                             : *gen::inRange(min_t, m.max_len + 1).as("T");
         if (m.cross_attention) {
-            c.memory_rows = *gen::inRange(o.need_memory_padding ? 2 : 1, 9).as("S");
+            // The large tier's memory crosses a 64-key tile of the cross-attention call.
+            c.memory_rows = *gen::inRange(o.need_memory_padding ? 2 : 1, large ? 71 : 9).as("S");
             c.memory_valid = o.need_memory_padding ? *gen::inRange(0, c.memory_rows).as("memory_valid_len < S")
                                                    : *gen::inRange(0, c.memory_rows + 1).as("memory_valid_len");
         }

@@ -38,6 +38,11 @@ struct DecoderCaseOptions {
     int min_tokens = 1;            // causality needs T >= 2
     bool need_cross = false;       // memory padding needs cross-attention ...
     bool need_memory_padding = false;  // ... and memory_valid < S
+    // The large tier (a minority of cases, from case 1): d_model 64..256 with head_dim 32 or
+    // 64, d_ff up to 512, vocab up to 100, T up to 160, so that a blocked decoder's GEMM blocks
+    // (micro-panels of ~12 rows and ~32 columns, 256-deep K blocks, ~144-row blocks) and the
+    // attention kernel's 64-key tiles are crossed. 0: never.
+    int large_percent = 8;
 };
 
 rc::Gen<DecoderCase> gen_decoder_case(const DecoderCaseOptions& options = {});

@@ -30,7 +30,8 @@ struct DecoderProperty {
     bool optimized_only = false;  // uses the KV-cache Session / forward_batch API
 };
 
-// logits_causality, decoder_agreement, incremental, generation, memory_padding, decoder_batch
+// logits_causality, decoder_agreement, incremental, generation, memory_padding, decoder_batch,
+// batch_session
 // (names distinct from the kernel properties: one --property flag selects either).
 const std::vector<DecoderProperty>& decoder_properties();
 

@@ -33,19 +33,22 @@
 #include "properties/kernel_lib.hpp"
 #include "properties/kernel_properties.hpp"
 #include "properties/mutants.hpp"
+#include "properties/property_runs.hpp"
 #include "properties/runner.hpp"
 
 namespace attncheck::properties {
 namespace {
 
 // The default budget: cases per property. Measured on the 2-core development machine the whole
-// default run (2 kernels x 11 properties, 3 decoders x 6) takes well under the 60 s the issue
-// allows (see docs/properties.md for the numbers).
+// default run (2 kernels x 11 properties, 3 decoders x 6-7, with the large-shape tiers) takes
+// 10-20 s, well under the 60 s the issue allows (see docs/properties.md for the numbers).
 constexpr int kDefaultKernelCases = 300;
 constexpr int kDefaultDecoderCases = 40;
-// A worker process (one property of a --kernel-lib kernel) gets this long before it is killed.
-constexpr double kWorkerTimeoutS = 120;
+// A worker process (one property of a --kernel-lib kernel) is killed when one case takes longer
+// than the case timeout (--timeout; a hang is caught within it), or the whole property longer
+// than the property timeout (a kernel that makes progress, only too slowly to finish).
 constexpr double kWorkerCaseTimeoutS = 20;
+constexpr double kWorkerPropertyTimeoutS = 600;
 
 const char* kUsage = R"(usage: attncheck fuzz [options]
 
@@ -57,6 +60,8 @@ built-in kernel, at the default budget; prints a table property x subject.
   --decoder reference  only the reference decoder
   --kernel-lib PATH    a kernel from a shared library (with --symbol), run in a worker process
   --symbol NAME        the kernel's exported (extern "C") symbol in --kernel-lib
+  --timeout SECONDS    --kernel-lib: a case that runs longer is a hang (default 20); after a
+                       kernel's first crash or timeout its remaining properties are skipped
   --property P         only this property (names: see the table, or --list)
   --level L            only kernel-level or only decoder-level properties (L = kernel | decoder)
   --cases N            cases per property (default: 300 per kernel property, 40 per decoder property)
@@ -80,6 +85,7 @@ struct Options {
     std::string level;  // "", "kernel" or "decoder"
     std::optional<int> cases;
     std::optional<std::uint64_t> seed;
+    double timeout_s = kWorkerCaseTimeoutS;
     bool mutants = false, list = false, verbose = false, help = false;
     std::string json;
     bool worker = false;
@@ -128,6 +134,15 @@ Options parse(const std::vector<std::string>& args) {
                 if (used != v.size() || v.empty() || v[0] == '-') throw UsageError("");
             } catch (const std::exception&) {
                 throw UsageError("--seed " + v + ": expected a non-negative integer");
+            }
+        } else if (a == "--timeout") {
+            const std::string v = value();
+            try {
+                std::size_t used = 0;
+                o.timeout_s = std::stod(v, &used);
+                if (used != v.size() || !(o.timeout_s > 0 && o.timeout_s <= 86400)) throw UsageError("");
+            } catch (const std::exception&) {
+                throw UsageError("--timeout " + v + ": expected seconds, more than 0 and at most 86400");
             }
         } else if (a == "--mutants") o.mutants = true;
         else if (a == "--json") o.json = value();
@@ -184,53 +199,6 @@ private:
     std::chrono::steady_clock::time_point last_{};
 };
 
-PropertyResult run_kernel_property(const KernelProperty& prop, const KernelUnderTest& k, const RunParams& params,
-                                   const Progress& progress, const WorkerChannel* channel = nullptr) {
-    const rc::Gen<KernelCase> gen = gen_kernel_case(prop.options);
-    std::uint64_t index = 0;
-    return run_property(
-        prop.name,
-        [&] {
-            if (channel) channel->announce_case(prop.name, index++, params.seed);
-            const KernelCase c = *gen.as("case");
-            RC_TAG(std::string("style ") + to_string(c.style));
-            RC_TAG(std::string("mode ") + to_string(c.mode));
-            RC_CLASSIFY(c.q_len == 1, "q_len 1");
-            RC_CLASSIFY(c.kv_len == 1, "kv_len 1");
-            RC_CLASSIFY(c.head_dim == 1, "head_dim 1");
-            RC_CLASSIFY(c.value_dim != c.head_dim, "value_dim != head_dim");
-            RC_CLASSIFY(c.batch > 1, "batch > 1");
-            RC_CLASSIFY(!c.kv_valid_len.empty(), "padded");
-            RC_CLASSIFY(!c.causal, "not causal");
-            try {
-                return prop.check(k, c);
-            } catch (const std::exception& e) {
-                return Verdict::fail(std::string("exception: ") + e.what());
-            }
-        },
-        params, progress);
-}
-
-PropertyResult run_decoder_property(const DecoderProperty& prop, const DecoderUnderTest& d, const RunParams& params,
-                                    const Progress& progress) {
-    const rc::Gen<DecoderCase> gen = gen_decoder_case(prop.options);
-    return run_property(
-        prop.name,
-        [&] {
-            const DecoderCase c = *gen.as("case");
-            RC_TAG(std::string("norm ") + to_string(c.config.norm));
-            RC_CLASSIFY(c.config.cross_attention, "cross-attention");
-            RC_CLASSIFY(c.tokens_len == 1, "T 1");
-            RC_CLASSIFY(c.config.n_heads > 1, "heads > 1");
-            try {
-                return prop.check(d, c);
-            } catch (const std::exception& e) {
-                return Verdict::fail(std::string("exception: ") + e.what());
-            }
-        },
-        params, progress);
-}
-
 std::string cell(const PropertyResult& r) {
     std::ostringstream s;
     switch (r.status) {
@@ -241,6 +209,7 @@ std::string cell(const PropertyResult& r) {
         case Status::fail: s << "FAIL @" << r.failed_at; break;
         case Status::unsupported: s << "unsupported"; break;
         case Status::error: s << "ERROR"; break;
+        case Status::skipped: s << "skipped"; break;
     }
     return s.str();
 }
@@ -275,6 +244,10 @@ void print_table(std::ostream& os, const std::vector<Row>& rows, const std::stri
 
 void print_failure(std::ostream& os, const Row& r) {
     const PropertyResult& p = r.result;
+    if (p.status == Status::skipped) {
+        os << p.property << " on " << r.kind << " " << r.subject << ": " << p.message << "\n";
+        return;
+    }
     os << p.property << " " << to_string(p.status) << " on " << r.kind << " " << r.subject;
     if (p.status == Status::fail) os << " at case " << p.failed_at << (p.counterexample.empty() ? "" : " (shrunk below)");
     os << "\n";
@@ -305,7 +278,9 @@ PropertyResult from_json(const nlohmann::json& j) {
     PropertyResult p;
     p.property = j.value("property", "");
     const std::string st = j.value("status", "ERROR");
-    p.status = st == "pass" ? Status::pass : st == "FAIL" ? Status::fail : st == "unsupported" ? Status::unsupported : Status::error;
+    p.status = st == "pass" ? Status::pass : st == "FAIL" ? Status::fail : st == "unsupported" ? Status::unsupported
+                                                                                                    : st == "skipped" ? Status::skipped
+                                                                                                                      : Status::error;
     p.cases = j.value("cases", 0);
     p.unsupported = j.value("unsupported", 0);
     p.notes = j.value("notes", 0);
@@ -336,13 +311,14 @@ void run_kernel_subject(const Options& o, std::uint64_t seed, const KernelUnderT
 }
 
 void run_decoder_subject(const Options& o, std::uint64_t seed, const DecoderUnderTest& d, const std::string& flag,
-                         std::vector<Row>& rows, ProgressLine& line) {
+                         std::vector<Row>& rows, ProgressLine& line, const WorkerChannel* channel = nullptr) {
     if (o.level == "kernel") return;
     for (const DecoderProperty& prop : decoder_properties()) {
         if (!selected(o, prop.name) || (prop.optimized_only && !d.optimized())) continue;
         const RunParams params{seed, decoder_cases(o)};
         Row row{"decoder", d.name, flag, params, {}};
-        row.result = run_decoder_property(prop, d, params, line.track("[decoder " + d.name + "] " + prop.name, params.cases));
+        row.result = run_decoder_property(prop, d, params, line.track("[decoder " + d.name + "] " + prop.name, params.cases),
+                                          channel);
         line.clear();
         rows.push_back(std::move(row));
     }
@@ -357,17 +333,30 @@ void run_library_isolated(const Options& o, std::uint64_t seed, std::vector<Row>
     for (const auto& p : decoder_properties())
         if (selected(o, p.name) && o.level != "kernel") props.push_back({p.name, true});
     const std::string out_file = "/tmp/attncheck-worker-" + std::to_string(getpid()) + ".json";
+    const std::string flag = "--kernel-lib " + o.kernel_lib + " --symbol " + o.symbol;
+    // After the kernel's first crash or hang, its other properties would most likely crash or
+    // hang the same way, each costing a worker start or a whole timeout: they are skipped.
+    std::string broken;  // what happened first, "" while the kernel has not crashed or hung
     for (const auto& [prop, is_decoder] : props) {
         const RunParams params{seed, is_decoder ? decoder_cases(o) : kernel_cases(o)};
+        if (!broken.empty()) {
+            Row row{is_decoder ? "decoder" : "kernel", is_decoder ? "optimized[" + name + "]" : name, flag, params, {}};
+            row.result.property = prop;
+            row.result.status = Status::skipped;
+            row.result.message = "skipped (kernel crashed/timed out earlier: " + broken + ")";
+            rows.push_back(std::move(row));
+            continue;
+        }
         std::vector<std::string> args = {"fuzz", "--worker", "--kernel-lib", o.kernel_lib, "--symbol", o.symbol,
                                          "--property", prop, "--seed", std::to_string(seed),
                                          "--cases", std::to_string(params.cases), "--worker-out", out_file};
         std::remove(out_file.c_str());
         WorkerOptions wo;
-        wo.timeout_s = kWorkerTimeoutS;
-        wo.case_timeout_s = kWorkerCaseTimeoutS;
+        wo.timeout_s = std::max(kWorkerPropertyTimeoutS, o.timeout_s);
+        wo.case_timeout_s = o.timeout_s;
         const WorkerOutcome w = run_worker(args, wo);
-        const std::string flag = "--kernel-lib " + o.kernel_lib + " --symbol " + o.symbol;
+        if (w.kind == WorkerOutcome::Kind::crashed || w.kind == WorkerOutcome::Kind::timed_out)
+            broken = prop + " " + w.describe();
         bool have = false;
         if (w.kind == WorkerOutcome::Kind::exited) {
             std::ifstream in(out_file);
@@ -464,7 +453,7 @@ int worker_main(const Options& o, std::uint64_t seed) {
     ProgressLine line;
     const KernelUnderTest k{o.symbol, lk.fn, false};
     run_kernel_subject(o, seed, k, "kernel", rows, line, &channel);
-    run_decoder_subject(o, seed, DecoderUnderTest{"optimized[" + o.symbol + "]", lk.fn}, "", rows, line);
+    run_decoder_subject(o, seed, DecoderUnderTest{"optimized[" + o.symbol + "]", lk.fn}, "", rows, line, &channel);
     nlohmann::json j;
     j["results"] = nlohmann::json::array();
     bool ok = true;

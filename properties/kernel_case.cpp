@@ -159,56 +159,154 @@ T pick(std::initializer_list<std::pair<int, T>> options, const char* label) {
     return options.begin()->second;  // unreachable: r < total
 }
 
+namespace {
+
+// Values at and beside the edges where blocked code changes path: multiples of the usual tile
+// widths (16-lane vectors, 64-key tiles, 512-key split-K chunks) and one either side (the
+// remainder loop, a tile of one). Not the built-in kernel's constants: any kernel's.
+std::vector<int> edges_up_to(int lo, int hi, std::initializer_list<int> centres) {
+    std::vector<int> out;
+    for (const int c : centres)
+        for (const int v : {c - 1, c, c + 1})
+            if (v >= lo && v <= hi && std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
+    if (out.empty()) out.push_back(lo);
+    return out;
+}
+
+// A length in [lo, hi]: an edge value, or anything in between (the edges are there to be hit,
+// the range so that a kernel tuned to the edges alone is still checked between them).
+// At full size from case 1 (RapidCheck scales ranges by the case size, which would keep the
+// first cases of the large tier short).
+rc::Gen<int> edgy_length(int lo, int hi, std::initializer_list<int> centres) {
+    return rc::gen::resize(100, rc::gen::weightedOneOf<int>({{3, rc::gen::elementOf(edges_up_to(lo, hi, centres))},
+                                                             {2, rc::gen::inRange(lo, hi + 1)}}));
+}
+
+// The offset mode, q_len and q_offset for Tk keys (the rules of OffsetMode), q_len up to max_q
+// outside prefill.
+void place_queries(KernelCase& c, const CaseOptions& o, int max_q, bool large) {
+    using namespace rc;
+    const int Tk = c.kv_len;
+    switch (c.mode) {
+        case OffsetMode::prefill:
+            c.q_offset = 0;
+            c.q_len = Tk;
+            break;
+        case OffsetMode::decode:
+            c.q_len = 1;
+            c.q_offset = Tk - 1;
+            break;
+        case OffsetMode::chunk: {
+            // need_future: row 0 (position Tk - Tq) must have a key after it, so Tq >= 2.
+            const int lo = o.need_future ? 2 : 1, hi = std::min(Tk, max_q);
+            c.q_len = large ? *edgy_length(lo, hi, {6, 12, 16, 64, 128}).as("q_len")
+                            : *gen::inRange(lo, hi + 1).as("q_len");
+            c.q_offset = Tk - c.q_len;
+            break;
+        }
+        case OffsetMode::general:
+            c.q_offset = o.need_future ? *gen::inRange(0, Tk - 1).as("q_offset")
+                                       : *gen::inRange(0, Tk + 4).as("q_offset");
+            c.q_len = large ? *edgy_length(1, max_q, {6, 12, 16, 64, 128}).as("q_len")
+                            : *gen::inRange(1, std::min(Tk + 5, max_q + 1)).as("q_len");
+            break;
+    }
+}
+
+OffsetMode pick_mode(const CaseOptions& o);
+
+// Mostly short sequences (fast, and most bugs show there), sometimes up to max_kv so that
+// small tiles (8, 16, 32 keys) are crossed.
+void small_shape(KernelCase& c, const CaseOptions& o) {
+    using namespace rc;
+    const int min_b = std::max(1, o.min_batch);
+    c.batch = min_b > 1 ? *gen::inRange(min_b, min_b + 3).as("batch")
+                        : pick<int>({{6, 1}, {3, 2}, {1, 3}}, "batch");
+    c.heads = pick<int>({{5, 1}, {3, 2}, {2, 3}}, "heads");
+    const int lo_kv = o.need_future ? 2 : 1;
+    const int max_kv = std::max(lo_kv, o.max_kv);
+    c.kv_len = *gen::weightedOneOf<int>({{4, gen::inRange(lo_kv, std::min(9, max_kv) + 1)},
+                                         {3, gen::inRange(lo_kv, std::min(33, max_kv) + 1)},
+                                         {2, gen::inRange(lo_kv, max_kv + 1)}})
+                    .as("kv_len");
+    c.head_dim = *gen::weightedOneOf<int>({{1, gen::just(1)},
+                                           {4, gen::inRange(1, 9)},
+                                           {2, gen::inRange(1, 33)}})
+                      .as("head_dim");
+    c.value_dim = *gen::weightedOneOf<int>({{2, gen::just(c.head_dim)}, {2, gen::inRange(1, 17)}})
+                       .as("value_dim");
+    c.causal = o.need_future ? true : pick<bool>({{3, true}, {1, false}}, "causal");
+    c.mode = pick_mode(o);
+    place_queries(c, o, c.kv_len + 4, false);
+}
+
+// The large tier (CaseOptions::large_percent): one or two sequences and heads (the cost is in
+// the lengths), key lengths at tile and chunk edges, widths with SIMD fast paths and odd ones.
+void large_shape(KernelCase& c, const CaseOptions& o) {
+    using namespace rc;
+    // Longest prefill: Tq = Tk, so the reference's Tq x Tk work stays affordable.
+    constexpr int kLargeMaxPrefill = 160;
+    // Longest query block outside prefill.
+    constexpr int kLargeMaxQ = 130;
+    const int min_b = std::max(1, o.min_batch);
+    c.batch = min_b > 1 ? *gen::inRange(min_b, min_b + 2).as("batch")
+                        : pick<int>({{3, 1}, {1, 2}}, "batch");
+    c.heads = pick<int>({{3, 1}, {1, 2}}, "heads");
+    const auto width = [](const char* label) {
+        return *gen::resize(100, gen::weightedOneOf<int>({{4, gen::element(16, 32, 48, 64, 80, 96, 128)},
+                                                          {2, gen::elementOf(edges_up_to(1, 129, {16, 32, 48, 64, 80, 96, 128}))},
+                                                          {2, gen::inRange(1, 130)}}))
+                    .as(label);
+    };
+    c.head_dim = width("head_dim");
+    c.value_dim = pick<bool>({{1, true}, {1, false}}, "value_dim = head_dim") ? c.head_dim : width("value_dim");
+    c.causal = o.need_future ? true : pick<bool>({{3, true}, {1, false}}, "causal");
+    c.mode = pick_mode(o);
+    const int lo_kv = o.need_future ? 2 : 1;
+    const int max_kv = std::max(lo_kv, o.large_max_kv);
+    const int hi = c.mode == OffsetMode::prefill ? std::min(max_kv, kLargeMaxPrefill) : max_kv;
+    // Edges, or anything, or among the longest allowed (they cross the most tiles and, past 512,
+    // the usual split-K chunk of a decode step).
+    const int longest_from = std::max(lo_kv, hi - hi / 6);
+    c.kv_len = *gen::resize(100, gen::weightedOneOf<int>({{5, edgy_length(lo_kv, hi, {64, 128, 192, 256, 384, 512})},
+                                                          {1, gen::inRange(longest_from, hi + 1)}}))
+                    .as("kv_len");
+    place_queries(c, o, kLargeMaxQ, true);
+}
+
+OffsetMode pick_mode(const CaseOptions& o) {
+    return o.need_future
+               ? pick<OffsetMode>({{1, OffsetMode::prefill}, {1, OffsetMode::chunk}, {1, OffsetMode::general}}, "mode")
+               : pick<OffsetMode>({{1, OffsetMode::prefill}, {1, OffsetMode::decode}, {1, OffsetMode::chunk},
+                                   {1, OffsetMode::general}},
+                                  "mode");
+}
+
+rc::Gen<KernelCase> gen_case_in_tier(const CaseOptions& o, bool large);
+
+}  // namespace
+
 rc::Gen<KernelCase> gen_kernel_case(const CaseOptions& o) {
-    return rc::gen::exec([o] {
+    // The tier first, then the case within it (mapcat): shrinking tries the small tier, and when
+    // the bug needs a long sequence it keeps the large tier and shrinks the case within it (with
+    // the tier a value inside one exec, every later value of the case was redrawn whenever the
+    // tier was tried, and the large-tier values hardly shrank).
+    const int percent = std::clamp(o.large_percent, 0, 100);
+    const rc::Gen<bool> tier = rc::gen::map(rc::gen::resize(100, rc::gen::inRange(0, 100)),
+                                            [percent](int r) { return r >= 100 - percent; });
+    return rc::gen::mapcat(tier, [o](bool large) { return gen_case_in_tier(o, large); });
+}
+
+namespace {
+rc::Gen<KernelCase> gen_case_in_tier(const CaseOptions& o, bool large) {
+    return rc::gen::exec([o, large] {
         using namespace rc;
         KernelCase c;
-        const int min_b = std::max(1, o.min_batch);
-        c.batch = min_b > 1 ? *gen::inRange(min_b, min_b + 3).as("batch")
-                            : pick<int>({{6, 1}, {3, 2}, {1, 3}}, "batch");
-        c.heads = pick<int>({{5, 1}, {3, 2}, {2, 3}}, "heads");
-        const int lo_kv = o.need_future ? 2 : 1;
-        const int max_kv = std::max(lo_kv, o.max_kv);
-        // Mostly short sequences (fast, and most bugs show there), sometimes up to max_kv so
-        // that tiled kernels cross their tile boundaries.
-        c.kv_len = *gen::weightedOneOf<int>({{4, gen::inRange(lo_kv, std::min(9, max_kv) + 1)},
-                                             {3, gen::inRange(lo_kv, std::min(33, max_kv) + 1)},
-                                             {2, gen::inRange(lo_kv, max_kv + 1)}})
-                        .as("kv_len");
-        c.head_dim = *gen::weightedOneOf<int>({{1, gen::just(1)},
-                                               {4, gen::inRange(1, 9)},
-                                               {2, gen::inRange(1, 33)}})
-                          .as("head_dim");
-        c.value_dim = *gen::weightedOneOf<int>({{2, gen::just(c.head_dim)}, {2, gen::inRange(1, 17)}})
-                           .as("value_dim");
-        c.causal = o.need_future ? true : pick<bool>({{3, true}, {1, false}}, "causal");
-
-        c.mode = o.need_future
-                     ? pick<OffsetMode>({{1, OffsetMode::prefill}, {1, OffsetMode::chunk}, {1, OffsetMode::general}}, "mode")
-                     : pick<OffsetMode>({{1, OffsetMode::prefill}, {1, OffsetMode::decode}, {1, OffsetMode::chunk},
-                                         {1, OffsetMode::general}},
-                                        "mode");
+        if (large)
+            large_shape(c, o);
+        else
+            small_shape(c, o);
         const int Tk = c.kv_len;
-        switch (c.mode) {
-            case OffsetMode::prefill:
-                c.q_offset = 0;
-                c.q_len = Tk;
-                break;
-            case OffsetMode::decode:
-                c.q_len = 1;
-                c.q_offset = Tk - 1;
-                break;
-            case OffsetMode::chunk:
-                // need_future: row 0 (position Tk - Tq) must have a key after it, so Tq >= 2.
-                c.q_len = *gen::inRange(o.need_future ? 2 : 1, Tk + 1).as("q_len");
-                c.q_offset = Tk - c.q_len;
-                break;
-            case OffsetMode::general:
-                c.q_offset = o.need_future ? *gen::inRange(0, Tk - 1).as("q_offset")
-                                           : *gen::inRange(0, Tk + 4).as("q_offset");
-                c.q_len = *gen::inRange(1, Tk + 5).as("q_len");
-                break;
-        }
 
         const bool padded = o.need_padding || o.need_empty ||
                             pick<bool>({{3, false}, {2, true}}, "padded");
@@ -248,14 +346,24 @@ rc::Gen<KernelCase> gen_kernel_case(const CaseOptions& o) {
             case 2: c.scale = 1.0f; c.scale_kind = "one"; break;
             case 3: c.scale = -standard; c.scale_kind = "negative"; break;
             case 4: c.scale = 16.0f; c.scale_kind = "large"; break;
-            default:
-                c.scale = float(*gen::inRange(-400, 401).as("scale*100")) / 100.0f;
+            default: {
+                // |scale| up to 4, and for Dk > 32 (the large tier) up to 4 sqrt(32 / Dk): the
+                // scores' spread (|scale| sqrt(Dk) for N(0, 1) inputs) then stays within the
+                // small tier's, where float32 kernels agree within the tolerance. Wider, inexact
+                // scores of ~100 make the output ill-conditioned (see fill_inputs); the false-
+                // alarm campaign found it (seed 606: Tk=129 Dk=124 scale -3.7, scores ~ +-120,
+                // a correct kernel 1.12x the bound). Large scores are the large style's job.
+                const int cap = c.head_dim > 32 ? int(400.0 * std::sqrt(32.0 / c.head_dim)) : 400;
+                c.scale = float(*gen::inRange(-cap, cap + 1).as("scale*100")) / 100.0f;
                 c.scale_kind = "random";
                 break;
+            }
         }
         c.data_seed = *gen::arbitrary<std::uint32_t>().as("data_seed");
         return c;
     });
 }
+
+}  // namespace
 
 }  // namespace attncheck::properties

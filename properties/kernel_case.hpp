@@ -81,7 +81,14 @@ struct CaseOptions {
     bool need_padding = false;  // kv_valid_len given, some sequence with padded keys
     bool need_empty = false;    // some sequence with kv_valid_len = 0 (rows with no visible key)
     int min_batch = 1;          // batch independence needs B >= 2
-    int max_kv = 64;            // keeps the cases fast
+    int max_kv = 64;            // the small tier's longest key sequence: keeps most cases fast
+    // The large tier (a minority of cases, from case 1): the shapes where fast kernels break.
+    // Key lengths at and beside multiples of the usual tile sizes (63, 64, 65, 127, ..., 513),
+    // long decode contexts past the usual split-K chunk (512), head_dim / value_dim 16..128
+    // (the widths that get SIMD fast paths) and odd ones between (their remainder loops),
+    // q_len up to 128 (query blocks, micro-blocks of a few rows and their remainders).
+    int large_percent = 15;     // 0: never
+    int large_max_kv = 600;     // the large tier's longest key sequence
 };
 
 rc::Gen<KernelCase> gen_kernel_case(const CaseOptions& options = {});

@@ -90,22 +90,11 @@ Verdict unsupported(int rc) {
     return Verdict::unsupported("kernel returned " + std::to_string(rc) + " (unsupported)");
 }
 
-// NUMERICS.md's atol is "a few float32 ulps of the output's scale". An attention output row is
-// a convex combination of value rows, so its scale is that of the values, max |v|, even where
-// the combination cancels to nearly 0: there every float32 order of summation errs by ~eps32 *
-// max |v| while the oracle's own magnitude is far smaller. Seen in the false-alarm campaign:
-// Tq = 1, Tk = 3, out = 0.0098 from values of size 1, a correct kernel 6e-9 off, bound 4.9e-9.
-Tolerance attention_tolerance(const std::vector<float>& v) {
-    Tolerance tol;
-    for (const float x : v) tol.scale_floor = std::max(tol.scale_floor, double(std::abs(x)));
-    return tol;
-}
-
 // Candidate against the float64 reference, with the float32 reference setting the tolerance.
 Verdict agree(const char* what, const std::vector<float>& out, const attncheck_problem& p,
               const KernelInputs& in) {
     const std::vector<double> oracle = reference::attention<double>(p, in.q.data(), in.k.data(), in.v.data());
-    const std::vector<float> baseline = reference::attention<float>(p, in.q.data(), in.k.data(), in.v.data());
+    const std::vector<float> baseline = float32_baseline(p, in.q.data(), in.k.data(), in.v.data(), oracle);
     const Agreement a = check_agreement(out, oracle, baseline, attention_tolerance(in.v));
     if (a.ok) return Verdict::pass();
     std::ostringstream s;
@@ -379,6 +368,52 @@ Verdict abi_version(const KernelUnderTest& kernel, const KernelCase& c) {
 
 }  // namespace
 
+// NUMERICS.md's atol is "a few float32 ulps of the output's scale". An attention output row is
+// a convex combination of value rows, so its scale is that of the values, max |v|, even where
+// the combination cancels to nearly 0: there every float32 order of summation errs by ~eps32 *
+// max |v| while the oracle's own magnitude is far smaller. Seen in the false-alarm campaign:
+// Tq = 1, Tk = 3, out = 0.0098 from values of size 1, a correct kernel 6e-9 off, bound 4.9e-9.
+Tolerance attention_tolerance(const std::vector<float>& v) {
+    Tolerance tol;
+    for (const float x : v) tol.scale_floor = std::max(tol.scale_floor, double(std::abs(x)));
+    return tol;
+}
+
+// The float32 baseline, measured in three summation orders: the reference as written, and the
+// reference with the Dk columns of q and k reversed, and rotated by Dk/2 (the same exact scores,
+// each dot product summed in another order); per element, whichever errs most. Why: the baseline's error is
+// one random draw per element, and where a row is sensitive (two near-equal top scores: the
+// probabilities move by p(1-p) times a score's rounding error) a lucky draw can be far below
+// what float32 typically gets wrong there. Seen in the false-alarm campaign (seed 101,
+// probabilities, B=1 H=1 Tq=12 Tk=191 Dk=80 q_offset=165 scale 1.51, row 7 with p = 0.54 and
+// 0.46): the reference erred by 7.9e-8 on that row and 4.4e-7 at most over the tensor, the
+// optimized kernel (an FMA chain per score) by 1.8e-6 on row 7, and the same textbook reference
+// with its dot products summed in reverse by 2.8e-6 on row 7. Several orders make the yardstick
+// a measure of float32 on this problem rather than of one lucky rounding; k is unchanged. (With
+// two orders, seed 707 still found one: Tq=1 H=2, only two rows to draw from, 1.55x the bound.)
+std::vector<float> float32_baseline(const attncheck_problem& p, const float* q, const float* k, const float* v,
+                                    const std::vector<double>& oracle) {
+    std::vector<float> baseline = reference::attention<float>(p, q, k, v);
+    const std::size_t B = std::size_t(p.batch), H = std::size_t(p.heads), Dk = std::size_t(p.head_dim);
+    const std::vector<float> q0(q, q + B * H * std::size_t(p.q_len) * Dk), k0(k, k + B * H * std::size_t(p.kv_len) * Dk);
+    // Other orders of each dot product: reversed, and rotated by half a row (the second half of
+    // the columns first). Each is the same exact score summed in another float32 order.
+    for (const bool rotate : {false, true}) {
+        std::vector<float> qr = q0, kr = k0;
+        for (std::vector<float>* x : {&qr, &kr})
+            for (std::size_t r = 0; r + Dk <= x->size(); r += Dk) {
+                const auto row = x->begin() + std::ptrdiff_t(r);
+                if (rotate) std::rotate(row, row + std::ptrdiff_t(Dk / 2), row + std::ptrdiff_t(Dk));
+                else std::reverse(row, row + std::ptrdiff_t(Dk));
+            }
+        const std::vector<float> other = reference::attention<float>(p, qr.data(), kr.data(), v);
+        for (std::size_t i = 0; i < baseline.size(); ++i)
+            if (!(std::abs(double(baseline[i]) - oracle[i]) >= std::abs(double(other[i]) - oracle[i])))
+                baseline[i] = other[i];
+    }
+    return baseline;
+}
+
 const std::vector<KernelProperty>& kernel_properties() {
     static const std::vector<KernelProperty> all = {
         {"agreement", "out agrees with the float64 reference within NUMERICS.md's tolerance", {}, agreement},
@@ -386,7 +421,7 @@ const std::vector<KernelProperty>& kernel_properties() {
          {.need_future = true}, causality},
         {"row_sums", "all-ones values: every row's probabilities sum to 1 (0 for a row with no key)", {}, row_sums},
         {"probabilities", "identity values expose the rows: in [0,1], masked keys exactly 0, equal to the reference",
-         {.max_kv = 48}, probabilities},
+         {.max_kv = 48, .large_max_kv = 200}, probabilities},
         {"empty_rows", "a row with no visible key (kv_valid_len = 0) gives exactly 0, never NaN",
          {.need_empty = true}, empty_rows},
         {"padding", "replacing padded keys/values (j >= kv_valid_len) changes nothing, bitwise",

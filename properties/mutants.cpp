@@ -45,6 +45,11 @@ enum class Bug {
     input_modified,
     oob_write,
     nondeterministic,
+    // Bugs of blocked kernels that only show on long sequences or wide heads (the generators'
+    // large tier is there to reach them):
+    tile_edge_key_dropped,     // the first key of every 64-key tile after the first is skipped
+    split_k_chunk_lost,        // a split-K decode merges its 512-key chunks but forgets chunk 0
+    lane_remainder_dropped,    // a 16-lane fast path for Dk >= 64 drops the Dk % 16 tail columns
 };
 
 // Round to bfloat16 (8 significant bits), nearest-even, and back: what a kernel that stores P in
@@ -107,13 +112,19 @@ int textbook_kernel(const attncheck_problem* p, const float* q, const float* k, 
 
                 for (std::int64_t j = 0; j < Tk; ++j) {
                     bool visible = j < valid && j < key_end;
+                    if constexpr (bug == Bug::tile_edge_key_dropped) visible = visible && !(j >= 64 && j % 64 == 0);
+                    if constexpr (bug == Bug::split_k_chunk_lost)
+                        visible = visible && !(Tq <= 64 && Tk > 512 && j < 512);
                     if (p->causal) {
                         if constexpr (bug == Bug::diagonal_masked) visible = visible && j < last;
                         else if constexpr (bug == Bug::future_peek) visible = visible && j <= last + 1;
                         else visible = visible && j <= last;
                     }
                     float dot = 0;
-                    for (std::int64_t c = 0; c < Dk; ++c) dot += qh[i * Dk + c] * kh[j * Dk + c];
+                    std::int64_t dot_end = Dk;
+                    if constexpr (bug == Bug::lane_remainder_dropped)
+                        if (Dk >= 64) dot_end = Dk - Dk % 16;
+                    for (std::int64_t c = 0; c < dot_end; ++c) dot += qh[i * Dk + c] * kh[j * Dk + c];
                     if constexpr (bug == Bug::mask_after_softmax) {
                         s[std::size_t(j)] = scale * dot;  // the mask waits until after the softmax
                         w[std::size_t(j)] = visible ? 1.0f : 0.0f;
@@ -283,6 +294,12 @@ const std::vector<Mutant>& mutant_kernels() {
          "writes one float past the end of out (out[B*H*Tq*Dv])", /*writes_out_of_bounds=*/true},
         {"nondeterministic", textbook_kernel<Bug::nondeterministic>,
          "every other call moves each output by one ulp (hidden global state): same call, different bits"},
+        {"tile_edge_key_dropped", textbook_kernel<Bug::tile_edge_key_dropped>,
+         "the first key of every 64-key tile after the first (j = 64, 128, ...) is skipped: only Tk > 64 shows it"},
+        {"split_k_chunk_lost", textbook_kernel<Bug::split_k_chunk_lost>,
+         "a split-K decode (Tq <= 64) over 512-key chunks drops chunk 0 in the merge: only Tk > 512 shows it"},
+        {"lane_remainder_dropped", textbook_kernel<Bug::lane_remainder_dropped>,
+         "the 16-lane dot-product path for head_dim >= 64 drops the head_dim % 16 tail columns"},
     };
     return zoo;
 }

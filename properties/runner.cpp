@@ -14,6 +14,7 @@ const char* to_string(Status s) {
         case Status::fail: return "FAIL";
         case Status::unsupported: return "unsupported";
         case Status::error: return "ERROR";
+        case Status::skipped: return "skipped";
     }
     return "?";
 }

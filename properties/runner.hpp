@@ -16,7 +16,8 @@
 
 namespace attncheck::properties {
 
-enum class Status { pass, fail, unsupported, error };
+// skipped: not run because the kernel crashed or timed out in an earlier property (isolation).
+enum class Status { pass, fail, unsupported, error, skipped };
 const char* to_string(Status s);
 
 struct RunParams {

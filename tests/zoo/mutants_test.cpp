@@ -30,7 +30,7 @@ TEST_CASE("the correct bases agree with the reference on every witness problem a
     for (attncheck_kernel_fn base : {mutant_base_kernel(), mutant_online_base_kernel()})
         for (const Problem& pr : witness_problems())
             for (std::uint32_t seed = 1; seed <= 20; ++seed) {
-                const Verdict v = check_once(base, make_inputs(pr, seed));
+                const zoo_test::Verdict v = check_once(base, make_inputs(pr, seed));
                 INFO((base == mutant_base_kernel() ? "two-pass" : "online") << " base, problem "
                      << pr.name << ", seed " << seed << ": " << v.why);
                 CHECK_FALSE(v.flagged);
@@ -41,7 +41,7 @@ TEST_CASE("every mutant is observable: some witness problem exposes it") {
     for (const Mutant& m : mutant_kernels()) {
         std::string caught_by;
         for (const Problem& pr : witness_problems()) {
-            const Verdict v = check_once(m.fn, make_inputs(pr, 1));
+            const zoo_test::Verdict v = check_once(m.fn, make_inputs(pr, 1));
             if (v.flagged) {
                 caught_by = pr.name + ": " + v.why;
                 break;

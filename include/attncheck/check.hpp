@@ -1,0 +1,80 @@
+// attncheck/check.hpp — check an attention kernel with one call, from your own test (issue 6).
+//
+//     #include <attncheck/check.hpp>
+//     TEST_CASE("my kernel passes attncheck") {
+//         const attncheck::CheckReport report = attncheck::check_kernel(my_kernel, "my_kernel");
+//         INFO(report.text);   // the table, and for a failure the shrunk case and its replay line
+//         REQUIRE(report.passed);
+//     }
+//
+// check_kernel() runs every kernel-level property of `attncheck fuzz` (agreement with a float64
+// oracle, exact causality, row sums, probabilities, rows with no key, padding, batch
+// independence, determinism, no write outside out, inputs unchanged, refusal of an unknown ABI
+// version) and, unless CheckOptions::decoder is false, the decoder-level ones with the kernel
+// plugged into attncheck's optimized decoder. Same generators, shrinking and failure messages as
+// `attncheck fuzz --kernel-lib`; the difference is that it runs IN PROCESS (we do not own your
+// test's main()): a kernel that crashes takes the test binary with it, one that hangs hangs it.
+// For a kernel you do not trust yet, build it as a shared library and use
+// `attncheck fuzz --kernel-lib PATH --symbol NAME`, which isolates it in a worker process.
+//
+// Replaying a failure: the report prints
+//     replay: ATTNCHECK_SEED=S ATTNCHECK_CASES=N ATTNCHECK_PROPERTY=P <your test binary>
+// These environment variables override the options given by CheckOptions::from_environment(),
+// which is check_kernel's default argument.
+//
+// This header needs only the C ABI header and the standard library (no xtensor, no RapidCheck).
+// Link attncheck::properties (find_package(attncheck REQUIRED COMPONENTS properties)).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attncheck/kernel_abi.h"
+
+namespace attncheck {
+
+struct CheckOptions {
+    // RapidCheck seed; 0: the suite's fixed default seed (so a test is reproducible), printed
+    // in the report.
+    std::uint64_t seed = 0;
+    // Random cases per kernel-level property, and per decoder-level property (each decoder case
+    // builds and runs whole models, so it costs far more than a kernel case).
+    int cases = 100;
+    int decoder_cases = 20;
+    // Also the decoder-level properties with the kernel plugged into the optimized decoder.
+    bool decoder = true;
+    // Property names to run (see `attncheck fuzz --list`); empty: all.
+    std::vector<std::string> only;
+
+    // `defaults` overridden by ATTNCHECK_SEED, ATTNCHECK_CASES (both kernel and decoder cases)
+    // and ATTNCHECK_PROPERTY (a comma-separated list of property names). A malformed value
+    // throws std::invalid_argument naming the variable.
+    static CheckOptions from_environment(CheckOptions defaults);
+    static CheckOptions from_environment();  // the defaults above, overridden
+};
+
+struct CheckReport {
+    // Every property passed. A case the kernel refuses (returns nonzero) counts as passed, but
+    // a property whose every case was refused fails: nothing was checked.
+    bool passed = false;
+    // The table property x status, then for each failure: the property, the shrunk case, the
+    // worst element with both values and the bound, and the replay line.
+    std::string text;
+    std::vector<std::string> failed;  // names of the properties that failed
+    std::uint64_t seed = 0;           // the seed that was used
+};
+
+// Runs the properties on `fn` (called `name` in the report). Throws std::invalid_argument for an
+// unknown property name in options.only or a non-positive case count, and for a null fn.
+CheckReport check_kernel(attncheck_kernel_fn fn, const std::string& name,
+                         const CheckOptions& options = CheckOptions::from_environment());
+
+// The names the zoo colleague's proposal used (properties/kernel_lib.hpp): both spellings work.
+namespace properties {
+using attncheck::CheckOptions;
+using attncheck::CheckReport;
+using attncheck::check_kernel;
+}  // namespace properties
+
+}  // namespace attncheck

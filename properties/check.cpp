@@ -1,0 +1,135 @@
+// properties/check.cpp — check_kernel(): every property on one linked kernel, in process, with a
+// report a person reads in a test log (include/attncheck/check.hpp).
+#include "attncheck/check.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <iomanip>
+#include <sstream>
+#include <stdexcept>
+
+#include "properties/property_runs.hpp"
+
+namespace attncheck {
+namespace {
+
+using namespace attncheck::properties;
+
+// The seed when none is given: fixed, so that an outside project's CI is reproducible (a new
+// seed per run finds more over time: set ATTNCHECK_SEED from the CI job's id for that).
+constexpr std::uint64_t kDefaultCheckSeed = 20240611;
+
+std::uint64_t parse_u64(const char* var, const std::string& text) {
+    try {
+        std::size_t used = 0;
+        const unsigned long long v = std::stoull(text, &used);
+        if (used == text.size() && !text.empty() && text[0] != '-') return v;
+    } catch (const std::exception&) {
+    }
+    throw std::invalid_argument(std::string(var) + "=" + text + ": expected a non-negative integer");
+}
+
+bool known_property(const std::string& name) {
+    for (const auto& p : kernel_properties())
+        if (p.name == name) return true;
+    for (const auto& p : decoder_properties())
+        if (p.name == name) return true;
+    return false;
+}
+
+std::string cell(const PropertyResult& r) {
+    std::ostringstream s;
+    switch (r.status) {
+        case Status::pass:
+            s << "pass (" << r.cases << " cases";
+            if (r.unsupported) s << ", " << r.unsupported << " unsupported";
+            s << ")";
+            break;
+        case Status::fail: s << "FAIL at case " << r.failed_at; break;
+        case Status::unsupported: s << "FAIL (every case unsupported)"; break;
+        case Status::error: s << "ERROR"; break;
+        case Status::skipped: s << "skipped"; break;
+    }
+    return s.str();
+}
+
+}  // namespace
+
+CheckOptions CheckOptions::from_environment(CheckOptions o) {
+    if (const char* s = std::getenv("ATTNCHECK_SEED")) o.seed = parse_u64("ATTNCHECK_SEED", s);
+    if (const char* s = std::getenv("ATTNCHECK_CASES")) {
+        const std::uint64_t n = parse_u64("ATTNCHECK_CASES", s);
+        if (n < 1 || n > 100000000) throw std::invalid_argument(std::string("ATTNCHECK_CASES=") + s + ": expected 1 to 1e8");
+        o.cases = o.decoder_cases = int(n);
+    }
+    if (const char* s = std::getenv("ATTNCHECK_PROPERTY")) {
+        o.only.clear();
+        std::stringstream list(s);
+        for (std::string name; std::getline(list, name, ',');)
+            if (!name.empty()) o.only.push_back(name);
+    }
+    return o;
+}
+
+CheckOptions CheckOptions::from_environment() { return from_environment(CheckOptions{}); }
+
+CheckReport check_kernel(attncheck_kernel_fn fn, const std::string& name, const CheckOptions& options) {
+    if (!fn) throw std::invalid_argument("check_kernel(" + name + "): the kernel function pointer is null");
+    if (options.cases < 1 || options.decoder_cases < 1)
+        throw std::invalid_argument("check_kernel(" + name + "): cases and decoder_cases must be at least 1");
+    for (const std::string& p : options.only)
+        if (!known_property(p))
+            throw std::invalid_argument("check_kernel(" + name + "): no property named '" + p +
+                                        "' (see `attncheck fuzz --list`)");
+    const auto selected = [&](const std::string& p) {
+        return options.only.empty() || std::find(options.only.begin(), options.only.end(), p) != options.only.end();
+    };
+
+    CheckReport report;
+    report.seed = options.seed != 0 ? options.seed : kDefaultCheckSeed;
+    std::vector<PropertyResult> results;
+    std::vector<int> budgets;
+    // An outside kernel may block differently per batch size: within tolerance is enough.
+    const KernelUnderTest kernel{name, fn, false};
+    for (const KernelProperty& prop : kernel_properties()) {
+        if (!selected(prop.name)) continue;
+        results.push_back(run_kernel_property(prop, kernel, RunParams{report.seed, options.cases}));
+        budgets.push_back(options.cases);
+    }
+    if (options.decoder) {
+        const DecoderUnderTest decoder{"optimized[" + name + "]", fn};
+        for (const DecoderProperty& prop : decoder_properties()) {
+            if (!selected(prop.name)) continue;
+            results.push_back(run_decoder_property(prop, decoder, RunParams{report.seed, options.decoder_cases}));
+            budgets.push_back(options.decoder_cases);
+        }
+    }
+
+    std::ostringstream t;
+    t << "attncheck check_kernel(" << name << "): seed " << report.seed << ", " << options.cases
+      << " cases per kernel property" << (options.decoder ? ", " + std::to_string(options.decoder_cases) +
+                                                                 " per decoder property (kernel in the optimized decoder)"
+                                                           : std::string())
+      << "\n";
+    std::size_t w = 0;
+    for (const auto& r : results) w = std::max(w, r.property.size());
+    for (const auto& r : results) t << "  " << std::left << std::setw(int(w)) << r.property << "  " << cell(r) << "\n";
+    for (std::size_t i = 0; i < results.size(); ++i) {
+        const PropertyResult& r = results[i];
+        if (r.status == Status::pass) continue;
+        report.failed.push_back(r.property);
+        t << "\n" << r.property << " " << to_string(r.status) << " on " << name;
+        if (r.status == Status::fail) t << " at case " << r.failed_at << (r.counterexample.empty() ? "" : ", shrunk to:");
+        t << "\n" << r.counterexample << "  " << r.message << "\n"
+          << "  replay: ATTNCHECK_SEED=" << report.seed << " ATTNCHECK_CASES=" << budgets[i]
+          << " ATTNCHECK_PROPERTY=" << r.property << " <this test binary>\n";
+    }
+    report.passed = report.failed.empty() && !results.empty();
+    if (results.empty()) t << "no property selected: nothing was checked\n";
+    t << "\n" << (report.passed ? "passed: " : "FAILED: ") << results.size() - report.failed.size() << " of "
+      << results.size() << " properties passed\n";
+    report.text = t.str();
+    return report;
+}
+
+}  // namespace attncheck

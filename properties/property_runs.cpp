@@ -1,0 +1,59 @@
+// properties/property_runs.cpp — see property_runs.hpp.
+#include "properties/property_runs.hpp"
+
+#include <rapidcheck.h>
+
+namespace attncheck::properties {
+
+PropertyResult run_kernel_property(const KernelProperty& prop, const KernelUnderTest& k, const RunParams& params,
+                                   const Progress& progress, const WorkerChannel* channel) {
+    const rc::Gen<KernelCase> gen = gen_kernel_case(prop.options);
+    std::uint64_t index = 0;
+    return run_property(
+        prop.name,
+        [&] {
+            if (channel) channel->announce_case(prop.name, index++, params.seed);
+            const KernelCase c = *gen.as("case");
+            RC_TAG(std::string("style ") + to_string(c.style));
+            RC_TAG(std::string("mode ") + to_string(c.mode));
+            RC_CLASSIFY(c.q_len == 1, "q_len 1");
+            RC_CLASSIFY(c.kv_len == 1, "kv_len 1");
+            RC_CLASSIFY(c.head_dim == 1, "head_dim 1");
+            RC_CLASSIFY(c.value_dim != c.head_dim, "value_dim != head_dim");
+            RC_CLASSIFY(c.batch > 1, "batch > 1");
+            RC_CLASSIFY(!c.kv_valid_len.empty(), "padded");
+            RC_CLASSIFY(!c.causal, "not causal");
+            RC_CLASSIFY(c.kv_len > 64 || c.head_dim > 32 || c.value_dim > 32 || c.q_len > 64, "large shapes");
+            try {
+                return prop.check(k, c);
+            } catch (const std::exception& e) {
+                return Verdict::fail(std::string("exception: ") + e.what());
+            }
+        },
+        params, progress);
+}
+
+PropertyResult run_decoder_property(const DecoderProperty& prop, const DecoderUnderTest& d, const RunParams& params,
+                                    const Progress& progress, const WorkerChannel* channel) {
+    const rc::Gen<DecoderCase> gen = gen_decoder_case(prop.options);
+    std::uint64_t index = 0;
+    return run_property(
+        prop.name,
+        [&] {
+            if (channel) channel->announce_case(prop.name, index++, params.seed);
+            const DecoderCase c = *gen.as("case");
+            RC_TAG(std::string("norm ") + to_string(c.config.norm));
+            RC_CLASSIFY(c.config.cross_attention, "cross-attention");
+            RC_CLASSIFY(c.tokens_len == 1, "T 1");
+            RC_CLASSIFY(c.config.n_heads > 1, "heads > 1");
+            RC_CLASSIFY(c.config.d_model >= 64, "large model");
+            try {
+                return prop.check(d, c);
+            } catch (const std::exception& e) {
+                return Verdict::fail(std::string("exception: ") + e.what());
+            }
+        },
+        params, progress);
+}
+
+}  // namespace attncheck::properties

@@ -1,0 +1,20 @@
+// properties/property_runs.hpp — one property against one subject (a kernel or a decoder) at a
+// seed and budget: the generator, the input-spread tags and the exception guard around a check.
+// Shared by `attncheck fuzz` (properties/fuzz.cpp) and the one-call check_kernel()
+// (properties/check.cpp), so that both run exactly the same cases for the same seed.
+#pragma once
+
+#include "properties/decoder_properties.hpp"
+#include "properties/isolation.hpp"
+#include "properties/kernel_properties.hpp"
+#include "properties/runner.hpp"
+
+namespace attncheck::properties {
+
+// channel: in a worker process, announces every case before it runs (so a crash names it).
+PropertyResult run_kernel_property(const KernelProperty& prop, const KernelUnderTest& k, const RunParams& params,
+                                   const Progress& progress = {}, const WorkerChannel* channel = nullptr);
+PropertyResult run_decoder_property(const DecoderProperty& prop, const DecoderUnderTest& d, const RunParams& params,
+                                    const Progress& progress = {}, const WorkerChannel* channel = nullptr);
+
+}  // namespace attncheck::properties

@@ -1,0 +1,110 @@
+// tests/properties/check_test.cpp — the one-call API (attncheck/check.hpp), the large-shape tier
+// of the generators, and the BatchSession property's teeth.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "attncheck/check.hpp"
+#include "attncheck/kernels.hpp"
+#include "properties/decoder_properties.hpp"
+#include "properties/kernel_case.hpp"
+#include "properties/kernel_properties.hpp"
+#include "properties/mutants.hpp"
+#include "properties/runner.hpp"
+
+using namespace attncheck;
+using namespace attncheck::properties;
+
+TEST_CASE("check_kernel passes a correct kernel and reports every property", "[check]") {
+    CheckOptions o;
+    o.cases = 20;
+    o.decoder_cases = 3;
+    const CheckReport r = check_kernel(attncheck_reference_kernel, "reference", o);
+    INFO(r.text);
+    CHECK(r.passed);
+    CHECK(r.failed.empty());
+    for (const auto& p : kernel_properties()) CHECK(r.text.find(p.name) != std::string::npos);
+    for (const auto& p : decoder_properties()) CHECK(r.text.find(p.name) != std::string::npos);
+}
+
+TEST_CASE("check_kernel fails a mutant with a shrunk case and a replay line", "[check]") {
+    const Mutant* m = find_mutant("missing_scale");
+    REQUIRE(m);
+    CheckOptions o;
+    o.cases = 50;
+    o.decoder = false;
+    const CheckReport r = check_kernel(m->fn, m->name, o);
+    INFO(r.text);
+    CHECK_FALSE(r.passed);
+    CHECK(std::find(r.failed.begin(), r.failed.end(), "agreement") != r.failed.end());
+    CHECK(r.text.find("replay: ATTNCHECK_SEED=" + std::to_string(r.seed) + " ATTNCHECK_CASES=50 ATTNCHECK_PROPERTY=agreement") !=
+          std::string::npos);
+    CHECK(r.text.find("case = B=") != std::string::npos);       // the shrunk case
+    CHECK(r.text.find("float64 oracle") != std::string::npos);  // the element, both values, the bound
+}
+
+TEST_CASE("check_kernel rejects bad options", "[check]") {
+    CheckOptions o;
+    o.only = {"no_such_property"};
+    CHECK_THROWS_AS(check_kernel(attncheck_reference_kernel, "reference", o), std::invalid_argument);
+    CHECK_THROWS_AS(check_kernel(nullptr, "null", CheckOptions{}), std::invalid_argument);
+    o.only = {"abi_version"};
+    const CheckReport one = check_kernel(attncheck_reference_kernel, "reference", o);
+    CHECK(one.passed);
+    CHECK(one.text.find("agreement") == std::string::npos);
+}
+
+TEST_CASE("CheckOptions::from_environment reads the replay variables", "[check]") {
+    ::setenv("ATTNCHECK_SEED", "77", 1);
+    ::setenv("ATTNCHECK_CASES", "12", 1);
+    ::setenv("ATTNCHECK_PROPERTY", "agreement,causality", 1);
+    const CheckOptions o = CheckOptions::from_environment();
+    CHECK(o.seed == 77);
+    CHECK(o.cases == 12);
+    CHECK(o.decoder_cases == 12);
+    CHECK(o.only == std::vector<std::string>{"agreement", "causality"});
+    ::setenv("ATTNCHECK_CASES", "many", 1);
+    CHECK_THROWS_AS(CheckOptions::from_environment(), std::invalid_argument);
+    ::unsetenv("ATTNCHECK_SEED");
+    ::unsetenv("ATTNCHECK_CASES");
+    ::unsetenv("ATTNCHECK_PROPERTY");
+}
+
+TEST_CASE("the large tier reaches tile edges, long decode contexts and wide heads early", "[check][generators]") {
+    int longest_decode = 0, widest = 0, longest_q = 0, large = 0, cases = 0;
+    const rc::Gen<KernelCase> gen = gen_kernel_case();
+    const PropertyResult r = run_property(
+        "spread",
+        [&] {
+            const KernelCase c = *gen;
+            ++cases;
+            if (c.mode == OffsetMode::decode) longest_decode = std::max(longest_decode, c.kv_len);
+            widest = std::max({widest, c.head_dim, c.value_dim});
+            longest_q = std::max(longest_q, c.q_len);
+            large += c.kv_len > 64 || c.head_dim > 32 ? 1 : 0;
+            return Verdict::pass();
+        },
+        RunParams{1, 300});
+    REQUIRE(r.status == Status::pass);
+    CHECK(longest_decode > 512);  // past a 512-key split-K chunk
+    CHECK(widest >= 64);
+    CHECK(longest_q > 64);
+    CHECK(large >= cases / 50);  // a minority, but there
+    CHECK(large <= cases / 5);
+}
+
+TEST_CASE("batch_session catches a kernel that ignores kv_valid_len inside the decoder", "[check][decoder]") {
+    const Mutant* m = find_mutant("padding_ignored");
+    REQUIRE(m);
+    const DecoderProperty* prop = nullptr;
+    for (const auto& p : decoder_properties())
+        if (p.name == "batch_session") prop = &p;
+    REQUIRE(prop);
+    const rc::Gen<DecoderCase> gen = gen_decoder_case(prop->options);
+    const DecoderUnderTest d{"optimized[padding_ignored]", m->fn};
+    const PropertyResult r = run_property(prop->name, [&] { return prop->check(d, *gen); }, RunParams{3, 30});
+    INFO(r.message);
+    CHECK(r.status == Status::fail);
+    CHECK(r.message.find("BatchSession") != std::string::npos);
+}
