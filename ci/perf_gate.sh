@@ -12,7 +12,8 @@
 # Options: --baseline NAME (default: default), --out DIR (default out/perf),
 #          --repetitions N (in all, default 9, at least 9), --filter REGEX (the gated benchmarks).
 # Environment: ATTNCHECK_BENCH (the binary, default build/bench/attncheck_bench),
-#   ATTNCHECK_GATE_PROCESSES (separate benchmark processes the repetitions are spread over, 3).
+#   ATTNCHECK_GATE_PROCESSES (separate benchmark processes the repetitions are spread over, 3),
+#   ATTNCHECK_GATE_THRESHOLD (relative drop a regression must exceed, 0.40: see below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . ci/lib.sh
@@ -25,6 +26,15 @@ cd "$(dirname "$0")/.."
 #   decoder against the reference (speedup).
 default_filter='^BM_(FmaPeak|DramRead)|^BM_AttentionPrefill/threads:[01]/T:512/|^BM_AttentionDecode/|^BM_AttentionReference/Tq:512/|^BM_Prefill/T:128/|^BM_DecodeStep/ctx:128/|^BM_VsReference'
 filter=${ATTNCHECK_GATE_FILTER:-$default_filter}
+# The relative drop a regression must exceed. tools/perf_gate.py's own default, 10%, suits a
+# dedicated quiet runner. On this project's CI machines (2 shared vCPUs) the figures of an
+# UNCHANGED build drift more than that between runs minutes apart, which no within-run spread
+# shows: measured here against a baseline recorded 15 minutes earlier, kernel decode frac_bw
+# -30% and -35% (the DRAM calibration swings 48-76 GB/s), optimized-over-reference speed-up
+# -28%, prefill T=128 frac_peak -20%. 40% is above that drift and far below the injected
+# slowdown of tests/gate/proof.sh (attention figures -95% and more). Set
+# ATTNCHECK_GATE_THRESHOLD=0.10 on a runner quiet enough to hold its figures within 10%.
+threshold=${ATTNCHECK_GATE_THRESHOLD:-0.40}
 bin=${ATTNCHECK_BENCH:-build/bench/attncheck_bench}
 name=default
 out=out/perf
@@ -80,5 +90,6 @@ if [ "$mode" = record ]; then
     "$(gate_python)" tools/perf_gate.py record --current $current --baseline "$baseline"
   echo "perf_gate.sh: review and commit $baseline"
 else
-  "$(gate_python)" tools/perf_gate.py compare --current $current --baseline "$baseline" --out "$out"
+  "$(gate_python)" tools/perf_gate.py compare --current $current --baseline "$baseline" --out "$out" \
+    --threshold "$threshold"
 fi

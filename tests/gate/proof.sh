@@ -54,9 +54,9 @@ fi
 # shellcheck disable=SC2086  # lists of files
 "$py" tools/perf_gate.py record --current $a_runs --baseline "$work/a-baseline.json" >/dev/null
 expect 0 b-vs-a "$py" tools/perf_gate.py compare --current "$work"/b/run-*.json \
-  --baseline "$work/a-baseline.json" --out "$work/b-vs-a"
+  --baseline "$work/a-baseline.json" --out "$work/b-vs-a" --threshold "${ATTNCHECK_GATE_THRESHOLD:-0.40}"
 expect 1 slow-vs-a "$py" tools/perf_gate.py compare --current "$work"/slow/run-*.json \
-  --baseline "$work/a-baseline.json" --out "$work/slow-vs-a"
+  --baseline "$work/a-baseline.json" --out "$work/slow-vs-a" --threshold "${ATTNCHECK_GATE_THRESHOLD:-0.40}"
 
 if [ "$problems" -ne 0 ]; then
   echo "proof: FAILED ($problems expectation(s) not met); outputs in $work/" >&2
