@@ -262,6 +262,21 @@ struct Scratch {
 };
 thread_local Scratch t_scratch;
 
+// Sizes the calling thread's scratch. Called by every thread of a team at the start of a
+// parallel region, whether or not the schedule then hands it a task, so that a later call (a
+// decode step) allocates on no thread. False, with failed set, when the allocation fails (no
+// exception may cross an OpenMP region).
+bool reserve_thread_scratch(std::int64_t Dk, std::int64_t Dv, bool& failed) {
+    try {
+        t_scratch.reserve(Dk, Dv);
+        return true;
+    } catch (...) {
+#pragma omp atomic write
+        failed = true;
+        return false;
+    }
+}
+
 // Software prefetch of n contiguous floats into L2 (one request per 64-byte line).
 inline void prefetch_rows(const float* p, std::int64_t n) {
 #if defined(__AVX512F__) || defined(__SSE__)
@@ -587,16 +602,7 @@ int run(const attncheck_problem& p, const float* q, const float* k, const float*
         const std::int64_t tasks = B * H * n_qblocks;
 #pragma omp parallel
         {
-            // Every thread of the team sizes its scratch here, whether or not the schedule hands
-            // it a task this time: a later call (a decode step) then allocates on no thread.
-            bool ready = true;
-            try {
-                t_scratch.reserve(base.Dk, base.Dv);
-            } catch (...) {
-                ready = false;
-#pragma omp atomic write
-                failed = true;
-            }
+            const bool ready = reserve_thread_scratch(base.Dk, base.Dv, failed);
 #pragma omp for schedule(dynamic, 1)
         for (std::int64_t t = 0; t < tasks; ++t) {
             if (!ready) continue;
@@ -635,16 +641,7 @@ int run(const attncheck_problem& p, const float* q, const float* k, const float*
     float* partials = t_partials.data();
 #pragma omp parallel
     {
-        // Every thread of the team sizes its scratch here, whether or not the schedule hands
-        // it a task this time: a later call (a decode step) then allocates on no thread.
-        bool ready = true;
-        try {
-            t_scratch.reserve(base.Dk, base.Dv);
-        } catch (...) {
-            ready = false;
-#pragma omp atomic write
-            failed = true;
-        }
+        const bool ready = reserve_thread_scratch(base.Dk, base.Dv, failed);
 #pragma omp for schedule(dynamic, 1)
     for (std::int64_t t = 0; t < tasks; ++t) {
         if (!ready) continue;
@@ -667,16 +664,7 @@ int run(const attncheck_problem& p, const float* q, const float* k, const float*
     if (failed) return ATTNCHECK_UNSUPPORTED;
 #pragma omp parallel
     {
-        // Every thread of the team sizes its scratch here, whether or not the schedule hands
-        // it a task this time: a later call (a decode step) then allocates on no thread.
-        bool ready = true;
-        try {
-            t_scratch.reserve(base.Dk, base.Dv);
-        } catch (...) {
-            ready = false;
-#pragma omp atomic write
-            failed = true;
-        }
+        const bool ready = reserve_thread_scratch(base.Dk, base.Dv, failed);
 #pragma omp for schedule(static)
     for (std::int64_t bh = 0; bh < B * H; ++bh) {
         if (!ready) continue;

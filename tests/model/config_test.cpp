@@ -71,23 +71,8 @@ TEST_CASE("validate names the bad field", "[config]") {
 
 // Every combination of the categorical options.
 static std::vector<ModelConfig> all_option_configs() {
-    std::vector<ModelConfig> out;
-    for (Norm norm : {Norm::post, Norm::pre})
-        for (bool cross : {false, true})
-            for (Positional pos : {Positional::sinusoidal, Positional::learned})
-                for (Activation act : {Activation::relu, Activation::gelu, Activation::gelu_tanh})
-                    for (bool tied : {false, true})
-                        for (bool scale : {false, true}) {
-                            ModelConfig c = testing::distinct_sizes_config();
-                            c.norm = norm;
-                            c.cross_attention = cross;
-                            c.positional = pos;
-                            c.activation = act;
-                            c.tie_embeddings = tied;
-                            c.embed_scale_sqrt_d = scale;
-                            c.ln_eps = 3.0e-6;
-                            out.push_back(c);
-                        }
+    std::vector<ModelConfig> out = testing::option_configs();
+    for (ModelConfig& c : out) c.ln_eps = 3.0e-6;  // a non-default eps, to round-trip too
     return out;
 }
 

@@ -17,25 +17,7 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-std::vector<ModelConfig> option_configs() {
-    std::vector<ModelConfig> out;
-    for (Norm norm : {Norm::post, Norm::pre})
-        for (bool cross : {false, true})
-            for (Positional pos : {Positional::sinusoidal, Positional::learned})
-                for (Activation act : {Activation::relu, Activation::gelu, Activation::gelu_tanh})
-                    for (bool tied : {false, true})
-                        for (bool scale : {false, true}) {
-                            ModelConfig c = testing::distinct_sizes_config();
-                            c.norm = norm;
-                            c.cross_attention = cross;
-                            c.positional = pos;
-                            c.activation = act;
-                            c.tie_embeddings = tied;
-                            c.embed_scale_sqrt_d = scale;
-                            out.push_back(c);
-                        }
-    return out;
-}
+using testing::option_configs;
 
 void check_bitwise_equal(const Model& a, const Model& b) {
     REQUIRE(a.config == b.config);
