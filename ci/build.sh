@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Configures and builds attncheck in Release with warnings as errors, into build/.
+# Configures and builds attncheck in Release into build/ (warnings are errors under CI=true, see
+# werror_flag in ci/lib.sh; ccache when installed).
 # Usage: ci/build.sh [extra cmake -D options]
 # Environment: ATTNCHECK_BUILD_DIR (default build), ATTNCHECK_JOBS (default nproc).
 set -euo pipefail
@@ -7,5 +8,6 @@ cd "$(dirname "$0")/.."
 . ci/lib.sh
 
 dir=${ATTNCHECK_BUILD_DIR:-build}
-cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DATTNCHECK_WERROR=ON "$@"
+# shellcheck disable=SC2046  # the flag lists are words
+cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release $(werror_flag) $(launcher_flags) "$@"
 cmake --build "$dir" -j"$(jobs)"

@@ -11,7 +11,8 @@
 #                    (for iterating on the examples; CI runs without it)
 # Environment:
 #   ATTNCHECK_PREFIX        install prefix (default /tmp/attncheck-prefix; emptied first)
-#   ATTNCHECK_EXAMPLES_DIR  build folders (default out/examples; emptied first)
+#   ATTNCHECK_EXAMPLES_DIR  the examples' build folders (default out/examples; emptied first); the
+#                           attncheck build that is installed goes to build-install/
 #   ATTNCHECK_JOBS          parallel build jobs (default nproc)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,15 +27,18 @@ esac
 
 prefix=$(realpath -m "${ATTNCHECK_PREFIX:-/tmp/attncheck-prefix}")
 work=$(realpath -m "${ATTNCHECK_EXAMPLES_DIR:-out/examples}")
-rm -rf "$work"
+install_build=build-install
+rm -rf "$work" "$install_build"
 [ "$use_installed" -eq 1 ] || rm -rf "$prefix"
 mkdir -p "$work"
 
 build_and_install() {
-  cmake -S . -B "$work/attncheck" -DCMAKE_BUILD_TYPE=Release -DATTNCHECK_WERROR=ON \
+  # Built beside build/ (same folder depth) so that ccache serves the files ci/build.sh compiled.
+  # shellcheck disable=SC2046  # the flag lists are words
+  cmake -S . -B "$install_build" -DCMAKE_BUILD_TYPE=Release $(werror_flag) $(launcher_flags) \
     -DATTNCHECK_BUILD_TESTS=OFF -DATTNCHECK_BUILD_BENCH=OFF
-  cmake --build "$work/attncheck" -j"$(jobs)"
-  cmake --install "$work/attncheck" --prefix "$prefix"
+  cmake --build "$install_build" -j"$(jobs)"
+  cmake --install "$install_build" --prefix "$prefix"
 }
 
 outside_project() {

@@ -7,6 +7,33 @@
 # The number of parallel build jobs: every core, unless the caller says otherwise.
 jobs() { echo "${ATTNCHECK_JOBS:-$(nproc)}"; }
 
+# -DATTNCHECK_WERROR=ON|OFF for the ci/ builds. Warnings are errors in CI (CI=true), where a new
+# warning must stop a change; a user's own run of the README's commands builds with warnings
+# shown but not fatal, so that a compiler's false positive on an unusual CPU target (g++ 12 has
+# several at some -march values) never stops a first build. ATTNCHECK_WERROR=ON|OFF overrides.
+werror_flag() {
+  local on=OFF
+  [ "${CI:-}" = "true" ] && on=ON
+  echo "-DATTNCHECK_WERROR=${ATTNCHECK_WERROR:-$on}"
+}
+
+# ccache, when installed (ci/setup.sh installs it), for every ci/ build: CI builds the project
+# several times (tests, sanitizers, the examples' install, the gate's base commit), mostly from
+# the same sources with the same flags. CCACHE_BASEDIR makes paths under the checkout relative,
+# so a build of another commit in a folder of the same depth (the gate's base) hits the cache
+# for every file the change left alone.
+launcher_flags() {
+  if [ "${ATTNCHECK_CCACHE:-1}" != 0 ] && command -v ccache >/dev/null 2>&1; then
+    echo "-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache"
+  fi
+}
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
+# -march=native means another instruction set on another CPU, and ccache keys on the command
+# line: hash what the compiler makes of native here (its version and every target option), so
+# a cache carried to another machine never serves an object built for a different CPU.
+export CCACHE_COMPILERCHECK=${CCACHE_COMPILERCHECK:-"%compiler% -v -march=native -Q --help=target"}
+
 stage() {
   local name=$1; shift
   local start rc=0 secs status

@@ -19,7 +19,7 @@ rm -rf "$logs"; mkdir -p "$logs"
 
 # RelWithDebInfo: optimised enough for the properties to finish, with line numbers in reports.
 cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTNCHECK_SANITIZE=ON \
-      -DATTNCHECK_BUILD_BENCH=OFF -DATTNCHECK_WERROR=ON
+      -DATTNCHECK_BUILD_BENCH=OFF $(werror_flag) $(launcher_flags)
 cmake --build "$dir" -j"$(jobs)"
 
 # halt_on_error: the first report ends the process; log_path: reports also land in files

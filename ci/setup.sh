@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake
+  build-essential cmake ccache git
   libxtensor-dev libxsimd-dev xtl-dev
   librapidcheck-dev catch2 libbenchmark-dev libbenchmark-tools
   nlohmann-json3-dev libcli11-dev
