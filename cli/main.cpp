@@ -18,6 +18,7 @@
 #include <CLI/CLI.hpp>
 
 #include "attncheck/error.hpp"
+#include "attncheck/isa.hpp"
 #include "cli/commands.hpp"
 #include "optimized/decoder.hpp"
 #include "properties/fuzz.hpp"
@@ -42,7 +43,8 @@ int run(int argc, char** argv) {
     CLI::App app{"attncheck: verification and property testing of masked (causal) multi-head "
                  "attention in transformer decoders",
                  "attncheck"};
-    app.set_version_flag("--version", "attncheck 0.1.0");
+    // The version names the code path too: verdicts near a bound and every timing depend on it.
+    app.set_version_flag("--version", "attncheck 0.1.0\n" + attncheck::isa_line());
     app.require_subcommand(1);
     app.footer("Exit codes: 0 success, 1 a check failed, 2 bad input or usage "
                "(message on stderr).\nRun `attncheck COMMAND --help` for a command's options.");

@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attncheck/error.hpp"
+#include "attncheck/isa.hpp"
 #include "attncheck/kernels.hpp"
 #include "properties/decoder_properties.hpp"
 #include "properties/isolation.hpp"
@@ -254,6 +255,8 @@ void print_failure(std::ostream& os, const Row& r) {
     if (!p.counterexample.empty()) os << p.counterexample;
     os << "  " << p.message << "\n";
     os << "  replay: " << replay_command(r.replay_flag, p.property, r.params) << "\n";
+    // A float result, and so a verdict near the bound, depends on the code path that ran it.
+    os << "  ran on: " << isa_line() << "\n";
     os << "  (in the Catch2 test: RC_PARAMS=\"seed=" << r.params.seed << " max_success=" << r.params.cases << "\")\n\n";
 }
 
@@ -516,11 +519,12 @@ int fuzz_main(const std::vector<std::string>& args) {
         }
         if (!o.kernel_lib.empty()) load_kernel_library(o.kernel_lib, o.symbol);  // clear errors up front
 
-        std::cout << "attncheck fuzz: seed " << seed << "\n";
+        std::cout << "attncheck fuzz: seed " << seed << "; " << isa_line() << "\n";
         const auto t0 = std::chrono::steady_clock::now();
         std::vector<Row> rows;
         nlohmann::json json_out;
         json_out["seed"] = seed;
+        json_out["isa"] = isa_line();
         int code = 0;
         ProgressLine line;
         if (o.mutants) {

@@ -650,6 +650,9 @@ TEST_CASE("--help of the tool and of each subcommand exits 0 and lists its optio
     const Result version = run_cli(dir, {"--version"});
     CHECK(version.code == 0);
     CHECK(version.out.find("attncheck") != std::string::npos);
+    // The code path that runs: "isa avx2+fma (kernels: portable; cpu: ...)".
+    CHECK(version.out.find("\nisa ") != std::string::npos);
+    CHECK(version.out.find("(kernels: ") != std::string::npos);
 }
 
 TEST_CASE("fuzz hands its arguments, --help included, to the fuzz driver", "[cli][fuzz]") {

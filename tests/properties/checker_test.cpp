@@ -6,9 +6,12 @@
 
 #include <cstdio>
 #include <fstream>
+#include <iostream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "attncheck/isa.hpp"
 #include "attncheck/kernels.hpp"
 #include "properties/fuzz.hpp"
 #include "properties/kernel_properties.hpp"
@@ -112,8 +115,16 @@ TEST_CASE("attncheck fuzz: flags and exit codes", "[checker][fuzz]") {
     REQUIRE(j["results"].size() == 1);
     CHECK(j["results"][0]["status"] == "pass");
     CHECK(j["results"][0]["cases"] == 5);
+    CHECK(j["isa"] == attncheck::isa_line());
     std::remove(json.c_str());
 
-    // A mutant through --kernel fails with exit 1.
-    CHECK(fuzz_main({"--kernel", "diagonal_masked", "--property", "agreement", "--cases", "50", "--seed", "1"}) == 1);
+    // A mutant through --kernel fails with exit 1, and the report names the code path it ran on
+    // (a verdict near a bound depends on it).
+    std::ostringstream report;
+    std::streambuf* const saved = std::cout.rdbuf(report.rdbuf());
+    const int code = fuzz_main({"--kernel", "diagonal_masked", "--property", "agreement", "--cases", "50", "--seed", "1"});
+    std::cout.rdbuf(saved);
+    CHECK(code == 1);
+    CHECK(report.str().find("attncheck fuzz: seed 1; " + attncheck::isa_line()) != std::string::npos);
+    CHECK(report.str().find("  ran on: " + attncheck::isa_line()) != std::string::npos);
 }

@@ -1,0 +1,33 @@
+// include/attncheck/isa.hpp — which instruction set the code runs, and on which CPU.
+//
+// Every figure and every verdict depends on the code path: the optimized GEMM and attention
+// kernel have an AVX-512 path and a portable C++ path (chosen when the build was compiled), and
+// results differ between paths within the NUMERICS bound, not bitwise. So the bench's output and
+// JSON context, `attncheck --version` and the failure reports of `attncheck fuzz` name the path
+// (e.g. "isa avx2+fma"), and the performance gate fingerprints the machine with the CPU fields.
+#pragma once
+
+#include <string>
+
+namespace attncheck {
+
+struct IsaInfo {
+    // What the compiled code may use (the -march target of the build): "avx512f+avx2+fma",
+    // "avx2+fma", "sse2", ...
+    std::string compiled;
+    // The hand-vectorized path of the optimized GEMM and attention kernel: "avx512" or
+    // "portable" (plain C++ with std::fma, auto-vectorized for `compiled` at best).
+    std::string kernels;
+    // This CPU, read at run time: its brand string and what it supports of the above.
+    std::string cpu_model;
+    std::string cpu_features;
+    int cpu_count = 0;  // online logical CPUs
+};
+
+IsaInfo isa_info();
+
+// One line: "isa avx2+fma (kernels: portable; cpu: AMD EPYC 7763 64-Core Processor,
+// avx2+fma, 2 cpus)".
+std::string isa_line();
+
+}  // namespace attncheck
