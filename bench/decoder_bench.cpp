@@ -88,12 +88,8 @@ void BM_Prefill(benchmark::State& state) {
     ThreadCount tc(threads);
     dec.forward(tokens);  // warm: caches, thread pool, scratch
     double seconds = 0;
-    for (auto _ : state) {
-        const auto t0 = Clock::now();
-        auto logits = dec.forward(tokens);
-        benchmark::DoNotOptimize(logits.data());
-        seconds += std::chrono::duration<double>(Clock::now() - t0).count();
-    }
+    for (auto _ : state)
+        seconds += bench::timed([&] { benchmark::DoNotOptimize(dec.forward(tokens).data()); });
     const double iters = double(state.iterations());
     const double gflops = prefill_flops(dec.config(), T) * iters / seconds * 1e-9;
     state.counters["tokens_per_s"] = T * iters / seconds;
@@ -114,12 +110,8 @@ void BM_PrefillScaling(benchmark::State& state) {
         ThreadCount tc(threads);
         dec.forward(tokens);
         double best = 1e30;
-        for (int r = 0; r < 3; ++r) {
-            const auto t0 = Clock::now();
-            auto logits = dec.forward(tokens);
-            benchmark::DoNotOptimize(logits.data());
-            best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
-        }
+        for (int r = 0; r < 3; ++r)
+            best = std::min(best, bench::timed([&] { benchmark::DoNotOptimize(dec.forward(tokens).data()); }));
         return best;
     };
     double one = 0, two = 0;
@@ -147,10 +139,7 @@ void BM_DecodeStep(benchmark::State& state) {
     int token = 0;
     for (auto _ : state) {
         // Every step is at position ctx: the step reads ctx cached positions plus its own.
-        const auto t0 = Clock::now();
-        const auto logits = s.step(token);
-        benchmark::DoNotOptimize(logits.data());
-        seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+        seconds += bench::timed([&] { benchmark::DoNotOptimize(s.step(token).data()); });
         s.truncate(ctx);
         token = (token + 1) % c.vocab_size;
     }
@@ -181,12 +170,8 @@ void BM_VsReference(benchmark::State& state) {
     }
     opt.forward(tokens);
     double seconds = 0;
-    for (auto _ : state) {
-        const auto t0 = Clock::now();
-        auto logits = opt.forward(tokens);
-        benchmark::DoNotOptimize(logits.data());
-        seconds += std::chrono::duration<double>(Clock::now() - t0).count();
-    }
+    for (auto _ : state)
+        seconds += bench::timed([&] { benchmark::DoNotOptimize(opt.forward(tokens).data()); });
     const double opt_s = seconds / double(state.iterations());
     state.counters["reference_ms"] = ref_best * 1e3;
     state.counters["optimized_ms"] = opt_s * 1e3;

@@ -13,9 +13,11 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include <benchmark/benchmark.h>
 
+#include "attncheck/isa.hpp"
 #include "bench/slowdown.hpp"
 
 int main(int argc, char** argv) {
@@ -24,8 +26,23 @@ int main(int argc, char** argv) {
         execv("/proc/self/exe", argv);
         std::perror("attncheck_bench: re-exec with GOMP_SPINCOUNT=10000 failed; going on");
     }
-    benchmark::AddCustomContext("attncheck_inject_slowdown",
-                                attncheck::bench::slowdown_injected() ? "1" : "0");
+    const attncheck::bench::Slowdown& slowdown = attncheck::bench::injected_slowdown();
+    if (!slowdown.error.empty()) {
+        std::fprintf(stderr, "attncheck_bench: %s\n", slowdown.error.c_str());
+        return 2;
+    }
+    benchmark::AddCustomContext("attncheck_inject_slowdown", attncheck::bench::slowdown_label());
+    // The code path and the machine: every figure depends on both, and the performance gate
+    // compares a committed baseline only with a run whose fingerprint matches (tools/perf_gate.py).
+    const attncheck::IsaInfo isa = attncheck::isa_info();
+    benchmark::AddCustomContext("attncheck_isa", isa.compiled);
+    benchmark::AddCustomContext("attncheck_kernels", isa.kernels);
+    benchmark::AddCustomContext("cpu_model", isa.cpu_model);
+    benchmark::AddCustomContext("cpu_features", isa.cpu_features);
+    benchmark::AddCustomContext("cpu_count", std::to_string(isa.cpu_count));
+    // Printed by the console reporter with the context ("attncheck: isa avx2+fma (...)"), and kept
+    // off stdout otherwise: --benchmark_format=json on stdout stays JSON.
+    benchmark::AddCustomContext("attncheck", attncheck::isa_line());
     const char* policy = std::getenv("OMP_WAIT_POLICY");
     const char* spin = std::getenv("GOMP_SPINCOUNT");
     benchmark::AddCustomContext("omp_wait_policy", policy ? policy : "(default)");

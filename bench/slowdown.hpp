@@ -1,27 +1,58 @@
-// bench/slowdown.hpp — the performance gate's injected slowdown (issue 5's proof that it works).
+// bench/slowdown.hpp — the performance gate's injected slowdowns, and the one timing helper
+// every benchmark uses for the code under test.
 //
-// With ATTNCHECK_INJECT_SLOWDOWN=1 in the environment, every benchmark that would run the
-// optimized attention kernel runs the textbook reference kernel instead (about an order of
-// magnitude slower on long sequences): a real, reproducible slowdown of the same binary, which
-// the gate must fail. bench/main.cpp records the setting in the JSON context, so a gate run can
-// check that the slowdown it meant to inject was in force.
+// ATTNCHECK_INJECT_SLOWDOWN in the environment:
+//   unset, "" or "0"    nothing is injected
+//   "1" or "reference"  every benchmark that would run the optimized attention kernel runs the
+//                       textbook reference kernel instead (an order of magnitude slower on long
+//                       sequences): a gross, real slowdown of the same binary
+//   a number 0 < s < 1  every timed call of the code under test takes (1 + s) times as long: its
+//                       own duration, then s of it more in a busy wait on the same thread. Rates
+//                       fall by s / (1 + s). A slowdown of any size, with the real benchmark's
+//                       own noise around it: how tests/gate/ measures what the gate can detect.
+// bench/main.cpp refuses any other value and records the setting in the JSON context, so a gate
+// run can check that the slowdown it meant to inject was in force.
 #pragma once
 
-#include <cstdlib>
-#include <cstring>
+#include <chrono>
+#include <string>
 
 #include "attncheck/kernels.hpp"
 
 namespace attncheck::bench {
 
-inline bool slowdown_injected() {
-    const char* v = std::getenv("ATTNCHECK_INJECT_SLOWDOWN");
-    return v && std::strcmp(v, "") != 0 && std::strcmp(v, "0") != 0;
-}
+struct Slowdown {
+    bool reference_kernel = false;  // "1" / "reference"
+    double stretch = 0;             // s of "0 < s < 1"
+    std::string error;              // non-empty: the variable holds something else
+};
+
+// Parsed once from ATTNCHECK_INJECT_SLOWDOWN.
+const Slowdown& injected_slowdown();
+
+// "0", "reference" or the stretch (e.g. "0.1"), for the JSON context.
+std::string slowdown_label();
 
 // The kernel the "optimized" benchmarks time.
 inline attncheck_kernel_fn optimized_kernel_under_bench() {
-    return slowdown_injected() ? attncheck_reference_kernel : attncheck_optimized_kernel;
+    return injected_slowdown().reference_kernel ? attncheck_reference_kernel : attncheck_optimized_kernel;
+}
+
+// Seconds `work()` took on the wall clock, stretched by the injected slowdown when there is one.
+// Every benchmark times the code under test through this (never the reference it compares with).
+template <class Work>
+double timed(Work&& work) {
+    using Clock = std::chrono::steady_clock;
+    const auto t0 = Clock::now();
+    work();
+    auto t1 = Clock::now();
+    if (const double s = injected_slowdown().stretch; s > 0) {
+        const auto until = t1 + std::chrono::duration_cast<Clock::duration>((t1 - t0) * s);
+        while (Clock::now() < until) {
+        }
+        t1 = Clock::now();
+    }
+    return std::chrono::duration<double>(t1 - t0).count();
 }
 
 }  // namespace attncheck::bench

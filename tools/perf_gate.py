@@ -1,34 +1,42 @@
 #!/usr/bin/env python3
-"""perf_gate.py — the performance-regression gate: Google Benchmark JSON against a baseline.
+"""perf_gate.py — the performance-regression gate: Google Benchmark JSON, judged two ways.
 
-It compares machine-independent figures only, the counters that the benchmark binary computes
-against its own calibrations in the same run:
+`ab`, the gate (ci/perf_gate.sh runs it by default): the runs of two builds, A (the base
+commit) and B (the change), made on the same machine in the same minutes, process after
+process, interleaved. Like is compared with like, so nothing needs to be portable. Each
+benchmark is judged by its rate (iterations per second of wall time), one value per process
+(its fastest repetition), and a rate regresses when both hold:
+  - a one-sided Mann-Whitney U test of B's processes against A's gives p < AB_FAMILY_ALPHA
+    divided by the number of judged rates (Bonferroni: the whole gate raises a false alarm on an
+    unchanged build in at most about one run in a hundred);
+  - the median over B's processes is more than AB_THRESHOLD below A's.
+`power` estimates what that rule catches, from A/A runs (one build on both sides).
+
+`compare`, a record across time: one run against a committed record (`record`), only when the
+record's machine fingerprint (CPU model, instruction set of the code, CPU count) matches the
+run's. A fraction of a machine's peak is still not comparable across instruction sets (an
+AVX-512 record against an AVX2 run read as a 90% "regression" of an unchanged build), so with
+another fingerprint it says so and passes. It compares the counters the benchmark binary
+computes against its own calibrations in the same process:
 
     frac_peak  useful GFLOP/s as a fraction of the FMA peak measured by the same run (1.0 = peak)
     frac_bw    bytes moved per second as a fraction of the measured DRAM bandwidth (1.0 = peak)
     speedup    optimized over reference on the same work
 
-Raw times and GFLOP/s are not compared: they say more about the machine than about the code,
-and a baseline recorded on one machine must still mean something on another.
-
-A figure regresses only when both hold (named constants below, overridable on the command line):
-  - the drop is significant: a one-sided Mann-Whitney U test over the repetitions (the test
-    Google Benchmark's compare.py uses) gives p < ALPHA, so noise alone is unlikely to explain it;
-  - the drop is large: the median fell by more than THRESHOLD (relative), so a significant but
-    tiny change (a different CPU stepping, a compiler update) does not fail the build; and by
-    more than NOISE_FACTOR times the spread of the repetitions (their coefficient of variation),
-    so that a machine too busy to measure anything (a shared runner) cannot fail the build by
-    itself: the verdict then says "noisy" and the threshold it needed.
+and a figure regresses when a one-sided U test over the repetitions gives p < ALPHA, the median
+fell by more than THRESHOLD, and by more than NOISE_FACTOR times the repetitions' spread (a
+machine too busy to measure cannot fail the build by itself: the verdict says "noisy").
 
 Subcommands:
-  compare --current RUN.json... --baseline BASE.json --out DIR   table on stdout, DIR/gate.md,
-          DIR/gate.svg, DIR/gate.json; exit 0 pass, 1 regression, 2 unusable input
-  record  --current RUN.json... --baseline BASE.json             writes the baseline
-Several --current files (runs of separate processes) are pooled: each process measures its own
-calibration once, so pooling puts the calibration's run-to-run noise into the samples that the
-U test sees, instead of one lucky or unlucky calibration shifting all repetitions together.
+  ab      --a A1.json A2.json... --b B1.json B2.json... --out DIR  (A_i and B_i: pair i)
+  power   --a A*.json --b B*.json [--pairs N] [--slowdowns 0.05,0.1]  (A/A runs of one build)
+  compare --current RUN.json... --baseline BASE.json --out DIR
+  record  --current RUN.json... --baseline BASE.json             writes the record
+`ab` and `compare` print a table and write DIR/gate.md, DIR/gate.svg, DIR/gate.json; exit 0
+pass, 1 regression, 2 unusable input.
 
-Usage from CI: ci/perf_gate.sh (runs the benchmarks, then this script). See docs/ci.md.
+Usage from CI: ci/perf_gate.sh (builds the base, runs the benchmarks, then this script).
+See docs/ci.md.
 """
 
 from __future__ import annotations
@@ -57,7 +65,10 @@ MIN_REPETITIONS = 9
 NOISE_FACTOR = 2.0
 NOISY_CV = THRESHOLD / NOISE_FACTOR
 
-BASELINE_FORMAT = "attncheck-perf-baseline-1"
+BASELINE_FORMAT = "attncheck-perf-baseline-2"
+# What makes two runs' figures comparable at all: the same CPU, the same code path, as many CPUs.
+# Written by bench/main.cpp into the JSON context.
+FINGERPRINT_KEYS = ("cpu_model", "attncheck_isa", "attncheck_kernels", "cpu_count")
 
 # The gated counters, all "higher is better", and what each is a fraction of (None: a ratio that
 # has no machine peak, drawn only against the baseline).
@@ -70,6 +81,23 @@ GATED_COUNTERS = {
 CONTEXT_COUNTERS = ("gflops", "gbs", "tokens_per_s")
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_ERROR = 0, 1, 2
+
+# The A/B mode judges one figure per benchmark: its rate, iterations per second of wall time
+# (1 / real_time), the same work on both sides. Fractions of a peak are for comparisons across
+# time; within one run they only add the noise of each process's own calibration (measured on
+# this project's 2-vCPU machine: the spread of A/A process pairs was 1.2-1.7x larger for frac_bw
+# and frac_peak than for the raw rates of the same benchmarks).
+AB_FIGURE = "rate"
+TIME_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+# The benchmarks that measure the machine rather than the code: context, never judged.
+CALIBRATIONS = ("BM_FmaPeak", "BM_DramRead")
+# The chance that an unchanged build fails the A/B gate, for all its figures together: each
+# figure is tested at AB_FAMILY_ALPHA / (number of figures) (Bonferroni), so a CI that runs the
+# gate on every change sees a false alarm in at most about one run in a hundred.
+AB_FAMILY_ALPHA = 0.01
+# ... and its median over the processes must drop by more than this: a real but tiny change (a
+# compiler update moving code alignment) does not fail the build.
+AB_THRESHOLD = 0.05
 
 
 class GateError(Exception):
@@ -112,7 +140,19 @@ def samples_from_run(run: dict, what: str) -> dict[str, dict[str, list[float]]]:
                 if not math.isfinite(v):
                     raise GateError(f"{what}: {name} counter {counter} is {v}")
                 out.setdefault(name, {}).setdefault(counter, []).append(v)
+        # The A/B figure: iterations per second of wall time.
+        seconds = float(b.get("real_time", 0.0)) * TIME_UNITS.get(b.get("time_unit", "ns"), 0.0)
+        if seconds > 0 and math.isfinite(seconds):
+            out.setdefault(name, {}).setdefault(AB_FIGURE, []).append(1.0 / seconds)
     return out
+
+
+def fingerprint(context: dict, what: str) -> dict:
+    missing = [k for k in FINGERPRINT_KEYS if k not in context]
+    if missing:
+        raise GateError(f"{what}: the run's context lacks {', '.join(missing)}: a benchmark binary "
+                        "older than the fingerprint (bench/main.cpp writes it)")
+    return {k: context[k] for k in FINGERPRINT_KEYS}
 
 
 def load_baseline(path: str) -> dict:
@@ -149,6 +189,7 @@ def record(run_paths: list[str], baseline_path: str) -> int:
                             f"{MIN_REPETITIONS} (--benchmark_repetitions)")
     base = {
         "format": BASELINE_FORMAT,
+        "fingerprint": fingerprint(ctx, run_path),
         "recorded": {
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "host_name": ctx.get("host_name"),
@@ -265,9 +306,9 @@ def fmt(v: float, spec: str = ".3f") -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
 
 
-def table_lines(rows: list[Row], markdown: bool) -> list[str]:
-    head = ["benchmark", "figure", "baseline (median)", "now (median)", "change", "p-value",
-            "verdict"]
+def table_lines(rows: list[Row], markdown: bool,
+                names: tuple[str, str] = ("baseline (median)", "now (median)")) -> list[str]:
+    head = ["benchmark", "figure", names[0], names[1], "change", "p-value", "verdict"]
     body = [[r.benchmark, r.counter, fmt(r.base_median), fmt(r.now_median),
              fmt(r.change * 100, "+.1f") + "%" if not math.isnan(r.change) else "-",
              fmt(r.p_worse, ".2g"), r.verdict] for r in rows]
@@ -294,14 +335,22 @@ def context_lines(base: dict, now_samples: dict) -> list[str]:
     return out
 
 
-def write_chart(rows: list[Row], path: str, alpha: float, threshold: float) -> None:
+def write_chart(rows: list[Row], path: str, alpha: float, threshold: float,
+                names: tuple[str, str] = ("baseline", "now")) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     judged = [r for r in rows if r.base and r.now]
-    frac = [r for r in judged if GATED_COUNTERS[r.counter]]
+    frac = [r for r in judged if GATED_COUNTERS.get(r.counter)]
     n = max(len(judged), 1)
+    if not frac:  # A/B rates: no peak to draw against, only B against A
+        fig, axes = plt.subplots(1, 1, figsize=(8, 0.5 * n + 2.4), squeeze=False)
+        write_relative(axes[0][0], judged, alpha, threshold, names)
+        fig.tight_layout()
+        fig.savefig(path)
+        plt.close(fig)
+        return
     fig, axes = plt.subplots(1, 2, figsize=(14, 0.5 * n + 2.4), squeeze=False)
     ax_peak, ax_rel = axes[0]
 
@@ -312,7 +361,7 @@ def write_chart(rows: list[Row], path: str, alpha: float, threshold: float) -> N
     # Left: each fraction of peak, baseline and now (median, interquartile whiskers); 1.0 = peak.
     labels = [f"{r.benchmark}  [{r.counter}]" for r in frac]
     y = range(len(frac))
-    for off, key, colour, label in ((-0.18, "base", "#9ab", "baseline"), (0.18, "now", None, "now")):
+    for off, key, colour, label in ((-0.18, "base", "#9ab", names[0]), (0.18, "now", None, names[1])):
         for i, r in enumerate(frac):
             lo, med, hi = spread(getattr(r, key))
             c = colour or ("#c33" if r.failed else "#27a")
@@ -330,7 +379,16 @@ def write_chart(rows: list[Row], path: str, alpha: float, threshold: float) -> N
     if frac:
         ax_peak.legend(loc="lower right", fontsize=8)
 
-    # Right: every gated figure now over baseline, per repetition; the band is the threshold.
+    write_relative(ax_rel, judged, alpha, threshold, names)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def write_relative(ax_rel, judged: list[Row], alpha: float, threshold: float,
+                   names: tuple[str, str]) -> None:
+    """Every judged figure, B (now) over A's (the baseline's) median, per sample; the band is
+    the threshold."""
     labels = [f"{r.benchmark}  [{r.counter}]" for r in judged]
     ax_rel.axvspan(1.0 - threshold, 1.0 + threshold, color="#eee", label=f"±{threshold:.0%}")
     ax_rel.axvline(1.0, color="k", lw=1)
@@ -343,19 +401,25 @@ def write_chart(rows: list[Row], path: str, alpha: float, threshold: float) -> N
                     va="center", fontsize=7, color=c)
     ax_rel.set_yticks(list(range(len(judged))), labels, fontsize=8)
     ax_rel.invert_yaxis()
-    ax_rel.set_xlabel("now / baseline median (dots: repetitions; grey: the baseline's)")
-    ax_rel.set_title(f"Against the baseline (fail: p<{alpha} and drop >{threshold:.0%})")
+    ax_rel.set_xlabel(f"{names[1]} / {names[0]} median (dots: samples; grey: {names[0]}'s)")
+    ax_rel.set_title(f"{names[1]} against {names[0]} (fail: p<{alpha} and drop >{threshold:.0%})")
     lo = min([0.5] + [v / statistics.median(r.base) for r in judged for v in r.now])
     ax_rel.set_xlim(max(0.0, lo - 0.05), 1.0 + threshold * 4)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
 
 
 def run_compare(args: argparse.Namespace) -> int:
     base = load_baseline(args.baseline)
-    now_samples, _ = samples_from_runs(args.current)
+    now_samples, now_context = samples_from_runs(args.current)
     current = " + ".join(args.current)
+    mine = fingerprint(now_context, current)
+    theirs = base.get("fingerprint", {})
+    if mine != theirs:
+        diff = ", ".join(f"{k} {theirs.get(k)!r} there, {mine.get(k)!r} here"
+                         for k in FINGERPRINT_KEYS if theirs.get(k) != mine.get(k))
+        print(f"perf gate: PASS — not judged: {args.baseline} was recorded on another machine or "
+              f"code path ({diff}); its figures are not comparable with this run's. Record one "
+              "here (ci/perf_gate.sh --record) or use the A/B gate (ci/perf_gate.sh).")
+        return EXIT_PASS
     base_samples = base["benchmarks"]
     rows = compare(base_samples, now_samples, args.alpha, args.threshold)
     if not any(r.base and r.now for r in rows):
@@ -399,6 +463,224 @@ def run_compare(args: argparse.Namespace) -> int:
     return EXIT_REGRESSION if failed else EXIT_PASS
 
 
+# ---------------------------------------------------------------------------------------------
+# A/B: two builds measured in the same run
+
+
+def per_run_samples(paths: list[str]) -> tuple[list[dict], dict]:
+    """One {benchmark: {counter: [repetitions]}} per run (process), and the first run's context."""
+    runs, context = [], {}
+    for path in paths:
+        run = load_json(path)
+        context = context or run.get("context", {})
+        runs.append(samples_from_run(run, path))
+    return runs, context
+
+
+def per_process(runs: list[dict], name: str, counter: str, scale: float = 1.0,
+                how: str = "max") -> list[float]:
+    """One value per process: the best (largest) of its repetitions, or their median.
+
+    The process is the unit of the A/B test: on the 2-vCPU machines this project measured, the
+    repetitions inside one process agree within a few percent while separate processes of the
+    same binary differ by 20-40% on some figures (what the host did meanwhile, where the buffers
+    landed); pooling repetitions would count one process's luck several times and make the test
+    overconfident. Within a process, interference only ever slows a repetition down, so the
+    fastest repetition is the one least disturbed ("max", the default)."""
+    pick = max if how == "max" else statistics.median
+    return [pick(r[name][counter]) * scale for r in runs if r.get(name, {}).get(counter)]
+
+
+def min_p(n_a: int, n_b: int) -> float:
+    """The smallest one-sided p-value a U test of n_a against n_b values can give."""
+    return 1.0 / math.comb(n_a + n_b, n_a)
+
+
+def judge_ab(a: list[float], b: list[float], alpha: float, threshold: float
+             ) -> tuple[str, float, float]:
+    """Verdict for one rate from one value per process of each side, with the two one-sided
+    p-values of the Mann-Whitney U test. (A paired alternative, the signed-rank test of
+    log(B_i / A_i) over adjacent processes, was measured on the same A/A runs and caught less:
+    a single disturbed process turns its pair's sign at random, whatever the slowdown.)"""
+    from scipy.stats import mannwhitneyu
+
+    p_worse = float(mannwhitneyu(b, a, alternative="less").pvalue)
+    p_better = float(mannwhitneyu(b, a, alternative="greater").pvalue)
+    ma, mb = statistics.median(a), statistics.median(b)
+    change = mb / ma - 1.0 if ma != 0 else 0.0
+    if p_worse < alpha and change < -threshold:
+        return "REGRESSION", p_worse, p_better
+    if p_better < alpha and change > threshold:
+        return "improved", p_worse, p_better
+    if p_worse < alpha:
+        return "ok (small drop)", p_worse, p_better
+    return "ok", p_worse, p_better
+
+
+def ab_compare(a_runs: list[dict], b_runs: list[dict], family_alpha: float, threshold: float,
+               b_scale: float = 1.0, how: str = "max") -> list[Row]:
+    """Rows for every benchmark of either side (its rate; calibrations excluded): A is the base,
+    B the change. b_scale multiplies B's figures (the power estimate's simulated slowdown).
+    Row.base / Row.now hold one value per process."""
+    names = sorted({n for r in a_runs + b_runs for n in r if not n.startswith(CALIBRATIONS)})
+    alpha = family_alpha / max(1, len(names))
+    if names and min_p(len(a_runs), len(b_runs)) >= alpha:
+        need = next(n for n in range(2, 100) if min_p(n, n) < alpha)
+        raise GateError(f"{len(a_runs)} process pairs cannot show p < {alpha:.2g} (the family "
+                        f"alpha {family_alpha} over {len(names)} figures): use at least {need}")
+    rows: list[Row] = []
+    for name in names:
+        a = per_process(a_runs, name, AB_FIGURE, how=how)
+        b = per_process(b_runs, name, AB_FIGURE, b_scale, how=how)
+        row = Row(name, AB_FIGURE, a, b)
+        if len(b) < len(b_runs):
+            # A gated benchmark that vanished would let a regression through by renaming it.
+            row.verdict = "MISSING in B (renamed or removed?)"
+        elif len(a) < len(a_runs):
+            row.verdict = "new (not in A)"
+        else:
+            row.verdict, row.p_worse, row.p_better = judge_ab(a, b, alpha, threshold)
+        rows.append(row)
+    return rows
+
+
+def run_ab(args: argparse.Namespace) -> int:
+    if len(args.a) != len(args.b):
+        raise GateError(f"{len(args.a)} A runs and {len(args.b)} B runs: they come in pairs")
+    a_runs, a_ctx = per_run_samples(args.a)
+    b_runs, b_ctx = per_run_samples(args.b)
+    for k in FINGERPRINT_KEYS:
+        if k in a_ctx and k in b_ctx and a_ctx[k] != b_ctx[k] and k != "attncheck_kernels":
+            raise GateError(f"A and B ran on different machines or code paths: {k} "
+                            f"{a_ctx[k]!r} against {b_ctx[k]!r}")
+    rows = ab_compare(a_runs, b_runs, args.alpha, args.threshold, how=args.per_process)
+    if not any(r.base and r.now for r in rows):
+        raise GateError("no gated figure appears in both A and B; is the benchmark filter right?")
+    failed = [r for r in rows if r.failed]
+    verdict = "FAIL" if failed else "PASS"
+    machine = f"{b_ctx.get('cpu_model', '?')}, isa {b_ctx.get('attncheck_isa', '?')}, " \
+              f"{b_ctx.get('cpu_count', b_ctx.get('num_cpus', '?'))} cpus"
+    header = (f"perf gate: {verdict} — B against A, {len(args.a)} interleaved process pairs on "
+              f"{machine}; {len(rows)} rates, {len(failed)} regressed (regression = one-sided "
+              f"Mann-Whitney U over the processes p < {args.alpha}/{len(rows)} and median drop > "
+              f"{args.threshold:.0%})")
+    print(header)
+    print(f"  A = {args.a_label}\n  B = {args.b_label}")
+    print("\n".join(table_lines(rows, markdown=False, names=("A (median)", "B (median)"))))
+    ctx = calibration_lines(a_runs, b_runs)
+    print("\n".join(["calibrations (the machine during each side, not gated):"] + ctx))
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        chart = os.path.join(args.out, "gate.svg")
+        write_chart(rows, chart, args.alpha, args.threshold, names=("A", "B"))
+        md = [f"# Performance gate: {verdict}", "", header, "",
+              f"- A = {args.a_label}", f"- B = {args.b_label}", "",
+              "![B against A](gate.svg)", ""]
+        md += table_lines(rows, markdown=True, names=("A (median)", "B (median)"))
+        md += ["", "Calibrations (the machine during each side, not gated):", ""] + ctx
+        with open(os.path.join(args.out, "gate.md"), "w", encoding="utf-8") as f:
+            f.write("\n".join(md) + "\n")
+        with open(os.path.join(args.out, "gate.json"), "w", encoding="utf-8") as f:
+            json.dump({"verdict": verdict, "mode": "ab", "alpha": args.alpha,
+                       "threshold": args.threshold, "a": args.a_label, "b": args.b_label,
+                       "machine": machine, "pairs": len(args.a),
+                       "rows": [{"benchmark": r.benchmark, "figure": r.counter,
+                                 "a_median": r.base_median, "b_median": r.now_median,
+                                 "change": r.change, "p_value": r.p_worse, "verdict": r.verdict}
+                                for r in rows]}, f, indent=1, allow_nan=True)
+        print(f"perf gate: wrote {chart} and {os.path.join(args.out, 'gate.md')}")
+    return EXIT_REGRESSION if failed else EXIT_PASS
+
+
+def calibration_lines(a_runs: list[dict], b_runs: list[dict]) -> list[str]:
+    out = []
+    for name in sorted({n for r in a_runs + b_runs for n in r}):
+        if not name.startswith(("BM_FmaPeak", "BM_DramRead")):
+            continue
+        for c in ("gflops", "gbs"):
+            a, b = per_process(a_runs, name, c), per_process(b_runs, name, c)
+            if a and b:
+                out.append(f"- {name} {c}: A {statistics.median(a):.1f} "
+                           f"({min(a):.1f}-{max(a):.1f}), B {statistics.median(b):.1f} "
+                           f"({min(b):.1f}-{max(b):.1f})")
+    return out
+
+
+def run_power(args: argparse.Namespace) -> int:
+    """Detection rate of the ab rule for simulated slowdowns, by resampling A/A process pairs.
+
+    The runs are of one build on both sides, so their differences are the machine's noise alone.
+    Each trial draws --pairs of the measured pairs (without replacement when there are enough;
+    each pair's sides swapped at random: A/A is symmetric) and divides B's figures by 1 + s, what a
+    slowdown that makes every timed call s longer does to a rate, then applies the ab rule. A
+    figure's power is the fraction of trials in which that figure alone is flagged: the chance
+    that a slowdown of that one figure fails the gate. s = 0 gives the false-alarm rate.
+    """
+    import random
+
+    if len(args.a) != len(args.b):
+        raise GateError("A and B runs come in pairs")
+    a_runs, ctx = per_run_samples(args.a)
+    b_runs, _ = per_run_samples(args.b)
+    n = len(a_runs)
+    k = args.pairs
+    rng = random.Random(args.seed)
+    slowdowns = [0.0] + [float(x) for x in args.slowdowns.split(",") if float(x) > 0]
+    result: dict = {"pairs_measured": n, "pairs_per_gate": k, "trials": args.trials,
+                    "alpha": args.alpha, "threshold": args.threshold,
+                    "machine": f"{ctx.get('cpu_model')}, isa {ctx.get('attncheck_isa')}, "
+                               f"{ctx.get('cpu_count')} cpus", "rates": {}}
+    figures: list[str] = []
+    for s in slowdowns:
+        flagged: dict[str, int] = {}
+        any_flagged = 0
+        for _ in range(args.trials):
+            idx = rng.sample(range(n), k) if n >= k else [rng.randrange(n) for _ in range(k)]
+            a_side, b_side = [], []
+            for i in idx:
+                x, y = (a_runs[i], b_runs[i]) if rng.random() < 0.5 else (b_runs[i], a_runs[i])
+                a_side.append(x)
+                b_side.append(y)
+            rows = ab_compare(a_side, b_side, args.alpha, args.threshold, 1.0 / (1.0 + s),
+                              how=args.per_process)
+            hit = False
+            for r in rows:
+                key = f"{r.benchmark} [{r.counter}]"
+                if key not in figures:
+                    figures.append(key)
+                if r.verdict.startswith("REGRESSION"):
+                    flagged[key] = flagged.get(key, 0) + 1
+                    hit = True
+            any_flagged += hit
+        result["rates"][f"{s:g}"] = {"per_figure": {f: flagged.get(f, 0) / args.trials
+                                                    for f in figures},
+                                     "any_figure": any_flagged / args.trials}
+    # The table: detection rate per figure and slowdown.
+    cols = [f"{s:g}" for s in slowdowns]
+    width = max(len(f) for f in figures)
+    print(f"power of the A/B gate: {n} measured A/A pairs on {result['machine']}; "
+          f"{k} pairs per simulated gate, {args.trials} trials per slowdown "
+          f"(0 = false-alarm rate; s = every timed call 1+s times as long)")
+    print("figure".ljust(width) + "".join(f"  s={c:>5}" for c in cols))
+    for f in figures:
+        print(f.ljust(width) + "".join(f"  {result['rates'][c]['per_figure'][f]:7.3f}" for c in cols))
+    print("any figure".ljust(width) + "".join(f"  {result['rates'][c]['any_figure']:7.3f}" for c in cols))
+    smallest = {}
+    for f in figures:
+        ok = [s for s in slowdowns if s > 0 and result["rates"][f"{s:g}"]["per_figure"][f] >= 0.95]
+        smallest[f] = min(ok) if ok else None
+    result["smallest_slowdown_at_95pct_power"] = smallest
+    worst = max((v for v in smallest.values() if v is not None), default=None)
+    if None in smallest.values():
+        print("95% power: not reached for every figure within the slowdowns tried")
+    else:
+        print(f"95% power: every figure's slowdown of s >= {worst:g} is caught")
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=1)
+    return EXIT_PASS
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -410,6 +692,27 @@ def main(argv: list[str]) -> int:
     c.add_argument("--out", help="folder for gate.md, gate.svg, gate.json")
     c.add_argument("--alpha", type=float, default=ALPHA)
     c.add_argument("--threshold", type=float, default=THRESHOLD)
+    ab = sub.add_parser("ab", help="judge B against A, runs of two builds made in the same run")
+    ab.add_argument("--a", required=True, nargs="+", help="A's runs, in pair order")
+    ab.add_argument("--b", required=True, nargs="+", help="B's runs, in pair order")
+    ab.add_argument("--a-label", default="A")
+    ab.add_argument("--b-label", default="B")
+    ab.add_argument("--out", help="folder for gate.md, gate.svg, gate.json")
+    ab.add_argument("--alpha", type=float, default=AB_FAMILY_ALPHA,
+                    help="false-alarm rate of the whole gate (split over the figures)")
+    ab.add_argument("--threshold", type=float, default=AB_THRESHOLD)
+    ab.add_argument("--per-process", choices=("max", "median"), default="max")
+    pw = sub.add_parser("power", help="detection rate of the ab rule, from A/A runs")
+    pw.add_argument("--a", required=True, nargs="+")
+    pw.add_argument("--b", required=True, nargs="+")
+    pw.add_argument("--pairs", type=int, default=20, help="process pairs of one gate run")
+    pw.add_argument("--slowdowns", default="0.02,0.03,0.05,0.07,0.1,0.15,0.2,0.3")
+    pw.add_argument("--trials", type=int, default=1000)
+    pw.add_argument("--seed", type=int, default=1)
+    pw.add_argument("--alpha", type=float, default=AB_FAMILY_ALPHA)
+    pw.add_argument("--threshold", type=float, default=AB_THRESHOLD)
+    pw.add_argument("--per-process", choices=("max", "median"), default="max")
+    pw.add_argument("--out", help="JSON file for the rates")
     r = sub.add_parser("record", help="make a baseline from a run")
     r.add_argument("--current", required=True, nargs="+")
     r.add_argument("--baseline", required=True)
@@ -417,6 +720,10 @@ def main(argv: list[str]) -> int:
     try:
         if args.cmd == "record":
             return record(args.current, args.baseline)
+        if args.cmd == "ab":
+            return run_ab(args)
+        if args.cmd == "power":
+            return run_power(args)
         return run_compare(args)
     except GateError as e:
         print(f"perf gate: error: {e}", file=sys.stderr)
