@@ -7,6 +7,11 @@
 # The number of parallel build jobs: every core, unless the caller says otherwise.
 jobs() { echo "${ATTNCHECK_JOBS:-$(nproc)}"; }
 
+# The RapidCheck seed of the property tests in CI, the same as tests/properties/ci_params.hpp's
+# default: CI is reproducible, and a red run replays with the same RC_PARAMS. Exploring new
+# cases is `attncheck fuzz`'s job (a time-based seed, printed). ATTNCHECK_CI_SEED overrides.
+ci_seed() { echo "${ATTNCHECK_CI_SEED:-20240611}"; }
+
 # -DATTNCHECK_WERROR=ON|OFF for the ci/ builds. Warnings are errors in CI (CI=true), where a new
 # warning must stop a change; a user's own run of the README's commands builds with warnings
 # shown but not fatal, so that a compiler's false positive on an unusual CPU target (g++ 12 has

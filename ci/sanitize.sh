@@ -27,13 +27,13 @@ cmake --build "$dir" -j"$(jobs)"
 export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:abort_on_error=0:log_path=$logs/asan:check_initialization_order=1:strict_init_order=1"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$logs/ubsan"
 export ATTNCHECK_CI_CASES=${ATTNCHECK_CI_CASES:-30}
-[ -n "${RC_PARAMS:-}" ] || export RC_PARAMS="max_success=$ATTNCHECK_CI_CASES"
+[ -n "${RC_PARAMS:-}" ] || export RC_PARAMS="seed=$(ci_seed) max_success=$ATTNCHECK_CI_CASES"
 
 rc=0
 ctest --test-dir "$dir" --output-on-failure -j"$(jobs)" \
       --output-junit "$logs/junit.xml" "$@" || rc=$?
-echo "== attncheck fuzz --cases ${ATTNCHECK_FUZZ_CASES:-50} (sanitized)"
-"$dir/cli/attncheck" fuzz --cases "${ATTNCHECK_FUZZ_CASES:-50}" || rc=$?
+echo "== attncheck fuzz --cases ${ATTNCHECK_FUZZ_CASES:-50} --seed $(ci_seed) (sanitized)"
+"$dir/cli/attncheck" fuzz --cases "${ATTNCHECK_FUZZ_CASES:-50}" --seed "$(ci_seed)" || rc=$?
 
 reports=$(find "$logs" -name 'asan*' -o -name 'ubsan*' | sort)
 if [ -n "$reports" ]; then

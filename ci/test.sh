@@ -4,7 +4,8 @@
 # Environment:
 #   ATTNCHECK_BUILD_DIR  build folder (default build)
 #   ATTNCHECK_CI_CASES   random cases per property (default 100 under CI=true, else the tests' own)
-#   RC_PARAMS            RapidCheck's own settings; max_success follows ATTNCHECK_CI_CASES when unset
+#   RC_PARAMS            RapidCheck's own settings; when unset: seed=$ATTNCHECK_CI_SEED (ci/lib.sh)
+#                        and max_success=$ATTNCHECK_CI_CASES
 # Writes out/test/junit.xml (path in ATTNCHECK_JUNIT).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +22,9 @@ if [ "${CI:-}" = "true" ] && [ -z "${ATTNCHECK_CI_CASES:-}" ]; then
   export ATTNCHECK_CI_CASES=100
 fi
 if [ -n "${ATTNCHECK_CI_CASES:-}" ] && [ -z "${RC_PARAMS:-}" ]; then
-  export RC_PARAMS="max_success=${ATTNCHECK_CI_CASES}"
+  # With a seed: RC_PARAMS without one makes RapidCheck draw a random seed, and CI then judged
+  # different cases on every run.
+  export RC_PARAMS="seed=$(ci_seed) max_success=${ATTNCHECK_CI_CASES}"
 fi
 
 ctest --test-dir "$dir" --output-on-failure --output-junit "$(realpath -m "$junit")" \

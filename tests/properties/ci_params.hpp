@@ -1,10 +1,12 @@
 // tests/properties/ci_params.hpp — the seed and budget of the property tests.
 //
 // Fixed by default so that CI is reproducible; RC_PARAMS="seed=S max_success=N" (the line a
-// failure prints) overrides both, so a failure seen anywhere replays here.
+// failure prints) overrides both, so a failure seen anywhere replays here. An RC_PARAMS without
+// a seed sets the budget only: RapidCheck would draw a random seed for it.
 #pragma once
 
 #include <cstdlib>
+#include <cstring>
 
 #include <rapidcheck.h>
 
@@ -14,9 +16,9 @@ namespace attncheck::properties::test {
 
 inline RunParams ci_params(int default_cases) {
     constexpr std::uint64_t kCiSeed = 20240611;
-    if (std::getenv("RC_PARAMS")) {
+    if (const char* env = std::getenv("RC_PARAMS")) {
         const auto& p = rc::detail::configuration().testParams;
-        return {p.seed, p.maxSuccess};
+        return {std::strstr(env, "seed=") ? p.seed : kCiSeed, p.maxSuccess};
     }
     return {kCiSeed, default_cases};
 }
