@@ -44,12 +44,13 @@ if ! grep -q "no base commit" "$work/no-base.txt"; then
 fi
 expect 2 bad-base ci/perf_gate.sh --base no-such-revision-anywhere --out "$work/bad-base"
 
-# 2. Unchanged: the same binary on both sides.
-expect 0 unchanged ci/perf_gate.sh --a "$bin" --b "$bin" --out "$work/unchanged"
+# 2. Unchanged: the same binary on both sides. 12 pairs (the gate's default is 20) keep the
+#    stage short; the false-alarm rate does not depend on the number of pairs.
+expect 0 unchanged ci/perf_gate.sh --a "$bin" --b "$bin" --pairs 12 --out "$work/unchanged"
 
-# 3. The injected slowdown on B.
+# 3. The injected slowdown on B (12 pairs: a 33% drop is far beyond what they need).
 expect 1 slow ci/perf_gate.sh --a "$bin" --b "$bin" --b-env ATTNCHECK_INJECT_SLOWDOWN=0.5 \
-  --out "$work/slow"
+  --pairs 12 --out "$work/slow"
 if ! grep -q '"attncheck_inject_slowdown": "0.5"' "$work"/slow/b-1.json 2>/dev/null; then
   echo "proof: the B runs do not report attncheck_inject_slowdown 0.5 in their context:" \
        "the injected slowdown did not happen" >&2
