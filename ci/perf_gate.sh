@@ -101,9 +101,15 @@ resolve_base() {
       echo "perf_gate.sh: base $base is not a commit of this repository" >&2; return 2; }
     return 0
   fi
-  local hours=${ATTNCHECK_GATE_WINDOW_HOURS:-3} head_time
+  local hours=${ATTNCHECK_GATE_WINDOW_HOURS:-3} head head_time cutoff sha
+  head=$(git rev-parse HEAD) || return 0
   head_time=$(git log -1 --format=%ct HEAD)
-  git rev-list -1 --first-parent --before=$(( head_time - hours * 3600 )) HEAD || true
+  cutoff=$(( head_time - hours * 3600 ))
+  # git reads a cutoff before 1970 as no limit at all (it answered HEAD itself): none is older.
+  [ "$cutoff" -gt 0 ] || return 0
+  sha=$(git rev-list -1 --first-parent --before="$cutoff" HEAD 2>/dev/null || true)
+  [ "$sha" != "$head" ] && echo "$sha"
+  return 0
 }
 
 # build_base SHA: builds the benchmark binary of a commit with this build's options, into
