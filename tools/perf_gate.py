@@ -407,6 +407,19 @@ def write_relative(ax_rel, judged: list[Row], alpha: float, threshold: float,
     ax_rel.set_xlim(max(0.0, lo - 0.05), 1.0 + threshold * 4)
 
 
+def write_reports(out: str, md: list[str], summary: dict, rows: list[Row],
+                  medians: tuple[str, str] = ("baseline_median", "now_median")) -> None:
+    """DIR/gate.md (the Markdown lines) and DIR/gate.json (the summary plus one entry a row)."""
+    with open(os.path.join(out, "gate.md"), "w", encoding="utf-8") as f:
+        f.write("\n".join(md) + "\n")
+    summary = dict(summary, rows=[{"benchmark": r.benchmark, "figure": r.counter,
+                                   medians[0]: r.base_median, medians[1]: r.now_median,
+                                   "change": r.change, "p_value": r.p_worse, "verdict": r.verdict}
+                                  for r in rows])
+    with open(os.path.join(out, "gate.json"), "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=1, allow_nan=True)
+
+
 def run_compare(args: argparse.Namespace) -> int:
     base = load_baseline(args.baseline)
     now_samples, now_context = samples_from_runs(args.current)
@@ -451,14 +464,8 @@ def run_compare(args: argparse.Namespace) -> int:
         ctx = context_lines(base, now_samples)
         if ctx:
             md += ["", "Calibrations (machine-dependent, not gated):", ""] + ctx
-        with open(os.path.join(args.out, "gate.md"), "w", encoding="utf-8") as f:
-            f.write("\n".join(md) + "\n")
-        with open(os.path.join(args.out, "gate.json"), "w", encoding="utf-8") as f:
-            json.dump({"verdict": verdict, "alpha": args.alpha, "threshold": args.threshold,
-                       "rows": [{"benchmark": r.benchmark, "figure": r.counter,
-                                 "baseline_median": r.base_median, "now_median": r.now_median,
-                                 "change": r.change, "p_value": r.p_worse, "verdict": r.verdict}
-                                for r in rows]}, f, indent=1, allow_nan=True)
+        write_reports(args.out, md, {"verdict": verdict, "alpha": args.alpha,
+                                     "threshold": args.threshold}, rows)
         print(f"perf gate: wrote {chart} and {os.path.join(args.out, 'gate.md')}")
     return EXIT_REGRESSION if failed else EXIT_PASS
 
@@ -578,16 +585,11 @@ def run_ab(args: argparse.Namespace) -> int:
               "![B against A](gate.svg)", ""]
         md += table_lines(rows, markdown=True, names=("A (median)", "B (median)"))
         md += ["", "Calibrations (the machine during each side, not gated):", ""] + ctx
-        with open(os.path.join(args.out, "gate.md"), "w", encoding="utf-8") as f:
-            f.write("\n".join(md) + "\n")
-        with open(os.path.join(args.out, "gate.json"), "w", encoding="utf-8") as f:
-            json.dump({"verdict": verdict, "mode": "ab", "alpha": args.alpha,
-                       "threshold": args.threshold, "a": args.a_label, "b": args.b_label,
-                       "machine": machine, "pairs": len(args.a),
-                       "rows": [{"benchmark": r.benchmark, "figure": r.counter,
-                                 "a_median": r.base_median, "b_median": r.now_median,
-                                 "change": r.change, "p_value": r.p_worse, "verdict": r.verdict}
-                                for r in rows]}, f, indent=1, allow_nan=True)
+        write_reports(args.out, md, {"verdict": verdict, "mode": "ab", "alpha": args.alpha,
+                                     "threshold": args.threshold, "a": args.a_label,
+                                     "b": args.b_label, "machine": machine,
+                                     "pairs": len(args.a)},
+                      rows, ("a_median", "b_median"))
         print(f"perf gate: wrote {chart} and {os.path.join(args.out, 'gate.md')}")
     return EXIT_REGRESSION if failed else EXIT_PASS
 
