@@ -60,7 +60,9 @@ FIGURES = {
 }
 
 
-class Gate(unittest.TestCase):
+class InTempDir(unittest.TestCase):
+    """A case with its own temporary folder, and JSON files written into it."""
+
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
         self.dir = self.tmp.name
@@ -73,6 +75,9 @@ class Gate(unittest.TestCase):
         with open(path, "w") as f:
             json.dump(obj, f)
         return path
+
+
+class Gate(InTempDir):
 
     def baseline(self, **kw) -> str:
         run = self.write("base_run.json", gbench_json(FIGURES, seed=1, **kw))
@@ -209,24 +214,12 @@ class Gate(unittest.TestCase):
                                          "--baseline", path]), 2)
 
 
-class AB(unittest.TestCase):
+class AB(InTempDir):
     """The same-run A/B mode: pairs of processes, A the base and B the change."""
 
-    def setUp(self):
-        self.tmp = tempfile.TemporaryDirectory()
-        self.dir = self.tmp.name
-
-    def tearDown(self):
-        self.tmp.cleanup()
-
     def runs(self, side: str, pairs: int = 8, seed: int = 0, **kw) -> list[str]:
-        paths = []
-        for i in range(pairs):
-            path = os.path.join(self.dir, f"{side}-{i}.json")
-            with open(path, "w") as f:
-                json.dump(gbench_json(FIGURES, reps=3, seed=seed + i, **kw), f)
-            paths.append(path)
-        return paths
+        return [self.write(f"{side}-{i}.json", gbench_json(FIGURES, reps=3, seed=seed + i, **kw))
+                for i in range(pairs)]
 
     def ab(self, a: list[str], b: list[str]) -> int:
         return perf_gate.main(["ab", "--a", *a, "--b", *b, "--out", os.path.join(self.dir, "out")])
