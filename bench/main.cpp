@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("cpu_count", std::to_string(isa.cpu_count));
     // Printed by the console reporter with the context ("attncheck: isa avx2+fma (...)"), and kept
     // off stdout otherwise: --benchmark_format=json on stdout stays JSON.
-    benchmark::AddCustomContext("attncheck", attncheck::isa_line());
+    benchmark::AddCustomContext("attncheck", attncheck::isa_line(isa));
     const char* policy = std::getenv("OMP_WAIT_POLICY");
     const char* spin = std::getenv("GOMP_SPINCOUNT");
     benchmark::AddCustomContext("omp_wait_policy", policy ? policy : "(default)");

@@ -76,8 +76,9 @@ IsaInfo isa_info() {
     return info;
 }
 
-std::string isa_line() {
-    const IsaInfo i = isa_info();
+std::string isa_line() { return isa_line(isa_info()); }
+
+std::string isa_line(const IsaInfo& i) {
     return "isa " + i.compiled + " (kernels: " + i.kernels + "; cpu: " + i.cpu_model + ", " +
            i.cpu_features + ", " + std::to_string(i.cpu_count) + " cpus)";
 }

@@ -28,6 +28,7 @@ IsaInfo isa_info();
 
 // One line: "isa avx2+fma (kernels: portable; cpu: AMD EPYC 7763 64-Core Processor,
 // avx2+fma, 2 cpus)".
-std::string isa_line();
+std::string isa_line(const IsaInfo& info);
+std::string isa_line();  // isa_line(isa_info())
 
 }  // namespace attncheck
