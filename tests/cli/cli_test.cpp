@@ -1,8 +1,8 @@
 // tests/cli/cli_test.cpp — the `attncheck` executable, run as a user runs it.
 //
-// Every test spawns the built binary (ATTNCHECK_CLI) with posix_spawn, stdout and stderr sent to
-// two files of a fresh temporary directory, and checks the exit code (0 ok, 1 a check failed,
-// 2 bad input), where the message went, and what the files it wrote contain. Models are made
+// Every test spawns the built binary (ATTNCHECK_CLI) with posix_spawn (run_cli.hpp), stdout and
+// stderr sent to two files of a fresh temporary directory, and checks the exit code (0 ok, 1 a
+// check failed, 2 bad input), where the message went, and what the files it wrote contain. Models are made
 // with `attncheck init` itself, so the round trip init -> file -> logits is what is tested.
 //
 // To add an error-path case: append a row to the table of the "bad input" test case with the
@@ -30,82 +30,12 @@
 
 #include "attncheck/model.hpp"
 #include "attncheck/tolerance.hpp"
-
-extern char** environ;
+#include "run_cli.hpp"
 
 namespace {
 
-namespace fs = std::filesystem;
+using namespace cli_test;
 using attncheck::NpyArray;
-
-// ---------------------------------------------------------------------------------------------
-// Running the binary.
-// ---------------------------------------------------------------------------------------------
-
-// A fresh directory under $TMPDIR (or /tmp), removed with everything in it at scope exit.
-struct TempDir {
-    fs::path path;
-    TempDir() {
-        std::string tmpl = (fs::temp_directory_path() / "attncheck_cli_XXXXXX").string();
-        std::vector<char> buf(tmpl.begin(), tmpl.end());
-        buf.push_back('\0');
-        REQUIRE(::mkdtemp(buf.data()) != nullptr);
-        path = buf.data();
-    }
-    ~TempDir() {
-        std::error_code ec;
-        fs::remove_all(path, ec);
-    }
-    TempDir(const TempDir&) = delete;
-    TempDir& operator=(const TempDir&) = delete;
-    std::string file(const std::string& name) const { return (path / name).string(); }
-};
-
-struct Result {
-    int code = -1;  // exit status; 128 + signal when killed by one
-    std::string out, err;
-    std::string describe() const {  // for failure messages
-        return "exit " + std::to_string(code) + "\n--- stdout ---\n" + out + "--- stderr ---\n" + err;
-    }
-};
-
-std::string slurp(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-// Runs `attncheck args...` with stdout and stderr captured in files of dir.
-Result run_cli(const TempDir& dir, const std::vector<std::string>& args) {
-    const std::string out_path = dir.file(".stdout"), err_path = dir.file(".stderr");
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    std::vector<std::string> argv_s = {ATTNCHECK_CLI};
-    argv_s.insert(argv_s.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : argv_s) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_t pid = 0;
-    const int rc = posix_spawn(&pid, ATTNCHECK_CLI, &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    REQUIRE(rc == 0);
-    int status = 0;
-    REQUIRE(::waitpid(pid, &status, 0) == pid);
-    Result r;
-    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    r.out = slurp(out_path);
-    r.err = slurp(err_path);
-    return r;
-}
-
-// Runs and requires exit code 0.
-Result run_ok(const TempDir& dir, const std::vector<std::string>& args) {
-    Result r = run_cli(dir, args);
-    INFO(r.describe());
-    REQUIRE(r.code == 0);
-    return r;
-}
 
 // A model file made by `attncheck init` with extra flags.
 std::string init_model_file(const TempDir& dir, const std::string& name,
