@@ -380,7 +380,8 @@ void run_library_isolated(const Options& o, std::uint64_t seed, std::vector<Row>
             row.result.status = Status::fail;
             row.result.message = "worker " + w.describe();
             if (!w.output_tail.empty()) row.result.message += "\n  worker output (tail):\n" + w.output_tail;
-            if (w.last_case) row.result.failed_at = int(w.last_case->index) + 1;
+            // The worker announces case numbers from 1, as failed_at counts them.
+            if (w.last_case) row.result.failed_at = int(w.last_case->index);
             rows.push_back(std::move(row));
         }
     }

@@ -137,6 +137,8 @@ std::string CaseMark::describe() const {
     std::ostringstream s;
     s << "case " << index << " (seed " << seed << ")";
     if (!property.empty()) s << " of " << property;
+    if (shrink_step > 0) s << ", shrink step " << shrink_step;
+    if (!shape.empty()) s << " [" << shape << "]";
     if (!replay.empty()) s << "; replay: " << replay;
     return s.str();
 }
@@ -250,6 +252,8 @@ WorkerOutcome run_worker(const std::vector<std::string>& args, const WorkerOptio
             m.index = j.value("case", std::uint64_t(0));
             m.seed = j.value("seed", std::uint64_t(0));
             m.replay = j.value("replay", "");
+            m.shape = j.value("shape", "");
+            m.shrink_step = j.value("shrink_step", 0);
             outcome.last_case = m;
             if (options.on_case) options.on_case(m);
             return;
@@ -291,7 +295,9 @@ WorkerOutcome run_worker(const std::vector<std::string>& args, const WorkerOptio
             break;
         }
         const std::string key = outcome.last_case
-            ? outcome.last_case->property + "#" + std::to_string(outcome.last_case->index) : "";
+            ? outcome.last_case->property + "#" + std::to_string(outcome.last_case->index) + "." +
+                  std::to_string(outcome.last_case->shrink_step)
+            : "";
         if (key != case_key) {  // a new case mark restarts the per-case clock
             case_key = key;
             case_start = Clock::now();
@@ -372,10 +378,13 @@ WorkerChannel WorkerChannel::from_environment() {
 }
 
 void WorkerChannel::announce_case(const std::string& property, std::uint64_t index,
-                                  std::uint64_t seed, const std::string& replay) const {
+                                  std::uint64_t seed, const std::string& replay, const std::string& shape,
+                                  int shrink_step) const {
     if (!active()) return;
     nlohmann::json j = {{"event", "case"}, {"property", property}, {"case", index}, {"seed", seed}};
     if (!replay.empty()) j["replay"] = replay;
+    if (!shape.empty()) j["shape"] = shape;
+    if (shrink_step > 0) j["shrink_step"] = shrink_step;
     send(j.dump());
 }
 

@@ -17,8 +17,10 @@
 // The channel. The child inherits one pipe as a file descriptor whose number is in the
 // environment variable ATTNCHECK_WORKER_FD. It writes one JSON object per line on it; a child
 // uses WorkerChannel (below) instead of writing by hand. Two kinds of lines:
-//   {"event":"case","property":"causality","case":17,"seed":123,"replay":"attncheck fuzz ..."}
-//       written (and flushed: it is a raw write(2)) BEFORE running that case: "starting case N
+//   {"event":"case","property":"causality","case":17,"seed":123,"replay":"attncheck fuzz ...",
+//    "shape":"B=1 H=2 Tq=3 ...","shrink_step":4}
+//       ("replay", "shape" and "shrink_step" are optional; shrink_step > 0 marks the k-th shrink
+//       candidate of case 17 rather than case 17 itself) written (and flushed: it is a raw write(2)) BEFORE running that case: "starting case N
 //       seed S". The parent remembers the last one, so when the child dies the parent knows which
 //       case killed it and how to replay it. Lines written before a crash survive it (they are
 //       in the pipe, not in a user-space buffer).
@@ -63,7 +65,10 @@ struct CaseMark {
     std::uint64_t index = 0;   // case number within the property, from 0
     std::uint64_t seed = 0;    // the seed that replays it
     std::string replay;        // the command line that replays it ("" when not given)
-    std::string describe() const;  // "case 17 (seed 123) of causality; replay: ..."
+    std::string shape;         // the case's inputs in words ("" when not given)
+    int shrink_step = 0;       // > 0: a shrink candidate of case `index`, not the case itself
+    // "case 17 (seed 123) of causality, shrink step 4 [B=1 H=2 ...]; replay: ..."
+    std::string describe() const;
 };
 
 struct WorkerOutcome {
@@ -119,7 +124,7 @@ public:
     bool active() const { return fd_ >= 0; }
     // "starting case N seed S": call before running the case.
     void announce_case(const std::string& property, std::uint64_t index, std::uint64_t seed,
-                       const std::string& replay = "") const;
+                       const std::string& replay = "", const std::string& shape = "", int shrink_step = 0) const;
     // Any JSON object, serialised on one line by the caller (no newline inside).
     void send(const std::string& json_line) const;
 

@@ -8,12 +8,12 @@ namespace attncheck::properties {
 PropertyResult run_kernel_property(const KernelProperty& prop, const KernelUnderTest& k, const RunParams& params,
                                    const Progress& progress, const WorkerChannel* channel) {
     const rc::Gen<KernelCase> gen = gen_kernel_case(prop.options);
-    std::uint64_t index = 0;
     return run_property(
         prop.name,
-        [&] {
-            if (channel) channel->announce_case(prop.name, index++, params.seed);
+        [&](const CaseInfo& at) {
             const KernelCase c = *gen.as("case");
+            // Announced once drawn, before the kernel runs: a crash report names the shape.
+            if (channel) channel->announce_case(prop.name, std::uint64_t(at.number), params.seed, "", describe(c), at.shrink_step);
             RC_TAG(std::string("style ") + to_string(c.style));
             RC_TAG(std::string("mode ") + to_string(c.mode));
             RC_CLASSIFY(c.q_len == 1, "q_len 1");
@@ -36,12 +36,11 @@ PropertyResult run_kernel_property(const KernelProperty& prop, const KernelUnder
 PropertyResult run_decoder_property(const DecoderProperty& prop, const DecoderUnderTest& d, const RunParams& params,
                                     const Progress& progress, const WorkerChannel* channel) {
     const rc::Gen<DecoderCase> gen = gen_decoder_case(prop.options);
-    std::uint64_t index = 0;
     return run_property(
         prop.name,
-        [&] {
-            if (channel) channel->announce_case(prop.name, index++, params.seed);
+        [&](const CaseInfo& at) {
             const DecoderCase c = *gen.as("case");
+            if (channel) channel->announce_case(prop.name, std::uint64_t(at.number), params.seed, "", describe(c), at.shrink_step);
             RC_TAG(std::string("norm ") + to_string(c.config.norm));
             RC_CLASSIFY(c.config.cross_attention, "cross-attention");
             RC_CLASSIFY(c.tokens_len == 1, "T 1");

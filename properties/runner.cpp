@@ -21,19 +21,33 @@ const char* to_string(Status s) {
 
 namespace {
 
-// Counts finished cases for the progress line; stays silent otherwise (the default listener
-// would print RapidCheck's own verbose output).
+// Counts finished cases for the progress line, and keeps the latest failure (the first, then
+// each accepted shrink); stays silent otherwise (the default listener would print RapidCheck's
+// own verbose output).
 class ProgressListener : public rc::detail::TestListener {
 public:
     explicit ProgressListener(const Progress& p) : progress_(p) {}
-    void onTestCaseFinished(const rc::detail::CaseDescription&) override {
+    void onTestCaseFinished(const rc::detail::CaseDescription& c) override {
         ++done_;
         if (progress_) progress_(done_);
+        keep_failure(c);
     }
-    void onShrinkTried(const rc::detail::CaseDescription&, bool) override {}
+    void onShrinkTried(const rc::detail::CaseDescription& c, bool accepted) override {
+        if (accepted) keep_failure(c);
+    }
     void onTestFinished(const rc::detail::TestMetadata&, const rc::detail::TestResult&) override {}
 
+    // RapidCheck evaluates the shrunk case once more to report it; after the shrink budget is
+    // spent that evaluation is skipped (it "passes"), so the report uses these instead.
+    std::string failure_message;
+    rc::detail::Example failure_example;
+
 private:
+    void keep_failure(const rc::detail::CaseDescription& c) {
+        if (c.result.type != rc::detail::CaseResult::Type::Failure) return;
+        failure_message = c.result.description;
+        failure_example = c.example ? c.example() : rc::detail::Example{};
+    }
     const Progress& progress_;
     int done_ = 0;
 };
@@ -42,20 +56,49 @@ private:
 
 PropertyResult run_property(const std::string& property, const std::function<Verdict()>& one_case,
                             const RunParams& params, const Progress& progress) {
+    return run_property(property, [&](const CaseInfo&) { return one_case(); }, params, progress);
+}
+
+PropertyResult run_property(const std::string& property, const std::function<Verdict(const CaseInfo&)>& one_case,
+                            const RunParams& params, const Progress& progress) {
     PropertyResult out;
     out.property = property;
     int unsupported = 0, notes = 0;
     std::string first_note;
+    // RapidCheck calls the testable for the generated cases, and after the first failure only for
+    // shrink candidates of it: the first failure is where shrinking starts.
+    CaseInfo at;
+    bool shrinking = false;
+    std::chrono::steady_clock::time_point shrink_start{};
+    const auto shrink_elapsed = [&] {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - shrink_start).count();
+    };
     const auto testable = [&] {
-        const Verdict v = one_case();
+        if (shrinking) {
+            ++at.shrink_step;
+            if (params.shrink_budget_s > 0 && shrink_elapsed() >= params.shrink_budget_s) {
+                out.shrink_stopped = true;
+                return;  // "passes": RapidCheck keeps the smallest failure it has
+            }
+        }
+        const Verdict v = one_case(at);
         switch (v.kind) {
             case Verdict::Kind::unsupported:
-                ++unsupported;
+                if (!shrinking) {
+                    ++unsupported;
+                    ++at.number;
+                }
                 RC_TAG("unsupported");
                 return;
             case Verdict::Kind::fail:
+                if (!shrinking) {
+                    shrinking = true;
+                    shrink_start = std::chrono::steady_clock::now();
+                }
                 throw rc::detail::CaseResult(rc::detail::CaseResult::Type::Failure, v.message);
             case Verdict::Kind::pass:
+                if (shrinking) return;
+                ++at.number;
                 if (!v.note.empty()) {
                     ++notes;
                     if (first_note.empty()) first_note = v.note;
@@ -99,10 +142,15 @@ PropertyResult run_property(const std::string& property, const std::function<Ver
         out.status = Status::fail;
         out.cases = failure.numSuccess;
         out.failed_at = failure.numSuccess + 1;
-        out.message = failure.description;
+        const bool from_listener = out.shrink_stopped && !listener.failure_message.empty();
+        out.message = from_listener ? listener.failure_message : failure.description;
         std::ostringstream ce;
-        for (const auto& [label, value] : failure.counterExample) ce << "  " << label << " = " << value << "\n";
+        for (const auto& [label, value] : from_listener ? listener.failure_example : failure.counterExample) {
+            ce << "  " << label << " = " << value << "\n";
+            out.counterexample_values.emplace_back(label, value);
+        }
         out.counterexample = ce.str();
+        out.shrink_seconds = shrinking ? shrink_elapsed() : 0;
     } else if (result.match(gave_up)) {
         out.status = Status::error;
         out.cases = gave_up.numSuccess;

@@ -11,6 +11,8 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "properties/verdict.hpp"
 
@@ -23,6 +25,20 @@ const char* to_string(Status s);
 struct RunParams {
     std::uint64_t seed = 0;
     int cases = 100;  // RapidCheck's maxSuccess: the case sequence depends on it, replay needs it
+    // Wall-clock seconds allowed for shrinking a failure; 0: no limit. RapidCheck has no time
+    // budget of its own: once this is spent, run_property answers every further shrink candidate
+    // "pass" without running it, so RapidCheck stops at the smallest failing case found so far.
+    // The failing case (failed_at) and its replay do not depend on the budget; how far the
+    // counterexample shrank does (it depends on the machine's speed).
+    double shrink_budget_s = 0;
+};
+
+// Where a call of the case function stands in the run, for announcing it (a crash report names
+// the case) and for progress. number counts from 1 on the same base as PropertyResult::failed_at:
+// the case a failure report calls "case 17" is the one announced as number 17.
+struct CaseInfo {
+    int number = 1;        // the generated case this call belongs to (1-based)
+    int shrink_step = 0;   // 0: the generated case itself; k > 0: the k-th shrink candidate of it
 };
 
 struct PropertyResult {
@@ -35,14 +51,21 @@ struct PropertyResult {
     int failed_at = 0;    // 1-based index of the first failing case (before shrinking)
     std::string message;  // the shrunk case's failure, or why the run errored
     std::string counterexample;          // the shrunk case, as printed by the generators
+    // The shrunk case as RapidCheck's (label, value) pairs, in the order the generators drew them.
+    std::vector<std::pair<std::string, std::string>> counterexample_values;
     std::map<std::string, int> spread;   // RC_TAG/RC_CLASSIFY distribution of a passing run
     double seconds = 0;
+    double shrink_seconds = 0;    // time spent shrinking the failure
+    bool shrink_stopped = false;  // the shrink budget ran out: the counterexample is not minimal
 };
 
 // progress(cases_done) is called after every case (never while shrinking).
 using Progress = std::function<void(int cases_done)>;
 
 PropertyResult run_property(const std::string& property, const std::function<Verdict()>& one_case,
+                            const RunParams& params, const Progress& progress = {});
+// The same, with the case function told which case (or shrink step) it is running.
+PropertyResult run_property(const std::string& property, const std::function<Verdict(const CaseInfo&)>& one_case,
                             const RunParams& params, const Progress& progress = {});
 
 // Shown in failure reports: "attncheck fuzz --kernel NAME --property P --seed S --cases N".
