@@ -1,0 +1,77 @@
+/* tests/zoo/faulty_kernel_lib.c — broken kernels for the tests of `attncheck fuzz --kernel-lib`'s
+ * reports (tests/cli/fuzz_test.cpp). Built as one shared library, zoo_faulty_kernels.
+ *
+ *   zoo_mask_after_softmax   softmax over every key, then the masked weights set to 0 without
+ *                            renormalising: wrong on nearly every causal or padded row, so every
+ *                            property that compares values fails, at kernel and decoder level.
+ *   zoo_trap_fail            correct, except that it writes NaN when head_dim == 3 (Dk = 3)
+ *   zoo_trap_crash           correct, except that it aborts when head_dim == 3
+ * The two traps fire on the same cases, so a crash report and a failure report of the same seed
+ * must name the same case number.
+ *
+ * Dimension legend: B, H, Tq, Tk, Dk, Dv as in attncheck/kernel_abi.h. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "attncheck/kernel_abi.h"
+
+const int32_t attncheck_abi_version = ATTNCHECK_ABI_VERSION;
+
+/* Attention into out [B,H,Tq,Dv]; renormalise = 0 is the mask-after-softmax bug. */
+static int attention(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out,
+                     int renormalise) {
+    if (p->abi_version != ATTNCHECK_ABI_VERSION) return ATTNCHECK_UNSUPPORTED;
+    if (p->batch < 1 || p->heads < 1 || p->q_len < 1 || p->kv_len < 1 || p->head_dim < 1 ||
+        p->value_dim < 1 || p->q_offset < 0)
+        return ATTNCHECK_UNSUPPORTED;
+    const long Tq = p->q_len, Tk = p->kv_len, Dk = p->head_dim, Dv = p->value_dim;
+    float* w = malloc((size_t)Tk * sizeof *w); /* one row of scores, then weights [Tk] */
+    char* seen = malloc((size_t)Tk);           /* which keys the row may see [Tk] */
+    if (!w || !seen) {
+        free(w);
+        free(seen);
+        return ATTNCHECK_UNSUPPORTED;
+    }
+    for (long bh = 0; bh < (long)p->batch * p->heads; ++bh) {
+        const long valid = p->kv_valid_len ? p->kv_valid_len[bh / p->heads] : Tk;
+        for (long i = 0; i < Tq; ++i) {
+            float* o = out + (bh * Tq + i) * Dv;
+            float m = -INFINITY, sum = 0.0f, kept = 0.0f;
+            for (long j = 0; j < Tk; ++j) {
+                seen[j] = j < valid && (!p->causal || j <= p->q_offset + i);
+                float dot = 0.0f;
+                for (long c = 0; c < Dk; ++c) dot += q[(bh * Tq + i) * Dk + c] * k[(bh * Tk + j) * Dk + c];
+                w[j] = p->scale * dot;
+                if ((renormalise ? seen[j] : 1) && w[j] > m) m = w[j];
+            }
+            for (long c = 0; c < Dv; ++c) o[c] = 0.0f;
+            for (long j = 0; j < Tk; ++j) {
+                w[j] = (renormalise && !seen[j]) || m == -INFINITY ? 0.0f : expf(w[j] - m);
+                sum += w[j];
+                if (!seen[j]) w[j] = 0.0f; /* the mask, applied after the softmax's sum */
+                kept += w[j];
+            }
+            if (kept == 0.0f) continue; /* no visible key: zeros */
+            for (long j = 0; j < Tk; ++j)
+                for (long c = 0; c < Dv; ++c) o[c] += w[j] / sum * v[(bh * Tk + j) * Dv + c];
+        }
+    }
+    free(w);
+    free(seen);
+    return ATTNCHECK_OK;
+}
+
+int zoo_mask_after_softmax(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
+    return attention(p, q, k, v, out, 0);
+}
+
+int zoo_trap_fail(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
+    const int rc = attention(p, q, k, v, out, 1);
+    if (rc == ATTNCHECK_OK && p->head_dim == 3) out[0] = NAN;
+    return rc;
+}
+
+int zoo_trap_crash(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
+    if (p->abi_version == ATTNCHECK_ABI_VERSION && p->head_dim == 3) abort();
+    return attention(p, q, k, v, out, 1);
+}
