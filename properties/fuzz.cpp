@@ -10,10 +10,19 @@
 // `fuzz --worker ...`, announcing each case on a channel and writing its results as JSON).
 //
 // Seeds: one seed S for the run (time-based unless --seed); every property runs RapidCheck at S
-// with --cases as maxSuccess, so `--property P --seed S --cases N` replays any line exactly.
+// with --cases as maxSuccess, so `--property P --seed S --cases N` replays any line exactly (the
+// failing case exactly; how far it shrinks depends on the shrink budget, --shrink-time).
+// ATTNCHECK_SEED, ATTNCHECK_CASES and ATTNCHECK_PROPERTY set the same as for check_kernel()
+// (properties/check.cpp); a flag overrides its variable.
 #include "properties/fuzz.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 
 #include <chrono>
 #include <cstdio>
@@ -50,6 +59,17 @@ constexpr int kDefaultDecoderCases = 40;
 // than the property timeout (a kernel that makes progress, only too slowly to finish).
 constexpr double kWorkerCaseTimeoutS = 20;
 constexpr double kWorkerPropertyTimeoutS = 600;
+// Shrinking a failure is bounded in wall-clock time per property: a decoder case of a broken
+// kernel can take seconds per shrink step at d=256 h=8 T=80, and RapidCheck would spend minutes
+// on it. Past the budget the smallest counterexample found so far is reported.
+constexpr double kDefaultShrinkBudgetS = 5;
+// Once a kernel has failed at kernel level its decoder-level properties only add evidence that
+// it is broken: they run at most this many cases each (unless --cases or ATTNCHECK_CASES asks).
+constexpr int kCappedDecoderCases = 10;
+// --json's layout (documented in docs/cli.md). 1 is the unversioned layout from before
+// "schema_version" (without "case", "counterexample_values", "shrink_*", "replay_env" and
+// "capped_from").
+constexpr int kJsonSchemaVersion = 2;
 
 const char* kUsage = R"(usage: attncheck fuzz [options]
 
@@ -60,21 +80,38 @@ built-in kernel, at the default budget; prints a table property x subject.
   --kernel NAME        only this kernel (a built-in or a mutant name) and the optimized decoder with it
   --decoder reference  only the reference decoder
   --kernel-lib PATH    a kernel from a shared library (with --symbol), run in a worker process
+                       per property; each property's verdict is printed as it finishes
   --symbol NAME        the kernel's exported (extern "C") symbol in --kernel-lib
   --timeout SECONDS    --kernel-lib: a case that runs longer is a hang (default 20); after a
                        kernel's first crash or timeout its remaining properties are skipped
-  --property P         only this property (names: see the table, or --list)
+  --property P[,P...]  only these properties (repeatable; names: see the table, or --list);
+                       selecting no property at all is bad usage
   --level L            only kernel-level or only decoder-level properties (L = kernel | decoder)
-  --cases N            cases per property (default: 300 per kernel property, 40 per decoder property)
+  --cases N            cases per property (default: 300 per kernel property, 40 per decoder
+                       property; 10 per decoder property of a kernel that failed at kernel level,
+                       unless --cases or ATTNCHECK_CASES is given)
   --seed S             RapidCheck seed (default: time-based, printed)
+  --shrink-time S      seconds of shrinking per failed property (default 5; 0: no limit); past it
+                       the smallest counterexample so far is reported, marked as such
   --mutants            run the mutant zoo: every mutant must be killed (exit 0 only if all are)
-  --json FILE          write the results as JSON
+  --json FILE          write the results as JSON (schema: docs/cli.md)
+  --junit FILE         write the results as JUnit XML (a testsuite per subject; not with --mutants)
+  --progress           cases done per property on stderr (always shown when it is a terminal)
   --list               list the properties and what each catches
-  --verbose            print the input spread (RC_TAG) of every passing property
+  --verbose            print the input spread (RC_TAG) of every property that passed
   --help               this text
 
-Exit: 0 every property passed (every mutant killed), 1 something failed, 2 bad usage.
-A failure prints the shrunk case and `attncheck fuzz ... --property P --seed S --cases N` to replay it.
+Environment: ATTNCHECK_SEED, ATTNCHECK_CASES, ATTNCHECK_PROPERTY (comma list) as --seed,
+--cases, --property; a flag overrides its variable. TMPDIR: where --kernel-lib's worker writes.
+The files of --json and --junit are checked before the run starts.
+
+Exit: 0 every property passed (every mutant killed), 1 something failed, 2 bad usage (or a
+--json/--junit file that could not be written, unless something failed: then 1).
+A failure prints the shrunk case and `attncheck fuzz ... --property P --seed S --cases N` to
+replay it; for --kernel-lib also `ATTNCHECK_SEED=S ATTNCHECK_CASES=N ATTNCHECK_PROPERTY=P
+<test binary>`, which replays it in a test that calls check_kernel() on the same kernel.
+A crash names the case (numbered as failures are) and its shape; the properties skipped after
+it are listed on one line. A shrunk case shared by several failures is printed once.
 )";
 
 struct Options {
@@ -82,13 +119,14 @@ struct Options {
     bool kernel_flag = false;
     std::optional<std::string> decoder;  // --decoder reference
     std::string kernel_lib, symbol;
-    std::string property;
+    std::vector<std::string> properties;  // empty = all
     std::string level;  // "", "kernel" or "decoder"
     std::optional<int> cases;
     std::optional<std::uint64_t> seed;
     double timeout_s = kWorkerCaseTimeoutS;
-    bool mutants = false, list = false, verbose = false, help = false;
-    std::string json;
+    double shrink_time_s = kDefaultShrinkBudgetS;
+    bool mutants = false, list = false, verbose = false, help = false, progress = false;
+    std::string json, junit;
     bool worker = false;
     std::string worker_out;
 };
@@ -97,6 +135,23 @@ struct UsageError : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
+// The properties named in a comma list ("a,b"), appended to `to`; an empty name is skipped.
+void add_property_list(const std::string& list, std::vector<std::string>& to) {
+    std::stringstream names(list);
+    for (std::string name; std::getline(names, name, ',');)
+        if (!name.empty() && std::find(to.begin(), to.end(), name) == to.end()) to.push_back(name);
+}
+
+std::uint64_t parse_seed(const std::string& what, const std::string& v) {
+    try {
+        std::size_t used = 0;
+        const std::uint64_t seed = std::stoull(v, &used);
+        if (used == v.size() && !v.empty() && v[0] != '-') return seed;
+    } catch (const std::exception&) {
+    }
+    throw UsageError(what + ": expected a non-negative integer");
+}
+
 long long parse_int(const std::string& flag, const std::string& text, long long lo, long long hi) {
     try {
         std::size_t used = 0;
@@ -104,7 +159,7 @@ long long parse_int(const std::string& flag, const std::string& text, long long 
         if (used == text.size() && v >= lo && v <= hi) return v;
     } catch (const std::exception&) {
     }
-    throw UsageError(flag + " " + text + ": expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    throw UsageError(flag + (flag.back() == '=' ? "" : " ") + text + ": expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
 }
 
 Options parse(const std::vector<std::string>& args) {
@@ -120,7 +175,10 @@ Options parse(const std::vector<std::string>& args) {
         else if (a == "--decoder") o.decoder = value();
         else if (a == "--kernel-lib") o.kernel_lib = value();
         else if (a == "--symbol") o.symbol = value();
-        else if (a == "--property") o.property = value();
+        else if (a == "--property") {
+            add_property_list(value(), o.properties);
+            if (o.properties.empty()) throw UsageError("--property needs a property name");
+        }
         else if (a == "--level") {
             o.level = value();
             if (o.level != "kernel" && o.level != "decoder")
@@ -129,12 +187,15 @@ Options parse(const std::vector<std::string>& args) {
         else if (a == "--cases") o.cases = int(parse_int(a, value(), 1, 100000000));
         else if (a == "--seed") {
             const std::string v = value();
+            o.seed = parse_seed("--seed " + v, v);
+        } else if (a == "--shrink-time") {
+            const std::string v = value();
             try {
                 std::size_t used = 0;
-                o.seed = std::stoull(v, &used);
-                if (used != v.size() || v.empty() || v[0] == '-') throw UsageError("");
+                o.shrink_time_s = std::stod(v, &used);
+                if (used != v.size() || !(o.shrink_time_s >= 0 && o.shrink_time_s <= 86400)) throw UsageError("");
             } catch (const std::exception&) {
-                throw UsageError("--seed " + v + ": expected a non-negative integer");
+                throw UsageError("--shrink-time " + v + ": expected seconds, from 0 (no limit) to 86400");
             }
         } else if (a == "--timeout") {
             const std::string v = value();
@@ -147,6 +208,8 @@ Options parse(const std::vector<std::string>& args) {
             }
         } else if (a == "--mutants") o.mutants = true;
         else if (a == "--json") o.json = value();
+        else if (a == "--junit") o.junit = value();
+        else if (a == "--progress") o.progress = true;
         else if (a == "--list") o.list = true;
         else if (a == "--verbose") o.verbose = true;
         else if (a == "--worker") o.worker = true;
@@ -159,11 +222,28 @@ Options parse(const std::vector<std::string>& args) {
         throw UsageError("--decoder " + *o.decoder + ": only 'reference' (the optimized decoder is --kernel NAME)");
     if (o.mutants && (o.kernel_flag || !o.kernel_lib.empty() || o.decoder))
         throw UsageError("--mutants runs the zoo; it does not combine with --kernel, --kernel-lib or --decoder");
-    if (!o.property.empty()) {
+    if (o.mutants && !o.junit.empty()) throw UsageError("--junit does not combine with --mutants (use --json)");
+    // The environment fills in what the flags left open (as CheckOptions::from_environment);
+    // --help and --list work whatever it holds.
+    if (o.help || o.list) return o;
+    if (!o.seed)
+        if (const char* v = std::getenv("ATTNCHECK_SEED")) o.seed = parse_seed(std::string("ATTNCHECK_SEED=") + v, v);
+    if (!o.cases)
+        if (const char* v = std::getenv("ATTNCHECK_CASES"))
+            o.cases = int(parse_int("ATTNCHECK_CASES=", v, 1, 100000000));
+    bool from_env = false;
+    if (o.properties.empty())
+        if (const char* v = std::getenv("ATTNCHECK_PROPERTY")) {
+            add_property_list(v, o.properties);
+            from_env = !o.properties.empty();
+        }
+    for (const std::string& name : o.properties) {
         bool known = false;
-        for (const auto& p : kernel_properties()) known |= p.name == o.property;
-        for (const auto& p : decoder_properties()) known |= p.name == o.property;
-        if (!known) throw UsageError("--property " + o.property + ": no such property (see attncheck fuzz --list)");
+        for (const auto& p : kernel_properties()) known |= p.name == name;
+        for (const auto& p : decoder_properties()) known |= p.name == name;
+        if (!known)
+            throw UsageError((from_env ? "ATTNCHECK_PROPERTY: " : "--property ") + name +
+                             ": no such property (see attncheck fuzz --list)");
     }
     return o;
 }
@@ -175,28 +255,38 @@ struct Row {
     std::string replay_flag;  // what selects the subject on the command line
     RunParams params;
     PropertyResult result;
+    bool library = false;     // a --kernel-lib kernel: check_kernel() on it replays the row too
+    int capped_from = 0;      // > 0: the default budget this decoder-level run was capped from
 };
 
-// The progress line on a terminal: "[kernel optimized] causality 120/300", rewritten in place.
+// The progress line: "[kernel optimized] causality 120/300" on stderr, rewritten in place on a
+// terminal (at most every 100 ms); with --progress and no terminal, a plain line at most every
+// second (a CI log keeps every line).
 class ProgressLine {
 public:
-    ProgressLine() : tty_(isatty(2) != 0) {}
+    explicit ProgressLine(bool forced = false) : tty_(isatty(2) != 0), on_(tty_ || forced) {}
     Progress track(const std::string& label, int total) {
-        if (!tty_) return {};
+        if (!on_) return {};
         return [this, label, total](int done) {
-            const auto now = std::chrono::steady_clock::now();
-            if (done != total && now - last_ < std::chrono::milliseconds(100)) return;
-            last_ = now;
-            std::fprintf(stderr, "\r\033[K%s %d/%d", label.c_str(), done, total);
-            std::fflush(stderr);
+            show(label + " " + std::to_string(done) + "/" + std::to_string(total), done == total);
         };
+    }
+    // Any other state of the run ("... shrinking case 17, step 4").
+    void show(const std::string& text, bool force = false) {
+        if (!on_) return;
+        const auto now = std::chrono::steady_clock::now();
+        if (!force && now - last_ < (tty_ ? std::chrono::milliseconds(100) : std::chrono::milliseconds(1000))) return;
+        last_ = now;
+        if (tty_) std::fprintf(stderr, "\r\033[K%s", text.c_str());
+        else std::fprintf(stderr, "%s\n", text.c_str());
+        std::fflush(stderr);
     }
     void clear() {
         if (tty_) std::fprintf(stderr, "\r\033[K");
     }
 
 private:
-    bool tty_;
+    bool tty_, on_;
     std::chrono::steady_clock::time_point last_{};
 };
 
@@ -243,21 +333,75 @@ void print_table(std::ostream& os, const std::vector<Row>& rows, const std::stri
     os << "\n";
 }
 
-void print_failure(std::ostream& os, const Row& r) {
+// The line that replays a --kernel-lib row in a test binary calling check_kernel() on the same
+// kernel (CheckOptions::from_environment reads these; ATTNCHECK_CASES sets both budgets).
+std::string check_kernel_replay(const Row& r) {
+    return "ATTNCHECK_SEED=" + std::to_string(r.params.seed) + " ATTNCHECK_CASES=" + std::to_string(r.params.cases) +
+           " ATTNCHECK_PROPERTY=" + r.result.property + " <test binary>";
+}
+
+std::string seconds_text(double s) {
+    std::ostringstream t;
+    t << std::fixed << std::setprecision(1) << s;
+    return t.str();
+}
+
+// Prints one failed row. `seen` maps a counterexample already printed to where it was, so that
+// several properties failing on the same shrunk case print it once.
+void print_failure(std::ostream& os, const Row& r, std::map<std::string, std::string>& seen) {
     const PropertyResult& p = r.result;
-    if (p.status == Status::skipped) {
-        os << p.property << " on " << r.kind << " " << r.subject << ": " << p.message << "\n";
-        return;
-    }
     os << p.property << " " << to_string(p.status) << " on " << r.kind << " " << r.subject;
     if (p.status == Status::fail) os << " at case " << p.failed_at << (p.counterexample.empty() ? "" : " (shrunk below)");
     os << "\n";
-    if (!p.counterexample.empty()) os << p.counterexample;
+    if (!p.counterexample.empty()) {
+        const std::string where = p.property + " on " + r.kind + " " + r.subject;
+        const auto [it, first] = seen.emplace(p.counterexample, where);
+        if (first) os << p.counterexample;
+        else os << "  case: the same as for " << it->second << " above\n";
+        if (p.shrink_stopped)
+            os << "  (shrinking stopped after " << seconds_text(p.shrink_seconds)
+               << " s: the smallest failing case found by then; --shrink-time for more)\n";
+    }
     os << "  " << p.message << "\n";
     os << "  replay: " << replay_command(r.replay_flag, p.property, r.params) << "\n";
+    if (r.library) os << "  replay in a test that calls check_kernel() on this kernel: " << check_kernel_replay(r) << "\n";
     // A float result, and so a verdict near the bound, depends on the code path that ran it.
-    os << "  ran on: " << isa_line() << "\n";
-    os << "  (in the Catch2 test: RC_PARAMS=\"seed=" << r.params.seed << " max_success=" << r.params.cases << "\")\n\n";
+    os << "  ran on: " << isa_line() << "\n\n";
+}
+
+// The properties skipped after a kernel crashed or hung, on one line.
+void print_skipped(std::ostream& os, const std::vector<Row>& rows) {
+    std::string names, why;
+    int n = 0;
+    for (const Row& r : rows) {
+        if (r.result.status != Status::skipped) continue;
+        names += (n++ ? ", " : "") + r.result.property;
+        why = r.result.message;
+    }
+    if (n) os << "skipped " << n << " " << (n == 1 ? "property" : "properties") << " (" << why << "): " << names << "\n\n";
+}
+
+// "B=1 H=2 q_offset=0 (decode) kv_valid_len=[3,1] ..." (kernel_case.cpp, decoder_case.cpp's
+// describe()) as a JSON object: numbers, lists and booleans typed; a parenthesised word after a
+// field is kept as FIELD_note ("q_offset_note": "decode").
+nlohmann::json shape_fields(const std::string& text) {
+    nlohmann::json j = nlohmann::json::object();
+    std::stringstream words(text);
+    std::string last;
+    for (std::string w; words >> w;) {
+        while (!w.empty() && w.back() == ';') w.pop_back();
+        if (w.size() > 2 && w.front() == '(' && w.back() == ')') {
+            if (!last.empty()) j[last + "_note"] = w.substr(1, w.size() - 2);
+            continue;
+        }
+        const auto eq = w.find('=');
+        if (eq == std::string::npos || eq == 0) continue;
+        const std::string key = w.substr(0, eq), v = w.substr(eq + 1);
+        last = key;
+        const nlohmann::json parsed = nlohmann::json::parse(v, nullptr, /*allow_exceptions=*/false);
+        j[key] = parsed.is_discarded() ? nlohmann::json(v) : parsed;
+    }
+    return j;
 }
 
 nlohmann::json to_json(const Row& r) {
@@ -267,11 +411,23 @@ nlohmann::json to_json(const Row& r) {
                         {"notes", p.notes},       {"seconds", p.seconds},         {"seed", r.params.seed},
                         {"max_cases", r.params.cases}};
     if (!p.note.empty()) j["note"] = p.note;
+    if (r.capped_from) j["capped_from"] = r.capped_from;
     if (p.status != Status::pass) {
         j["failed_at"] = p.failed_at;
         j["message"] = p.message;
         j["counterexample"] = p.counterexample;
         j["replay"] = replay_command(r.replay_flag, p.property, r.params);
+        if (r.library) j["replay_env"] = check_kernel_replay(r);
+    }
+    if (!p.counterexample_values.empty()) {
+        nlohmann::json values = nlohmann::json::object();
+        for (const auto& [label, value] : p.counterexample_values) {
+            values[label] = value;
+            if (label == "case") j["case"] = shape_fields(value);
+        }
+        j["counterexample_values"] = values;
+        j["shrink_seconds"] = p.shrink_seconds;
+        j["shrink_stopped"] = p.shrink_stopped;
     }
     if (!p.spread.empty()) j["spread"] = p.spread;
     return j;
@@ -292,20 +448,151 @@ PropertyResult from_json(const nlohmann::json& j) {
     p.message = j.value("message", "");
     p.counterexample = j.value("counterexample", "");
     p.seconds = j.value("seconds", 0.0);
+    p.shrink_seconds = j.value("shrink_seconds", 0.0);
+    p.shrink_stopped = j.value("shrink_stopped", false);
+    // The worker writes the object in the order the generators drew the values; nlohmann's
+    // object sorts keys, so the labels' order in the text version is the one to trust.
+    if (j.contains("counterexample_values") && j["counterexample_values"].is_object()) {
+        std::stringstream lines(p.counterexample);
+        for (std::string line; std::getline(lines, line);) {
+            const auto eq = line.find(" = ");
+            if (eq == std::string::npos) continue;
+            const std::string label = line.substr(line.find_first_not_of(' '), eq - line.find_first_not_of(' '));
+            p.counterexample_values.emplace_back(label, j["counterexample_values"].value(label, ""));
+        }
+    }
+    if (j.contains("spread") && j["spread"].is_object())
+        for (const auto& [tags, n] : j["spread"].items()) p.spread[tags] = n.get<int>();
     return p;
 }
 
-bool selected(const Options& o, const std::string& property) { return o.property.empty() || o.property == property; }
+std::string xml_escape(const std::string& text) {
+    std::string out;
+    for (const char c : text) {
+        switch (c) {
+            case '&': out += "&amp;"; break;
+            case '<': out += "&lt;"; break;
+            case '>': out += "&gt;"; break;
+            case '"': out += "&quot;"; break;
+            case '\'': out += "&apos;"; break;
+            default:
+                // XML 1.0 allows no control characters but tab and newline (a kernel's message
+                // may quote anything).
+                if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') out += "?";
+                else out += c;
+        }
+    }
+    return out;
+}
+
+// JUnit XML: a <testsuite> per subject ("kernel NAME", "decoder optimized[NAME]"), a <testcase>
+// per property; FAIL and unsupported are <failure>, ERROR is <error>, skipped is <skipped>.
+std::string junit_xml(const std::vector<Row>& rows, std::uint64_t seed, double seconds) {
+    std::vector<std::string> suites;
+    for (const Row& r : rows) {
+        const std::string name = r.kind + " " + r.subject;
+        if (std::find(suites.begin(), suites.end(), name) == suites.end()) suites.push_back(name);
+    }
+    int failures = 0, errors = 0, skipped = 0;
+    for (const Row& r : rows) {
+        failures += r.result.status == Status::fail || r.result.status == Status::unsupported;
+        errors += r.result.status == Status::error;
+        skipped += r.result.status == Status::skipped;
+    }
+    std::ostringstream x;
+    x << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+      << "<testsuites name=\"attncheck fuzz\" tests=\"" << rows.size() << "\" failures=\"" << failures
+      << "\" errors=\"" << errors << "\" skipped=\"" << skipped << "\" time=\"" << seconds << "\">\n";
+    for (const std::string& suite : suites) {
+        int n = 0, f = 0, e = 0, sk = 0;
+        double t = 0;
+        for (const Row& r : rows) {
+            if (r.kind + " " + r.subject != suite) continue;
+            ++n;
+            f += r.result.status == Status::fail || r.result.status == Status::unsupported;
+            e += r.result.status == Status::error;
+            sk += r.result.status == Status::skipped;
+            t += r.result.seconds;
+        }
+        x << "  <testsuite name=\"" << xml_escape(suite) << "\" tests=\"" << n << "\" failures=\"" << f
+          << "\" errors=\"" << e << "\" skipped=\"" << sk << "\" time=\"" << t << "\">\n"
+          << "    <properties><property name=\"seed\" value=\"" << seed << "\"/>"
+          << "<property name=\"isa\" value=\"" << xml_escape(isa_line()) << "\"/></properties>\n";
+        for (const Row& r : rows) {
+            if (r.kind + " " + r.subject != suite) continue;
+            const PropertyResult& p = r.result;
+            x << "    <testcase classname=\"" << xml_escape("attncheck." + r.kind + "." + r.subject) << "\" name=\""
+              << xml_escape(p.property) << "\" time=\"" << p.seconds << "\"";
+            if (p.status == Status::pass) {
+                x << "/>\n";
+                continue;
+            }
+            x << ">\n";
+            const std::string first_line = p.message.substr(0, p.message.find('\n'));
+            std::string body = p.counterexample + p.message + "\nreplay: " + replay_command(r.replay_flag, p.property, r.params) + "\n";
+            if (r.library) body += "replay in a test that calls check_kernel(): " + check_kernel_replay(r) + "\n";
+            if (p.status == Status::skipped)
+                x << "      <skipped message=\"" << xml_escape(first_line) << "\"/>\n";
+            else
+                x << "      <" << (p.status == Status::error ? "error" : "failure") << " type=\"" << to_string(p.status)
+                  << "\" message=\"" << xml_escape(first_line) << "\">" << xml_escape(body) << "</"
+                  << (p.status == Status::error ? "error" : "failure") << ">\n";
+            x << "    </testcase>\n";
+        }
+        x << "  </testsuite>\n";
+    }
+    x << "</testsuites>\n";
+    return x.str();
+}
+
+// A --json/--junit path that cannot be written is bad usage, found before the run rather than
+// after minutes of it. A file that does not exist yet is created and removed again.
+std::string unwritable(const std::string& path) {
+    struct stat st{};
+    if (::stat(path.c_str(), &st) == 0) {
+        if (S_ISDIR(st.st_mode)) return "is a directory";
+        if (::access(path.c_str(), W_OK) != 0) return std::string("cannot write: ") + std::strerror(errno);
+        return "";
+    }
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) return std::string("cannot create: ") + std::strerror(errno);
+    ::close(fd);
+    ::unlink(path.c_str());
+    return "";
+}
+
+// Writes text to path; false (errno set) when any part of it could not be written.
+bool write_file(const std::string& path, const std::string& text) {
+    std::ofstream f(path);
+    f << text;
+    f.close();
+    return !f.fail();
+}
+
+bool selected(const Options& o, const std::string& property) {
+    return o.properties.empty() || std::find(o.properties.begin(), o.properties.end(), property) != o.properties.end();
+}
 
 int kernel_cases(const Options& o) { return o.cases.value_or(kDefaultKernelCases); }
 int decoder_cases(const Options& o) { return o.cases.value_or(kDefaultDecoderCases); }
+
+// The decoder-level budget for a kernel; `kernel_failed`: it already failed at kernel level.
+// Sets `capped_from` when the budget was lowered for that reason.
+int decoder_cases(const Options& o, bool kernel_failed, int& capped_from) {
+    capped_from = 0;
+    if (o.cases || !kernel_failed || kDefaultDecoderCases <= kCappedDecoderCases) return decoder_cases(o);
+    capped_from = kDefaultDecoderCases;
+    return kCappedDecoderCases;
+}
+
+RunParams run_params(const Options& o, std::uint64_t seed, int cases) { return RunParams{seed, cases, o.shrink_time_s}; }
 
 void run_kernel_subject(const Options& o, std::uint64_t seed, const KernelUnderTest& k, const std::string& kind,
                         std::vector<Row>& rows, ProgressLine& line, const WorkerChannel* channel = nullptr) {
     if (o.level == "decoder") return;
     for (const KernelProperty& prop : kernel_properties()) {
         if (!selected(o, prop.name)) continue;
-        const RunParams params{seed, kernel_cases(o)};
+        const RunParams params = run_params(o, seed, kernel_cases(o));
         Row row{kind, k.name, "--kernel " + k.name, params, {}};
         row.result = run_kernel_property(prop, k, params, line.track("[" + kind + " " + k.name + "] " + prop.name, params.cases), channel);
         line.clear();
@@ -313,13 +600,14 @@ void run_kernel_subject(const Options& o, std::uint64_t seed, const KernelUnderT
     }
 }
 
-void run_decoder_subject(const Options& o, std::uint64_t seed, const DecoderUnderTest& d, const std::string& flag,
-                         std::vector<Row>& rows, ProgressLine& line, const WorkerChannel* channel = nullptr) {
+void run_decoder_subject(const Options& o, const RunParams& params, int capped_from, const DecoderUnderTest& d,
+                         const std::string& flag, std::vector<Row>& rows, ProgressLine& line,
+                         const WorkerChannel* channel = nullptr) {
     if (o.level == "kernel") return;
     for (const DecoderProperty& prop : decoder_properties()) {
         if (!selected(o, prop.name) || (prop.optimized_only && !d.optimized())) continue;
-        const RunParams params{seed, decoder_cases(o)};
         Row row{"decoder", d.name, flag, params, {}};
+        row.capped_from = capped_from;
         row.result = run_decoder_property(prop, d, params, line.track("[decoder " + d.name + "] " + prop.name, params.cases),
                                           channel);
         line.clear();
@@ -327,7 +615,50 @@ void run_decoder_subject(const Options& o, std::uint64_t seed, const DecoderUnde
     }
 }
 
-// --kernel-lib in a worker per property: a crash or hang costs that property only.
+bool kernel_failed(const std::vector<Row>& rows, const std::string& kernel) {
+    for (const Row& r : rows)
+        if (r.kind == "kernel" && r.subject == kernel && r.result.status != Status::pass) return true;
+    return false;
+}
+
+// How many property runs the options select: 0 is bad usage (a run that checks nothing must not
+// say "all passed").
+int planned_runs(const Options& o, int kernel_subjects, bool reference_decoder, int optimized_decoders) {
+    int n = 0;
+    if (o.level != "decoder")
+        for (const auto& p : kernel_properties()) n += selected(o, p.name) ? kernel_subjects : 0;
+    if (o.level != "kernel")
+        for (const auto& p : decoder_properties())
+            if (selected(o, p.name)) n += optimized_decoders + (reference_decoder && !p.optimized_only ? 1 : 0);
+    return n;
+}
+
+// The worker's result file: mkstemp in $TMPDIR (else /tmp), removed when the run ends.
+class WorkerOutFile {
+public:
+    WorkerOutFile() {
+        const char* dir = std::getenv("TMPDIR");
+        const std::string base = dir && *dir ? dir : "/tmp";
+        std::string tmpl = base + "/attncheck-worker-XXXXXX.json";
+        std::vector<char> buf(tmpl.begin(), tmpl.end());
+        buf.push_back('\0');
+        const int fd = ::mkstemps(buf.data(), 5);
+        if (fd < 0)
+            throw InputError("cannot create the worker's result file in " + base + " (TMPDIR): " + std::strerror(errno));
+        ::close(fd);
+        path_ = buf.data();
+    }
+    ~WorkerOutFile() { std::remove(path_.c_str()); }
+    WorkerOutFile(const WorkerOutFile&) = delete;
+    WorkerOutFile& operator=(const WorkerOutFile&) = delete;
+    const std::string& path() const { return path_; }
+
+private:
+    std::string path_;
+};
+
+// --kernel-lib in a worker per property: a crash or hang costs that property only. Prints each
+// property's verdict as it finishes (a default run takes minutes), with progress on stderr.
 void run_library_isolated(const Options& o, std::uint64_t seed, std::vector<Row>& rows) {
     const std::string name = o.symbol;
     std::vector<std::pair<std::string, bool>> props;  // name, is decoder-level
@@ -335,61 +666,94 @@ void run_library_isolated(const Options& o, std::uint64_t seed, std::vector<Row>
         if (selected(o, p.name) && o.level != "decoder") props.push_back({p.name, false});
     for (const auto& p : decoder_properties())
         if (selected(o, p.name) && o.level != "kernel") props.push_back({p.name, true});
-    const std::string out_file = "/tmp/attncheck-worker-" + std::to_string(getpid()) + ".json";
+    const WorkerOutFile out_file;
     const std::string flag = "--kernel-lib " + o.kernel_lib + " --symbol " + o.symbol;
+    ProgressLine line(o.progress);
     // After the kernel's first crash or hang, its other properties would most likely crash or
     // hang the same way, each costing a worker start or a whole timeout: they are skipped.
-    std::string broken;  // what happened first, "" while the kernel has not crashed or hung
+    std::string broken;  // the property where it happened, "" while the kernel has not crashed or hung
     for (const auto& [prop, is_decoder] : props) {
-        const RunParams params{seed, is_decoder ? decoder_cases(o) : kernel_cases(o)};
+        int capped_from = 0;
+        const int cases = is_decoder ? decoder_cases(o, kernel_failed(rows, name), capped_from) : kernel_cases(o);
+        const RunParams params = run_params(o, seed, cases);
+        const std::string kind = is_decoder ? "decoder" : "kernel";
+        const std::string subject = is_decoder ? "optimized[" + name + "]" : name;
+        Row base{kind, subject, flag, params, {}};
+        base.library = true;
+        base.capped_from = capped_from;
+        base.result.property = prop;
         if (!broken.empty()) {
-            Row row{is_decoder ? "decoder" : "kernel", is_decoder ? "optimized[" + name + "]" : name, flag, params, {}};
-            row.result.property = prop;
+            Row row = base;
             row.result.status = Status::skipped;
-            row.result.message = "skipped (kernel crashed/timed out earlier: " + broken + ")";
+            row.result.message = "the kernel crashed or timed out earlier, in " + broken;
             rows.push_back(std::move(row));
             continue;
         }
+        std::ostringstream shrink_time;
+        shrink_time << o.shrink_time_s;
         std::vector<std::string> args = {"fuzz", "--worker", "--kernel-lib", o.kernel_lib, "--symbol", o.symbol,
                                          "--property", prop, "--seed", std::to_string(seed),
-                                         "--cases", std::to_string(params.cases), "--worker-out", out_file};
-        std::remove(out_file.c_str());
+                                         "--cases", std::to_string(params.cases), "--shrink-time", shrink_time.str(),
+                                         "--worker-out", out_file.path()};
+        if (std::FILE* f = std::fopen(out_file.path().c_str(), "w")) std::fclose(f);  // empty it
         WorkerOptions wo;
         wo.timeout_s = std::max(kWorkerPropertyTimeoutS, o.timeout_s);
         wo.case_timeout_s = o.timeout_s;
+        const std::string label = "[" + kind + " " + subject + "] " + prop;
+        const Progress progress = line.track(label, params.cases);
+        wo.on_case = [&](const CaseMark& m) {
+            if (m.shrink_step == 0) {
+                if (progress) progress(int(m.index) - 1);
+            } else {
+                line.show(label + " shrinking case " + std::to_string(m.index) + ", step " + std::to_string(m.shrink_step));
+            }
+        };
         const WorkerOutcome w = run_worker(args, wo);
-        if (w.kind == WorkerOutcome::Kind::crashed || w.kind == WorkerOutcome::Kind::timed_out)
-            broken = prop + " " + w.describe();
-        bool have = false;
+        line.clear();
+        if (w.kind == WorkerOutcome::Kind::crashed || w.kind == WorkerOutcome::Kind::timed_out) broken = prop;
+        const std::size_t first_new = rows.size();
         if (w.kind == WorkerOutcome::Kind::exited) {
-            std::ifstream in(out_file);
+            std::ifstream in(out_file.path());
             nlohmann::json j;
             try {
                 if (in && (in >> j) && j.contains("results"))
                     for (const auto& r : j["results"]) {
-                        Row row{r.value("kind", "kernel"), r.value("subject", name), flag, params, from_json(r)};
+                        Row row = base;
+                        row.kind = r.value("kind", kind);
+                        row.subject = r.value("subject", subject);
+                        row.result = from_json(r);
                         rows.push_back(std::move(row));
-                        have = true;
                     }
             } catch (const std::exception&) {
+                rows.resize(first_new);
             }
         }
-        if (!have) {
-            Row row{is_decoder ? "decoder" : "kernel", is_decoder ? "optimized[" + name + "]" : name, flag, params, {}};
-            row.result.property = prop;
+        if (rows.size() == first_new) {
+            Row row = base;
             row.result.status = Status::fail;
             row.result.message = "worker " + w.describe();
             if (!w.output_tail.empty()) row.result.message += "\n  worker output (tail):\n" + w.output_tail;
-            // The worker announces case numbers from 1, as failed_at counts them.
+            // The announced case number counts from 1, as "FAIL @N" does.
             if (w.last_case) row.result.failed_at = int(w.last_case->index);
+            if (w.last_case) row.result.cases = std::max(0, int(w.last_case->index) - 1);
+            row.result.seconds = w.seconds;
             rows.push_back(std::move(row));
         }
+        for (std::size_t i = first_new; i < rows.size(); ++i) {
+            const Row& r = rows[i];
+            line.show(label + " " + std::to_string(r.result.cases) + "/" + std::to_string(params.cases), true);
+            line.clear();
+            std::cout << label << ": " << cell(r.result);
+            if (r.result.status == Status::fail && w.kind != WorkerOutcome::Kind::exited)
+                std::cout << " (" << (w.kind == WorkerOutcome::Kind::crashed ? "crashed" : "timed out") << ")";
+            std::cout << " in " << seconds_text(r.result.seconds) << " s\n";
+        }
+        std::cout.flush();
     }
-    std::remove(out_file.c_str());
 }
 
 int run_mutants(const Options& o, std::uint64_t seed, std::vector<Row>& rows, nlohmann::json& json_out) {
-    ProgressLine line;
+    ProgressLine line(o.progress);
     // The wild types first: the correct kernels the mutants derive from must pass everything,
     // or a "kill" would prove nothing.
     bool controls_ok = true;
@@ -443,8 +807,9 @@ int run_mutants(const Options& o, std::uint64_t seed, std::vector<Row>& rows, nl
     json_out["median_cases_to_kill"] = median;
     if (!controls_ok) {
         std::cout << "\nthe zoo's correct base kernels FAILED a property (a kill proves nothing then):\n";
+        std::map<std::string, std::string> seen;
         for (const Row& r : rows)
-            if (r.kind == "control" && r.result.status != Status::pass) print_failure(std::cout, r);
+            if (r.kind == "control" && r.result.status != Status::pass) print_failure(std::cout, r, seen);
     }
     return survivors == 0 && controls_ok ? 0 : 1;
 }
@@ -457,7 +822,8 @@ int worker_main(const Options& o, std::uint64_t seed) {
     ProgressLine line;
     const KernelUnderTest k{o.symbol, lk.fn, false};
     run_kernel_subject(o, seed, k, "kernel", rows, line, &channel);
-    run_decoder_subject(o, seed, DecoderUnderTest{"optimized[" + o.symbol + "]", lk.fn}, "", rows, line, &channel);
+    run_decoder_subject(o, run_params(o, seed, decoder_cases(o)), 0, DecoderUnderTest{"optimized[" + o.symbol + "]", lk.fn},
+                        "", rows, line, &channel);
     nlohmann::json j;
     j["results"] = nlohmann::json::array();
     bool ok = true;
@@ -465,7 +831,8 @@ int worker_main(const Options& o, std::uint64_t seed) {
         j["results"].push_back(to_json(r));
         ok &= r.result.status == Status::pass;
     }
-    if (!o.worker_out.empty()) std::ofstream(o.worker_out) << j.dump() << "\n";
+    if (!o.worker_out.empty() && !write_file(o.worker_out, j.dump() + "\n"))
+        std::cerr << "attncheck fuzz --worker: cannot write " << o.worker_out << ": " << std::strerror(errno) << "\n";
     return ok ? 0 : 1;
 }
 
@@ -519,38 +886,79 @@ int fuzz_main(const std::vector<std::string>& args) {
             }
         }
         if (!o.kernel_lib.empty()) load_kernel_library(o.kernel_lib, o.symbol);  // clear errors up front
+        const bool everything = !o.mutants && !o.kernel_flag && o.kernel_lib.empty() && !o.decoder;
+        if (everything)
+            for (const auto& e : builtin_kernels()) kernels.push_back({e.name, e.fn, true});
 
-        std::cout << "attncheck fuzz: seed " << seed << "; " << isa_line() << "\n";
+        const int library = o.kernel_lib.empty() ? 0 : 1;
+        const int planned = o.mutants ? planned_runs(o, 1, false, 0)
+                                      : planned_runs(o, int(kernels.size()) + library, everything || o.decoder.has_value(),
+                                                     int(kernels.size()) + library);
+        if (planned == 0) {
+            std::string filter;
+            if (!o.properties.empty()) {
+                filter = "--property ";
+                for (std::size_t i = 0; i < o.properties.size(); ++i) filter += (i ? "," : "") + o.properties[i];
+            }
+            if (!o.level.empty()) filter += (filter.empty() ? "" : " with ") + std::string("--level ") + o.level;
+            std::cerr << "attncheck fuzz: no property selected: " << filter
+                      << " leaves nothing to run on the selected subjects"
+                      << (o.decoder && !o.properties.empty() ? " (the reference decoder has no kernel-level properties)" : "")
+                      << "; see attncheck fuzz --list\n";
+            return 2;
+        }
+        for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--json", o.json}, {"--junit", o.junit}}) {
+            if (path.empty()) continue;
+            const std::string why = unwritable(path);
+            if (!why.empty()) {
+                std::cerr << "attncheck fuzz: " << flag << " " << path << ": " << why << "\n";
+                return 2;
+            }
+        }
+
+        std::cout << "attncheck fuzz: seed " << seed << "; " << isa_line() << std::endl;
         const auto t0 = std::chrono::steady_clock::now();
         std::vector<Row> rows;
         nlohmann::json json_out;
+        json_out["schema_version"] = kJsonSchemaVersion;
         json_out["seed"] = seed;
         json_out["isa"] = isa_line();
         int code = 0;
-        ProgressLine line;
+        ProgressLine line(o.progress);
         if (o.mutants) {
             code = run_mutants(o, seed, rows, json_out);
         } else {
-            const bool everything = !o.kernel_flag && o.kernel_lib.empty() && !o.decoder;
-            if (everything)
-                for (const auto& e : builtin_kernels()) kernels.push_back({e.name, e.fn, true});
             for (const auto& k : kernels) run_kernel_subject(o, seed, k, "kernel", rows, line);
             if (everything || o.decoder)
-                run_decoder_subject(o, seed, DecoderUnderTest{"reference", nullptr}, "--decoder reference", rows, line);
-            for (const auto& k : kernels)
-                run_decoder_subject(o, seed, DecoderUnderTest{"optimized[" + k.name + "]", k.fn}, "--kernel " + k.name, rows, line);
+                run_decoder_subject(o, run_params(o, seed, decoder_cases(o)), 0, DecoderUnderTest{"reference", nullptr},
+                                    "--decoder reference", rows, line);
+            for (const auto& k : kernels) {
+                int capped_from = 0;
+                const int cases = decoder_cases(o, kernel_failed(rows, k.name), capped_from);
+                run_decoder_subject(o, run_params(o, seed, cases), capped_from,
+                                    DecoderUnderTest{"optimized[" + k.name + "]", k.fn}, "--kernel " + k.name, rows, line);
+            }
             if (!o.kernel_lib.empty()) run_library_isolated(o, seed, rows);
 
             print_table(std::cout, rows, "kernel", "kernel property");
             print_table(std::cout, rows, "decoder", "decoder property");
+            std::vector<std::string> capped;
             for (const Row& r : rows) {
                 if (r.result.status != Status::pass) code = 1;
                 if (r.result.notes)
                     std::cout << "note: " << r.subject << " / " << r.result.property << ": " << r.result.notes
                               << " case(s): " << r.result.note << "\n";
+                if (r.capped_from && std::find(capped.begin(), capped.end(), r.subject) == capped.end()) {
+                    capped.push_back(r.subject);
+                    std::cout << "note: " << r.subject << ": decoder-level properties ran " << r.params.cases
+                              << " cases each, not " << r.capped_from
+                              << ": the kernel already failed at kernel level (--cases N runs them in full)\n";
+                }
             }
+            std::map<std::string, std::string> seen;
             for (const Row& r : rows)
-                if (r.result.status != Status::pass) print_failure(std::cout, r);
+                if (r.result.status != Status::pass && r.result.status != Status::skipped) print_failure(std::cout, r, seen);
+            print_skipped(std::cout, rows);
         }
         if (o.verbose)
             for (const Row& r : rows) {
@@ -563,18 +971,22 @@ int fuzz_main(const std::vector<std::string>& args) {
         for (const Row& r : rows) total_cases += r.result.cases;
         std::cout << (o.mutants ? (code == 0 ? "every mutant killed" : "FAILED") : (code == 0 ? "all passed" : "FAILED")) << ": " << rows.size() << " property runs, " << total_cases
                   << " cases in " << std::fixed << std::setprecision(1) << seconds << " s (seed " << seed << ")\n";
+        std::cout.flush();
+        // A file that cannot be written is exit 2, unless a check failed: that verdict (1) is
+        // what a CI job must see.
+        const auto written = [&](const std::string& flag, const std::string& path, const std::string& text) {
+            if (path.empty() || write_file(path, text)) return;
+            std::cerr << "attncheck fuzz: " << flag << " " << path << ": cannot write: " << std::strerror(errno) << "\n";
+            if (code == 0) code = 2;
+        };
         if (!o.json.empty()) {
             json_out["results"] = nlohmann::json::array();
             for (const Row& r : rows) json_out["results"].push_back(to_json(r));
             json_out["seconds"] = seconds;
             json_out["passed"] = code == 0;
-            std::ofstream f(o.json);
-            if (!f) {
-                std::cerr << "attncheck fuzz: --json " << o.json << ": cannot write\n";
-                return 2;
-            }
-            f << json_out.dump(2) << "\n";
+            written("--json", o.json, json_out.dump(2) + "\n");
         }
+        written("--junit", o.junit, junit_xml(rows, seed, seconds));
         return code;
     } catch (const InputError& e) {
         std::cerr << "attncheck fuzz: " << e.what() << "\n";

@@ -1,8 +1,9 @@
 // tests/properties/ci_params.hpp — the seed and budget of the property tests.
 //
-// Fixed by default so that CI is reproducible; RC_PARAMS="seed=S max_success=N" (the line a
-// failure prints) overrides both, so a failure seen anywhere replays here. An RC_PARAMS without
-// a seed sets the budget only: RapidCheck would draw a random seed for it.
+// Fixed by default so that CI is reproducible; RC_PARAMS="seed=S max_success=N" (S and N: the
+// --seed and --cases of a failure's replay line) overrides both, so a failure seen anywhere
+// replays here. An RC_PARAMS without a seed sets the budget only: RapidCheck would draw a random
+// seed for it.
 #pragma once
 
 #include <cstdlib>
