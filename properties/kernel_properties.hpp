@@ -34,14 +34,6 @@ struct KernelProperty {
     Verdict (*check)(const KernelUnderTest& kernel, const KernelCase& c);
 };
 
-// The tolerance of an attention output (tolerance.hpp's model): scale_floor = max |v|, because
-// an output row is a convex combination of value rows (see kernel_properties.cpp).
-Tolerance attention_tolerance(const std::vector<float>& v);
-// The float32 baseline for check_agreement: the float32 reference in three summation orders of its
-// dot products, per element the one farther from the oracle (why: kernel_properties.cpp).
-std::vector<float> float32_baseline(const attncheck_problem& p, const float* q, const float* k, const float* v,
-                                    const std::vector<double>& oracle);
-
 // agreement, causality, row_sums, probabilities, empty_rows, padding, batch, determinism,
 // no_oob_write, inputs_unchanged, abi_version — in that order.
 const std::vector<KernelProperty>& kernel_properties();
