@@ -282,11 +282,52 @@ OffsetMode pick_mode(const CaseOptions& o) {
                                   "mode");
 }
 
-rc::Gen<KernelCase> gen_case_in_tier(const CaseOptions& o, bool large);
+rc::Gen<KernelCase> gen_case_in_tier(const CaseOptions& o, const KernelDeclaration& d, bool large);
+
+// The declared widths, at most 2048 of them (a kernel that declares more is offered a sample).
+std::vector<int> declared_widths(const std::vector<KernelDeclaration::Range>& ranges) {
+    std::vector<int> out;
+    for (const auto& r : ranges)
+        for (int v = r.lo; v <= r.hi && out.size() < 2048; ++v) out.push_back(v);
+    return out;
+}
+
+// Brings a drawn shape within the declaration: widths redrawn from the declared ones, sizes
+// clamped, the mask as declared. A property whose cases cannot be supported (it needs padding
+// from a kernel that declares padding=no) keeps what it needs: the kernel refuses those cases
+// and the run reports the property "not checked".
+void fit_shape(KernelCase& c, const CaseOptions& o, const KernelDeclaration& d) {
+    using namespace rc;
+    if (d.max_batch) c.batch = std::max(std::min(c.batch, d.max_batch), std::min(o.min_batch, c.batch));
+    if (d.max_heads) c.heads = std::min(c.heads, d.max_heads);
+    if (!d.head_dims.empty() && !d.allows_head_dim(c.head_dim))
+        c.head_dim = *gen::elementOf(declared_widths(d.head_dims)).as("declared head_dim");
+    if (d.value_dim_same) {
+        c.value_dim = c.head_dim;
+    } else if (!d.value_dims.empty() && !d.allows_value_dim(c.value_dim, c.head_dim)) {
+        c.value_dim = *gen::elementOf(declared_widths(d.value_dims)).as("declared value_dim");
+    }
+    if (!o.need_future) {
+        if (!d.causal) c.causal = false;
+        if (!d.non_causal) c.causal = true;
+    }
+    if (d.max_q_len && c.q_len > d.max_q_len) {
+        c.q_len = d.max_q_len;
+        if (c.mode == OffsetMode::prefill) c.mode = OffsetMode::chunk;
+        if (c.mode == OffsetMode::chunk) c.q_offset = c.kv_len - c.q_len;
+    }
+}
 
 }  // namespace
 
-rc::Gen<KernelCase> gen_kernel_case(const CaseOptions& o) {
+rc::Gen<KernelCase> gen_kernel_case(const CaseOptions& o) { return gen_kernel_case(o, KernelDeclaration{}); }
+
+rc::Gen<KernelCase> gen_kernel_case(const CaseOptions& o_in, const KernelDeclaration& d) {
+    CaseOptions o = o_in;
+    if (d.max_kv_len) {
+        o.max_kv = std::min(o.max_kv, d.max_kv_len);
+        o.large_max_kv = std::min(o.large_max_kv, d.max_kv_len);
+    }
     // The tier first, then the case within it (mapcat): shrinking tries the small tier, and when
     // the bug needs a long sequence it keeps the large tier and shrinks the case within it (with
     // the tier a value inside one exec, every later value of the case was redrawn whenever the
@@ -294,22 +335,23 @@ rc::Gen<KernelCase> gen_kernel_case(const CaseOptions& o) {
     const int percent = std::clamp(o.large_percent, 0, 100);
     const rc::Gen<bool> tier = rc::gen::map(rc::gen::resize(100, rc::gen::inRange(0, 100)),
                                             [percent](int r) { return r >= 100 - percent; });
-    return rc::gen::mapcat(tier, [o](bool large) { return gen_case_in_tier(o, large); });
+    return rc::gen::mapcat(tier, [o, d](bool large) { return gen_case_in_tier(o, d, large); });
 }
 
 namespace {
-rc::Gen<KernelCase> gen_case_in_tier(const CaseOptions& o, bool large) {
-    return rc::gen::exec([o, large] {
+rc::Gen<KernelCase> gen_case_in_tier(const CaseOptions& o, const KernelDeclaration& d, bool large) {
+    return rc::gen::exec([o, d, large] {
         using namespace rc;
         KernelCase c;
         if (large)
             large_shape(c, o);
         else
             small_shape(c, o);
+        fit_shape(c, o, d);
         const int Tk = c.kv_len;
 
         const bool padded = o.need_padding || o.need_empty ||
-                            pick<bool>({{3, false}, {2, true}}, "padded");
+                            (d.padding && pick<bool>({{3, false}, {2, true}}, "padded"));
         if (padded) {
             c.kv_valid_len.resize(std::size_t(c.batch));
             for (auto& n : c.kv_valid_len)
