@@ -89,7 +89,8 @@ BoundedMatrix add(const BoundedMatrix& x, const BoundedMatrix& y) {
 //     own_c = |gamma_c| / sigma * (dm + u |x_c - mean|) + |gamma_c xh_c| (gamma_{d+4}/2 + 6u)
 //             + u (|y_c| + |beta_c|)
 //   propagation, first order (xh = (x - mean) / sigma, the derivative of LayerNorm):
-//     |gamma_c| / sigma * (e_c + mean(e) + |xh_c| mean(|xh| e))
+//     |gamma_c| / sigma * (e_c (1 - 2/d) + mean(e) + |xh_c| mean(|xh| e))
+//   (the first two terms bound |delta x_c - mean(delta x)|; the mean of one element is exact)
 //   times 1 / (1 - 2 rho) for rho = sqrt(mean(e^2)) / sigma < 1/4 (the relative change of sigma
 //   an input perturbation can cause bounds the second-order terms); where the inputs' bound is
 //   not small against sigma, only the range of LayerNorm bounds the error: |xh| <= sqrt(d - 1)
@@ -119,7 +120,8 @@ BoundedMatrix layer_norm(const BoundedMatrix& x, const std::vector<float>& gamma
         double mean_xh_e = 0;
         for (std::size_t c = 0; c < d; ++c) mean_xh_e += std::abs(x.x(r, c) - mean) / sigma * x.e(r, c);
         mean_xh_e /= dd;
-        const double dm = g_mean * mean_abs;
+        // d = 1: the mean is the element itself, exactly (a sum of one term, a division by 1).
+        const double dm = d == 1 ? 0.0 : g_mean * mean_abs;
         const double rho = std::sqrt(mean_e2) / sigma;
         for (std::size_t c = 0; c < d; ++c) {
             const double gc = std::abs(double(gamma[c])), bc = double(beta[c]);
@@ -129,7 +131,10 @@ BoundedMatrix layer_norm(const BoundedMatrix& x, const std::vector<float>& gamma
                                gc * std::abs(xh) * (g_var / 2.0 + 6.0 * u) + u * (std::abs(y.x(r, c)) + std::abs(bc));
             const double range = 2.0 * gc * std::sqrt(dd);
             double prop = range;
-            if (rho < 0.25) prop = std::min(range, gc / sigma * (x.e(r, c) + mean_e + std::abs(xh) * mean_xh_e) / (1.0 - 2.0 * rho));
+            // |delta x_c - mean(delta x)| <= (1 - 1/d) e_c + (1/d) sum_{k != c} e_k = e_c (1 - 2/d) + mean(e)
+            // (0 for d = 1: LayerNorm of one element is beta, whatever its input).
+            const double centred = x.e(r, c) * (1.0 - 2.0 / dd) + mean_e;
+            if (rho < 0.25) prop = std::min(range, gc / sigma * (centred + std::abs(xh) * mean_xh_e) / (1.0 - 2.0 * rho));
             y.e(r, c) = prop + own;
         }
     }
