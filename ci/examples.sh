@@ -80,8 +80,9 @@ else
 fi
 stage "examples: outside-project (find_package + check_kernel)" outside_project
 stage "examples: c-kernel (build the shared libraries)" c_kernel_build
+# At the CI seed, like every randomized stage of CI: a failure there replays exactly.
 stage "examples: c-kernel naive_attention passes" \
-  expect_fuzz 0 "" "$work/c-kernel/libnaive_kernel.so" naive_attention
+  expect_fuzz 0 "" "$work/c-kernel/libnaive_kernel.so" naive_attention --seed "$(ci_seed)"
 stage "examples: c-kernel crash_attention is reported as a crash" \
   expect_fuzz 1 "crashed \((SIGSEGV|AddressSanitizer: SEGV)" "$work/c-kernel/libcrash_kernel.so" crash_attention
 # Every property: after the first timeout the kernel's other properties are skipped, so the

@@ -197,12 +197,24 @@ attncheck_problem make_problem(const PackedWeights& P, int batch, int heads, int
     return p;
 }
 
-void call_kernel(attncheck_kernel_fn fn, const attncheck_problem& p, const float* q, const float* k,
+// The kernel of a decoder and how to read its rows with no visible key.
+struct KernelRef {
+    attncheck_kernel_fn fn;
+    bool zero_empty_rows;  // Decoder::set_zero_empty_rows
+};
+
+void call_kernel(const KernelRef& kernel, const attncheck_problem& p, const float* q, const float* k,
                  const float* v, float* out, const char* where) {
-    const int rc = fn(&p, q, k, v, out);
+    const int rc = kernel.fn(&p, q, k, v, out);
     if (rc != 0)
         throw KernelError(std::string("attention kernel returned ") + std::to_string(rc) +
                           " (unsupported) for the " + where + " problem: " + describe(p));
+    // Row i of sequence b sees no key only when kv_valid_len[b] = 0 (key 0 is visible to every
+    // row otherwise, since q_offset >= 0): such a sequence's whole output block.
+    if (!kernel.zero_empty_rows || !p.kv_valid_len) return;
+    const std::size_t per_b = std::size_t(p.heads) * std::size_t(p.q_len) * std::size_t(p.value_dim);
+    for (int b = 0; b < p.batch; ++b)
+        if (p.kv_valid_len[b] == 0) std::fill_n(out + std::size_t(b) * per_b, per_b, 0.0f);
 }
 
 // Row scratch of the layer stack for up to `rows` rows.
@@ -347,7 +359,7 @@ std::vector<const Memory*> checked_memories(const ModelConfig& c, const std::vec
 // Teacher-forced batch: B whole sequences, rows of sequence b at row0[b] .. row0[b]+T_b-1.
 struct TeacherAttention {
     const PackedWeights& P;
-    attncheck_kernel_fn kernel;
+    KernelRef kernel;
     const MemoryCache& mem;
     std::vector<int> row0, len;        // [B]
     std::vector<int32_t> valid;        // [B] = len
@@ -413,7 +425,7 @@ struct CacheView {
 // n rows of one sequence at cache positions pos .. pos+n-1 (a chunk of a prefill, or a step).
 struct ChunkAttention {
     const PackedWeights& P;
-    attncheck_kernel_fn kernel;
+    KernelRef kernel;
     CacheView cache;
     const float* mem_k = nullptr;  // per layer at mem_layer_stride: [H, S, dk]
     const float* mem_v = nullptr;
@@ -444,7 +456,7 @@ struct ChunkAttention {
         const float* q = n > 1 ? qh : qkv;
         float* out = n > 1 ? oh : att;
         const char* where = n > 1 ? "self-attention chunk" : "self-attention step";
-        if (kernel == attncheck_optimized_kernel) {
+        if (kernel.fn == attncheck_optimized_kernel) {
             // The built-in kernel never reads a key past a row's last visible one, so the whole
             // cache layer [H, N, dk] can be passed as k [1, H, N, dk] with the causal mask
             // (q_offset = pos) hiding positions >= pos + n: one call for all heads instead of
@@ -542,7 +554,7 @@ std::vector<std::vector<float>> Decoder::forward_batch(const std::vector<std::ve
     MemoryCache mem;
     mem.build(P, mems);
 
-    TeacherAttention attn{P, kernel_, mem, {}, {}, {}, 0, false, {}, {}, {}, {}};
+    TeacherAttention attn{P, {kernel_, zero_empty_rows_}, mem, {}, {}, {}, 0, false, {}, {}, {}, {}};
     int M = 0;
     for (const auto& t : tokens) {
         attn.row0.push_back(M);
@@ -624,7 +636,7 @@ struct Session::State {
     ChunkAttention attention(int n, float* qhp, float* ohp) {
         const PackedWeights& P = decoder->packed();
         const ModelConfig& c = P.config;
-        ChunkAttention a{P, decoder->kernel(), {}, nullptr, nullptr, 0, 0, nullptr, pos, n, qhp, ohp};
+        ChunkAttention a{P, {decoder->kernel(), decoder->zero_empty_rows()}, {}, nullptr, nullptr, 0, 0, nullptr, pos, n, qhp, ohp};
         a.cache.k = k_cache.data();
         a.cache.v = v_cache.data();
         a.cache.head_stride = std::size_t(c.max_len) * std::size_t(c.head_dim());
@@ -721,7 +733,7 @@ namespace {
 // the whole batch with kv_len = N and kv_valid_len = pos_b + 1.
 struct BatchStepAttention {
     const PackedWeights& P;
-    attncheck_kernel_fn kernel;
+    KernelRef kernel;
     float* k_cache;
     float* v_cache;
     const MemoryCache& mem;
@@ -814,7 +826,7 @@ std::vector<float> BatchSession::prefill(int b, const std::vector<int>& tokens) 
     s.oh_chunk.resize(std::size_t(n) * d);
     for (int t = 0; t < n; ++t) embed_row(P, tokens[std::size_t(t)], p0 + t, s.chunk_x.data() + std::size_t(t) * d);
     const std::size_t seq = std::size_t(c.max_len) * d;  // H * N * dk
-    ChunkAttention a{P, s.decoder->kernel(), {}, nullptr, nullptr, 0, 0, nullptr, p0, n, s.qh_chunk.data(), s.oh_chunk.data()};
+    ChunkAttention a{P, {s.decoder->kernel(), s.decoder->zero_empty_rows()}, {}, nullptr, nullptr, 0, 0, nullptr, p0, n, s.qh_chunk.data(), s.oh_chunk.data()};
     a.cache.k = s.k_cache.data() + std::size_t(b) * seq;
     a.cache.v = s.v_cache.data() + std::size_t(b) * seq;
     a.cache.layer_stride = std::size_t(s.B) * seq;
@@ -850,7 +862,7 @@ std::span<const float> BatchSession::step(const std::vector<int>& tokens) {
         embed_row(P, tokens[std::size_t(b)], s.pos[std::size_t(b)], s.x.data() + std::size_t(b) * d);
         s.valid[std::size_t(b)] = s.pos[std::size_t(b)] + 1;
     }
-    BatchStepAttention a{P, s.decoder->kernel(), s.k_cache.data(), s.v_cache.data(), s.mem,
+    BatchStepAttention a{P, {s.decoder->kernel(), s.decoder->zero_empty_rows()}, s.k_cache.data(), s.v_cache.data(), s.mem,
                          s.valid.data(), s.pos.data(), s.B, s.qh.data()};
     run_layers(P, s.B, s.x.data(), s.step_rows, a);
     linear(P.lm_head, s.x.data(), s.B, c.d_model, s.logits.data(), c.vocab_size);

@@ -36,6 +36,11 @@ public:
     const ModelConfig& config() const;
     attncheck_kernel_fn kernel() const;
     void set_kernel(attncheck_kernel_fn kernel);
+    // For a kernel whose convention is NaN on a row with no visible key (PyTorch's; the ABI's is
+    // 0): the decoder sets such rows to 0 after every call, as a framework's wrapper of that
+    // kernel does, so the rest of the decoder sees the ABI's convention. Off by default.
+    void set_zero_empty_rows(bool on) { zero_empty_rows_ = on; }
+    bool zero_empty_rows() const { return zero_empty_rows_; }
 
     // Teacher-forced logits [T, V]. InputError for bad tokens or memory (check_tokens,
     // check_memory). A kernel that returns nonzero raises KernelError.
@@ -58,6 +63,7 @@ public:
 private:
     std::unique_ptr<PackedWeights> packed_;
     attncheck_kernel_fn kernel_;
+    bool zero_empty_rows_ = false;
 };
 
 // A kernel returned nonzero ("unsupported") inside a decoder call.

@@ -1,6 +1,7 @@
 // properties/check.cpp — check_kernel(): every property on one linked kernel, in process, with a
 // report a person reads in a test log (include/attncheck/check.hpp).
 #include "attncheck/check.hpp"
+#include "attncheck/declaration.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -90,14 +91,20 @@ CheckReport check_kernel(attncheck_kernel_fn fn, const std::string& name, const 
     std::vector<PropertyResult> results;
     std::vector<int> budgets;
     // An outside kernel may block differently per batch size: within tolerance is enough.
-    const KernelUnderTest kernel{name, fn, false};
+    KernelDeclaration declaration;
+    try {
+        declaration = KernelDeclaration::parse(options.declaration);
+    } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument("check_kernel(" + name + "): " + e.what());
+    }
+    const KernelUnderTest kernel{name, fn, false, declaration};
     for (const KernelProperty& prop : kernel_properties()) {
         if (!selected(prop.name)) continue;
         results.push_back(run_kernel_property(prop, kernel, RunParams{report.seed, options.cases}));
         budgets.push_back(options.cases);
     }
     if (options.decoder) {
-        const DecoderUnderTest decoder{"optimized[" + name + "]", fn};
+        const DecoderUnderTest decoder{"optimized[" + name + "]", fn, declaration};
         for (const DecoderProperty& prop : decoder_properties()) {
             if (!selected(prop.name)) continue;
             results.push_back(run_decoder_property(prop, decoder, RunParams{report.seed, options.decoder_cases}));
@@ -111,6 +118,7 @@ CheckReport check_kernel(attncheck_kernel_fn fn, const std::string& name, const 
                                                                  " per decoder property (kernel in the optimized decoder)"
                                                            : std::string())
       << "\n";
+    if (!declaration.is_default()) t << "declared: " << declaration.to_string() << "\n";
     std::size_t w = 0;
     for (const auto& r : results) w = std::max(w, r.property.size());
     for (const auto& r : results) t << "  " << std::left << std::setw(int(w)) << r.property << "  " << cell(r) << "\n";

@@ -1,15 +1,17 @@
 // properties/decoder_properties.hpp — the decoder-level properties (MODEL.md), over the
 // reference decoder in float32 and the optimized decoder with any ABI kernel plugged in.
 //
-// The oracle is reference::Decoder<double>, the baseline reference::Decoder<float>; a float32
-// candidate agrees with the oracle by NUMERICS.md's check_agreement.
+// The oracle is reference::Decoder<double>; a float32 candidate agrees with it when every logit
+// is within its bound for any correct float32 decoder (reference::DecoderBound, NUMERICS.md v2).
 //
 // Dimension legend: V = vocab, T = tokens, S = memory rows.
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "attncheck/declaration.hpp"
 #include "attncheck/kernel_abi.h"
 #include "properties/decoder_case.hpp"
 #include "properties/verdict.hpp"
@@ -17,8 +19,16 @@
 namespace attncheck::properties {
 
 struct DecoderUnderTest {
+    DecoderUnderTest() = default;
+    DecoderUnderTest(std::string name_, attncheck_kernel_fn kernel_, KernelDeclaration declaration_ = {})
+        : name(std::move(name_)), kernel(kernel_), declaration(std::move(declaration_)) {}
+
     std::string name;                   // "reference" or "optimized[KERNEL]"
     attncheck_kernel_fn kernel = nullptr;  // nullptr: reference::Decoder<float>; else optimized::Decoder(kernel)
+    // The kernel's declaration: empty_rows=nan makes the decoder zero such rows after each call
+    // (optimized::Decoder::set_zero_empty_rows); deterministic=no turns the bitwise comparisons
+    // into comparisons within the bound.
+    KernelDeclaration declaration;
     bool optimized() const { return kernel != nullptr; }
 };
 

@@ -15,6 +15,7 @@
 
 #include <rapidcheck.h>
 
+#include "attncheck/declaration.hpp"
 #include "attncheck/kernel_abi.h"
 
 namespace attncheck::properties {
@@ -92,5 +93,7 @@ struct CaseOptions {
 };
 
 rc::Gen<KernelCase> gen_kernel_case(const CaseOptions& options = {});
+// Cases within what the kernel declares (fit to its widths, sizes and mask; see declaration.hpp).
+rc::Gen<KernelCase> gen_kernel_case(const CaseOptions& options, const KernelDeclaration& declaration);
 
 }  // namespace attncheck::properties

@@ -10,10 +10,14 @@
 #include <link.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <stdexcept>
 #include <sstream>
 #include <vector>
 
+#include "attncheck/declaration.hpp"
 #include "attncheck/error.hpp"
 
 namespace attncheck::properties {
@@ -38,6 +42,35 @@ std::int32_t declared_abi_version(void* sym, const std::string& path) {
         throw InputError(prefix(path) +
                          "attncheck_abi_version is neither an int32_t variable nor a function");
     return *static_cast<const std::int32_t*>(sym);
+}
+
+// The declaration a library exports for `symbol` as `<symbol>_declaration`: a NUL-terminated
+// `const char[]` variable, or a `const char* (void)` function (the ELF type tells them apart).
+// The variable is read only within its ELF size, so a missing NUL cannot run past it.
+std::string exported_declaration(void* sym, const std::string& path, const std::string& name) {
+    Dl_info info{};
+    void* entry_ptr = nullptr;
+    const ElfW(Sym)* entry = nullptr;
+    if (dladdr1(sym, &info, &entry_ptr, RTLD_DL_SYMENT) != 0)
+        entry = static_cast<const ElfW(Sym)*>(entry_ptr);
+    const auto type = entry ? ELF64_ST_TYPE(entry->st_info) : STT_NOTYPE;
+    constexpr std::size_t kMaxLength = 4096;
+    if (type == STT_FUNC || type == STT_GNU_IFUNC) {
+        const char* text = reinterpret_cast<const char* (*)()>(sym)();
+        if (!text) throw InputError(prefix(path) + name + "() returned a null pointer");
+        const std::size_t n = strnlen(text, kMaxLength + 1);
+        if (n > kMaxLength) throw InputError(prefix(path) + name + "() returned more than 4096 characters");
+        return std::string(text, n);
+    }
+    if (!entry || (type != STT_OBJECT && type != STT_COMMON))
+        throw InputError(prefix(path) + name + " is neither a const char[] variable nor a function");
+    const std::size_t size = std::min<std::size_t>(entry->st_size, kMaxLength + 1);
+    const char* text = static_cast<const char*>(sym);
+    const std::size_t n = strnlen(text, size);
+    if (n == size)
+        throw InputError(prefix(path) + name + " is not a NUL-terminated string of at most 4096 characters (a " +
+                         "const char[] variable; a const char* variable is not read)");
+    return std::string(text, n);
 }
 
 }  // namespace
@@ -86,6 +119,17 @@ LoadedKernel load_kernel_library(const std::string& path, const std::string& sym
                          "' (is it exported with C linkage, extern \"C\", and not static?)");
     }
     lk.fn = reinterpret_cast<attncheck_kernel_fn>(fn);
+
+    const std::string decl_name = symbol + "_declaration";
+    dlerror();
+    if (void* decl = dlsym(handle, decl_name.c_str())) {
+        lk.declaration = exported_declaration(decl, path, decl_name);
+        try {
+            (void)KernelDeclaration::parse(lk.declaration);
+        } catch (const std::invalid_argument& e) {
+            throw InputError(prefix(path) + decl_name + " = \"" + lk.declaration + "\": " + e.what());
+        }
+    }
     return lk;
 }
 

@@ -68,6 +68,9 @@ struct LoadedKernel {
     std::string path, symbol;
     void* handle = nullptr;   // the dlopen handle; never closed (fn must stay valid for the run)
     bool declares_abi_version = false;  // the library exports attncheck_abi_version (and it is 1)
+    // The text of `<symbol>_declaration` when the library exports it (attncheck/declaration.hpp),
+    // checked to parse; "" when absent.
+    std::string declaration;
 };
 
 // Opens `path` and looks up `symbol`. Throws attncheck::InputError with a message that names
@@ -76,6 +79,7 @@ struct LoadedKernel {
 //   - "kernel library PATH: not a loadable shared library: <dlerror text>"
 //   - "kernel library PATH: no symbol 'NAME' (exported symbols need C linkage: extern \"C\")"
 //   - "kernel library PATH: wrong ABI version: attncheck_abi_version = 2, this suite speaks 1"
+//   - "kernel library PATH: NAME_declaration = \"...\": declaration item '...': <what is wrong>"
 // A path without a '/' is taken relative to the current directory (not searched for on
 // LD_LIBRARY_PATH), so that `--kernel-lib libk.so` means the file the user sees.
 LoadedKernel load_kernel_library(const std::string& path, const std::string& symbol);

@@ -9,8 +9,10 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "attncheck/declaration.hpp"
 #include "attncheck/kernel_abi.h"
 #include "attncheck/tolerance.hpp"
 #include "properties/kernel_case.hpp"
@@ -19,12 +21,20 @@
 namespace attncheck::properties {
 
 struct KernelUnderTest {
+    KernelUnderTest() = default;
+    KernelUnderTest(std::string name_, attncheck_kernel_fn fn_, bool bitwise_batch_, KernelDeclaration declaration_ = {})
+        : name(std::move(name_)), fn(fn_), bitwise_batch(bitwise_batch_), declaration(std::move(declaration_)) {}
+
     std::string name;
     attncheck_kernel_fn fn = nullptr;
     // A sequence inside a batch must give bitwise the same result as alone. True for the
     // built-ins (they split work by (b, h) only); an outside kernel may block differently per
     // batch size, so for it agreement within tolerance is required and a difference is noted.
     bool bitwise_batch = false;
+    // What the kernel declares (attncheck/declaration.hpp): the cases are generated within it,
+    // empty rows are read by its convention, bitwise repeatability is demanded only of a kernel
+    // that declares itself deterministic (the default).
+    KernelDeclaration declaration;
 };
 
 struct KernelProperty {
@@ -34,16 +44,8 @@ struct KernelProperty {
     Verdict (*check)(const KernelUnderTest& kernel, const KernelCase& c);
 };
 
-// The tolerance of an attention output (tolerance.hpp's model): scale_floor = max |v|, because
-// an output row is a convex combination of value rows (see kernel_properties.cpp).
-Tolerance attention_tolerance(const std::vector<float>& v);
-// The float32 baseline for check_agreement: the float32 reference in three summation orders of its
-// dot products, per element the one farther from the oracle (why: kernel_properties.cpp).
-std::vector<float> float32_baseline(const attncheck_problem& p, const float* q, const float* k, const float* v,
-                                    const std::vector<double>& oracle);
-
 // agreement, causality, row_sums, probabilities, empty_rows, padding, batch, determinism,
-// no_oob_write, inputs_unchanged, abi_version — in that order.
+// no_oob_write, inputs_unchanged, abi_version, refuses_undeclared — in that order.
 const std::vector<KernelProperty>& kernel_properties();
 
 }  // namespace attncheck::properties

@@ -7,7 +7,7 @@ namespace attncheck::properties {
 
 PropertyResult run_kernel_property(const KernelProperty& prop, const KernelUnderTest& k, const RunParams& params,
                                    const Progress& progress, const WorkerChannel* channel) {
-    const rc::Gen<KernelCase> gen = gen_kernel_case(prop.options);
+    const rc::Gen<KernelCase> gen = gen_kernel_case(prop.options, k.declaration);
     return run_property(
         prop.name,
         [&](const CaseInfo& at) {

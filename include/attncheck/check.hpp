@@ -46,6 +46,9 @@ struct CheckOptions {
     bool decoder = true;
     // Property names to run (see `attncheck fuzz --list`); empty: all.
     std::vector<std::string> only;
+    // What the kernel declares (attncheck/declaration.hpp), e.g. "head_dim=64,128; empty_rows=nan";
+    // empty: the ABI's defaults (every problem, empty rows 0, deterministic).
+    std::string declaration;
 
     // `defaults` overridden by ATTNCHECK_SEED, ATTNCHECK_CASES (both kernel and decoder cases)
     // and ATTNCHECK_PROPERTY (a comma-separated list of property names). A malformed value
@@ -66,7 +69,8 @@ struct CheckReport {
 };
 
 // Runs the properties on `fn` (called `name` in the report). Throws std::invalid_argument for an
-// unknown property name in options.only or a non-positive case count, and for a null fn.
+// unknown property name in options.only, a non-positive case count, a malformed declaration,
+// and for a null fn.
 CheckReport check_kernel(attncheck_kernel_fn fn, const std::string& name,
                          const CheckOptions& options = CheckOptions::from_environment());
 

@@ -1,106 +1,243 @@
-// tests/properties/tolerance_test.cpp — the tolerance model of include/attncheck/tolerance.hpp,
-// checked on numbers whose verdict we know (STYLE.md: "one tolerance model ... with a test of
-// the checker itself").
+// tests/properties/tolerance_test.cpp — the agreement check of include/attncheck/tolerance.hpp and
+// the bounds of reference/error_bound.hpp (NUMERICS.md version 2), on numbers whose verdict we
+// know (STYLE.md: "one tolerance model ... with a test of the checker itself").
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <random>
+#include <string>
 #include <vector>
 
+#include "attncheck/kernel_abi.h"
+#include "attncheck/model.hpp"
 #include "attncheck/tolerance.hpp"
+#include "reference/attention.hpp"
+#include "reference/decoder.hpp"
+#include "reference/error_bound.hpp"
 
-using attncheck::agreement_bound;
-using attncheck::check_agreement;
-using attncheck::kEps32;
-using attncheck::Tolerance;
+using attncheck::check_against_bound;
+using attncheck::reference::attention_bounded;
+using attncheck::reference::BoundedOutput;
 
-TEST_CASE("a candidate equal to the baseline agrees", "[tolerance]") {
+TEST_CASE("check_against_bound: the test ratio is error / bound, ok up to 1", "[tolerance]") {
     const std::vector<double> oracle{1.0, -2.0, 0.5, 3.0};
-    const std::vector<float> baseline{1.0f + 1e-7f, -2.0f, 0.5f, 3.0f - 2e-7f};
-    const auto a = check_agreement(baseline, oracle, baseline);
+    const std::vector<double> bound{1e-6, 1e-6, 1e-6, 2e-6};
+    std::vector<float> candidate{1.0f, -2.0f, 0.5f, 3.0f};
+    auto a = check_against_bound(candidate, oracle, bound);
     CHECK(a.ok);
     CHECK(a.checked == 4);
-    CHECK(a.worst_ratio <= 1.0);
-}
+    CHECK(a.worst_ratio == 0.0);
 
-TEST_CASE("where the baseline is exact, the candidate may err as much as the baseline does elsewhere",
-          "[tolerance]") {
-    // The baseline errs by 1e-6 at element 0 and not at all at element 1. A candidate 2e-6 off
-    // at element 1 is within k = 3 times the baseline's (row's) error: two draws of the same
-    // rounding noise, not a bug.
-    const std::vector<double> oracle{1.0, 1.0, 1.0};
-    const std::vector<float> baseline{float(1.0 + 1e-6), 1.0f, 1.0f};
-    const std::vector<float> candidate{1.0f, float(1.0 + 2e-6), 1.0f};
-    CHECK(check_agreement(candidate, oracle, baseline).ok);
-}
+    candidate[3] = float(3.0 + 1.9e-6);  // within its own bound, not within its neighbours'
+    a = check_against_bound(candidate, oracle, bound);
+    CHECK(a.ok);
+    CHECK(a.worst_index == 3);
+    CHECK(a.worst_ratio == Approx(std::abs(double(candidate[3]) - 3.0) / 2e-6));
 
-TEST_CASE("an error beyond k times the baseline's plus atol fails, at the right element", "[tolerance]") {
-    const std::vector<double> oracle{1.0, 2.0, 3.0, 4.0};
-    const std::vector<float> baseline{1.0f, 2.0f, 3.0f, 4.0f};  // exact: bound = atol
-    std::vector<float> candidate = baseline;
-    const double atol = Tolerance{}.atol_ulps * kEps32 * 4.0;
-    candidate[2] = float(3.0 + 2 * atol);
-    const auto a = check_agreement(candidate, oracle, baseline);
+    candidate[1] = float(-2.0 - 4e-6);
+    a = check_against_bound(candidate, oracle, bound);
     CHECK_FALSE(a.ok);
-    CHECK(a.worst_index == 2);
-    CHECK(a.candidate == Approx(3.0 + 2 * atol).epsilon(1e-9));
-    CHECK(a.oracle == 3.0);
-    CHECK(a.bound == Approx(atol));
+    CHECK(a.worst_index == 1);
     CHECK(a.worst_ratio > 1.0);
-    CHECK_THAT(a.describe(), Catch::Matchers::Contains("worst element [2]"));
-    // The same error within atol passes.
-    candidate[2] = float(3.0 + 0.5 * atol);
-    CHECK(check_agreement(candidate, oracle, baseline).ok);
+    CHECK(a.error == Approx(std::abs(double(candidate[1]) + 2.0)));
+    CHECK(a.bound == 1e-6);
+    const std::string text = a.describe();
+    CHECK(text.find("x the bound") != std::string::npos);
+    CHECK(text.find("that any correct float32 evaluation meets") != std::string::npos);
 }
 
-TEST_CASE("NaN or Inf in the candidate fails where the oracle is finite", "[tolerance]") {
+TEST_CASE("check_against_bound: exact results and non-finite candidates", "[tolerance]") {
     const std::vector<double> oracle{0.0, 1.0};
-    const std::vector<float> baseline{0.0f, 1.0f};
-    for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
-        const std::vector<float> candidate{0.0f, bad};
-        const auto a = check_agreement(candidate, oracle, baseline);
-        CHECK_FALSE(a.ok);
-        CHECK(a.non_finite);
-        CHECK(a.worst_index == 1);
+    const std::vector<double> bound{0.0, 1e-6};
+    CHECK(check_against_bound(std::vector<float>{0.0f, 1.0f}, oracle, bound).ok);
+    // A bound of 0 (a row with no visible key) admits no error at all.
+    CHECK_FALSE(check_against_bound(std::vector<float>{1e-30f, 1.0f}, oracle, bound).ok);
+    const auto nan = check_against_bound(std::vector<float>{0.0f, std::numeric_limits<float>::quiet_NaN()}, oracle, bound);
+    CHECK_FALSE(nan.ok);
+    CHECK(nan.non_finite);
+    CHECK(nan.describe().find("non-finite") != std::string::npos);
+    CHECK_FALSE(check_against_bound(std::vector<float>{0.0f, INFINITY}, oracle, bound).ok);
+    CHECK_THROWS_AS(check_against_bound(std::vector<float>{0.0f}, oracle, bound), std::invalid_argument);
+}
+
+namespace {
+
+struct Problem {
+    attncheck_problem p{};
+    std::vector<float> q, k, v;
+    std::vector<std::int32_t> valid;
+};
+
+Problem random_problem(std::mt19937_64& rng, bool pow2_scale) {
+    auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+    Problem r;
+    attncheck_problem& p = r.p;
+    p.abi_version = ATTNCHECK_ABI_VERSION;
+    p.batch = pick(1, 2);
+    p.heads = pick(1, 2);
+    p.q_len = pick(1, 9);
+    p.kv_len = pick(1, 40);
+    p.head_dim = pick(1, 70);
+    p.value_dim = pick(1, 9);
+    p.q_offset = pick(0, 3);
+    p.causal = pick(0, 1);
+    p.scale = pow2_scale ? std::ldexp(1.0f, -pick(0, 3)) : float(1.0 / std::sqrt(double(p.head_dim)));
+    if (pick(0, 1)) {
+        for (int b = 0; b < p.batch; ++b) r.valid.push_back(pick(0, p.kv_len));
+        p.kv_valid_len = r.valid.data();
+    }
+    std::normal_distribution<double> normal(0.0, pick(0, 3) == 0 ? 4.0 : 1.0);
+    r.q.resize(std::size_t(p.batch) * p.heads * p.q_len * p.head_dim);
+    r.k.resize(std::size_t(p.batch) * p.heads * p.kv_len * p.head_dim);
+    r.v.resize(std::size_t(p.batch) * p.heads * p.kv_len * p.value_dim);
+    for (auto* x : {&r.q, &r.k, &r.v})
+        for (float& e : *x) e = float(normal(rng));
+    return r;
+}
+
+// Two correct float32 evaluations unlike the reference: the scale folded into q, and exp2 with
+// log2 e folded into the scale, each with the dot product summed backwards; and one wrong one,
+// which forgets the scale on the diagonal key only (a mask-adjacent bug of one score).
+enum class Variant { folded_q, exp2_folded, wrong_diagonal_scale };
+
+std::vector<float> variant_attention(const Problem& r, Variant which) {
+    const attncheck_problem& p = r.p;
+    const std::size_t Tq = std::size_t(p.q_len), Tk = std::size_t(p.kv_len), Dk = std::size_t(p.head_dim),
+                      Dv = std::size_t(p.value_dim);
+    std::vector<float> out(std::size_t(p.batch) * p.heads * Tq * Dv, 0.0f);
+    const float log2e = 1.44269504f;
+    for (std::size_t b = 0; b < std::size_t(p.batch); ++b) {
+        const std::int64_t valid = p.kv_valid_len ? p.kv_valid_len[b] : std::int64_t(Tk);
+        for (std::size_t h = 0; h < std::size_t(p.heads); ++h) {
+            const std::size_t bh = b * std::size_t(p.heads) + h;
+            for (std::size_t i = 0; i < Tq; ++i) {
+                std::vector<float> s(Tk, -INFINITY);
+                float m = -INFINITY;
+                for (std::size_t j = 0; j < Tk; ++j) {
+                    if (!attncheck::reference::key_visible(std::int64_t(i), std::int64_t(j), p.q_offset, p.causal != 0, valid))
+                        continue;
+                    float dot = 0;
+                    for (std::size_t c = Dk; c-- > 0;) {
+                        float qc = r.q[(bh * Tq + i) * Dk + c];
+                        if (which == Variant::folded_q) qc *= p.scale;
+                        dot += qc * r.k[(bh * Tk + j) * Dk + c];
+                    }
+                    if (which == Variant::exp2_folded) dot *= p.scale * log2e;
+                    if (which == Variant::wrong_diagonal_scale) dot *= (std::int64_t(j) == p.q_offset + std::int64_t(i)) ? 1.0f : p.scale;
+                    s[j] = dot;
+                    m = std::max(m, dot);
+                }
+                if (m == -INFINITY) continue;
+                float sum = 0;
+                std::vector<float> w(Tk, 0.0f);
+                for (std::size_t j = 0; j < Tk; ++j) {
+                    w[j] = which == Variant::exp2_folded ? std::exp2(s[j] - m) : std::exp(s[j] - m);
+                    sum += w[j];
+                }
+                for (std::size_t c = 0; c < Dv; ++c) {
+                    float acc = 0;
+                    for (std::size_t j = 0; j < Tk; ++j) acc += w[j] * r.v[(bh * Tk + j) * Dv + c];
+                    out[(bh * Tq + i) * Dv + c] = acc / sum;
+                }
+            }
+        }
+    }
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("attention_bounded: the value is the float64 reference, a row with no key is exact",
+          "[tolerance][bound]") {
+    std::mt19937_64 rng(20261126);
+    for (int trial = 0; trial < 50; ++trial) {
+        const Problem r = random_problem(rng, trial % 2 == 0);
+        const BoundedOutput o = attention_bounded(r.p, r.q.data(), r.k.data(), r.v.data());
+        const std::vector<double> ref = attncheck::reference::attention<double>(r.p, r.q.data(), r.k.data(), r.v.data());
+        REQUIRE(o.value.size() == ref.size());
+        for (std::size_t i = 0; i < ref.size(); ++i) {
+            INFO("trial " << trial << " element " << i);
+            CHECK(o.value[i] == Approx(ref[i]).margin(1e-12));
+            CHECK(o.bound[i] >= 0.0);
+            if (ref[i] == 0.0 && o.bound[i] == 0.0) continue;  // an empty row: exact
+            CHECK(o.bound[i] > 0.0);
+        }
     }
 }
 
-TEST_CASE("row_length takes the baseline's error row by row", "[tolerance]") {
-    // Row 0 has a large baseline error, row 1 an exact baseline. A candidate error in row 1
-    // that hides under row 0's error with one whole-tensor row is caught row by row.
-    const std::vector<double> oracle{1.0, 1.0, 1.0, 1.0};
-    const std::vector<float> baseline{float(1.0 + 1e-5), 1.0f, 1.0f, 1.0f};
-    const std::vector<float> candidate{float(1.0 + 1e-5), 1.0f, float(1.0 + 1e-5), 1.0f};
-    CHECK(check_agreement(candidate, oracle, baseline).ok);
-    Tolerance rows;
-    rows.row_length = 2;
-    const auto a = check_agreement(candidate, oracle, baseline, rows);
-    CHECK_FALSE(a.ok);
-    CHECK(a.worst_index == 2);
-    rows.row_length = 3;  // does not divide 4
-    CHECK_THROWS_AS(check_agreement(candidate, oracle, baseline, rows), std::invalid_argument);
+TEST_CASE("attention_bounded admits correct float32 evaluations in other orders and rejects a wrong one",
+          "[tolerance][bound]") {
+    std::mt19937_64 rng(7);
+    double worst_correct = 0, worst_wrong = 0;
+    for (int trial = 0; trial < 300; ++trial) {
+        const Problem r = random_problem(rng, trial % 2 == 0);
+        const BoundedOutput o = attention_bounded(r.p, r.q.data(), r.k.data(), r.v.data());
+        INFO("trial " << trial);
+        const std::vector<float> as_written = attncheck::reference::attention<float>(r.p, r.q.data(), r.k.data(), r.v.data());
+        for (const auto& candidate :
+             {as_written, variant_attention(r, Variant::folded_q), variant_attention(r, Variant::exp2_folded)}) {
+            const auto a = check_against_bound(candidate, o.value, o.bound);
+            INFO(a.describe());
+            CHECK(a.ok);
+            worst_correct = std::max(worst_correct, a.worst_ratio);
+        }
+        worst_wrong = std::max(worst_wrong, check_against_bound(variant_attention(r, Variant::wrong_diagonal_scale),
+                                                                o.value, o.bound).worst_ratio);
+    }
+    // Tight enough to matter: correct evaluations reach a visible fraction of the bound, and the
+    // one-score bug is far outside it.
+    CHECK(worst_correct > 0.01);
+    CHECK(worst_wrong > 100.0);
 }
 
-TEST_CASE("scale_floor sets atol's scale when the output cancels to nearly 0", "[tolerance]") {
-    const std::vector<double> oracle{0.01};
-    const std::vector<float> baseline{0.01f};
-    const std::vector<float> candidate{float(0.01 + 1e-8)};  // ~1e-8: below 4 ulps of 1.0
-    const double exact_error = std::abs(double(baseline[0]) - 0.01);
-    CHECK(exact_error < 1e-9);
-    CHECK_FALSE(check_agreement(candidate, oracle, baseline).ok);
-    Tolerance tol;
-    tol.scale_floor = 1.0;
-    CHECK(check_agreement(candidate, oracle, baseline, tol).ok);
-}
-
-TEST_CASE("agreement_bound is the bound check_agreement applies", "[tolerance]") {
-    const std::vector<double> oracle{1.0, -3.0, 2.0};
-    const std::vector<float> baseline{float(1.0 + 3e-7), -3.0f, float(2.0 - 1e-7)};
-    const double bound = agreement_bound(oracle.data(), baseline.data(), oracle.size());
-    CHECK(bound == Approx(3.0 * std::abs(double(baseline[0]) - 1.0) + 4.0 * kEps32 * 3.0));
-    std::vector<float> candidate(baseline);
-    candidate[1] = float(-3.0 + 0.9 * bound);
-    CHECK(check_agreement(candidate, oracle, baseline).ok);
-    candidate[1] = float(-3.0 + 1.5 * bound);
-    CHECK_FALSE(check_agreement(candidate, oracle, baseline).ok);
+TEST_CASE("DecoderBound: its value is the float64 decoder and float32 reference decoders stay within it",
+          "[tolerance][bound][decoder]") {
+    using attncheck::ModelConfig;
+    std::vector<ModelConfig> configs;
+    ModelConfig tiny;  // d = 2: where version 1 raised false alarms
+    tiny.vocab_size = 2;
+    tiny.d_model = 2;
+    tiny.n_heads = 2;
+    tiny.d_ff = 2;
+    tiny.n_layers = 1;
+    tiny.max_len = 4;
+    tiny.norm = attncheck::Norm::pre;
+    tiny.positional = attncheck::Positional::learned;
+    configs.push_back(tiny);
+    ModelConfig cross = ModelConfig{};
+    cross.cross_attention = true;
+    cross.activation = attncheck::Activation::gelu;
+    configs.push_back(cross);
+    ModelConfig tanh_post = ModelConfig{};
+    tanh_post.activation = attncheck::Activation::gelu_tanh;
+    tanh_post.embed_scale_sqrt_d = false;
+    configs.push_back(tanh_post);
+    double worst = 0;
+    for (std::size_t ci = 0; ci < configs.size(); ++ci)
+        for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+            const ModelConfig& c = configs[ci];
+            const attncheck::Model m = attncheck::init_model(c, seed);
+            std::vector<int> tokens;
+            for (int t = 0; t < c.max_len; ++t) tokens.push_back(int((seed * 7 + std::uint64_t(t) * 13) % std::uint64_t(c.vocab_size)));
+            std::optional<attncheck::Memory> mem;
+            if (c.cross_attention) {
+                attncheck::Memory mm{5, 3, std::vector<float>(std::size_t(5 * c.d_model))};
+                for (std::size_t i = 0; i < mm.data.size(); ++i) mm.data[i] = float(std::sin(double(i) * 0.7 + double(seed)));
+                mem = mm;
+            }
+            INFO("config " << ci << " seed " << seed);
+            const BoundedOutput o = attncheck::reference::DecoderBound(m).forward(tokens, mem);
+            const auto oracle = attncheck::reference::Decoder<double>(m).forward(tokens, mem);
+            const auto f32 = attncheck::reference::Decoder<float>(m).forward(tokens, mem);
+            REQUIRE(o.value.size() == oracle.size());
+            for (std::size_t i = 0; i < o.value.size(); ++i) CHECK(o.value[i] == Approx(oracle.flat(i)).margin(1e-9));
+            const std::vector<float> cand(f32.begin(), f32.end());
+            const auto a = check_against_bound(cand, std::vector<double>(oracle.begin(), oracle.end()), o.bound);
+            INFO(a.describe());
+            CHECK(a.ok);
+            worst = std::max(worst, a.worst_ratio);
+        }
+    CHECK(worst > 1e-4);  // not vacuous: the float32 decoder errs measurably against the bound
 }

@@ -32,6 +32,14 @@ TEST_CASE("attncheck_abi_version = 1, as a variable or as a function, is accepte
     CHECK(load_kernel_library(ZOO_LIB_ABI_FN1, "zoo_naive_kernel").declares_abi_version);
 }
 
+TEST_CASE("a kernel's declaration is read from <symbol>_declaration, a variable or a function") {
+    CHECK(load_kernel_library(ZOO_LIB_NOVERSION, "zoo_naive_kernel").declaration.empty());
+    CHECK(load_kernel_library(ZOO_LIB_ABI_VAR1, "zoo_naive_kernel").declaration == "head_dim=1..512; deterministic=yes");
+    CHECK(load_kernel_library(ZOO_LIB_ABI_FN1, "zoo_naive_kernel").declaration == "head_dim=1..512; max_kv_len=100000");
+    CHECK_THROWS_WITH(load_kernel_library(ZOO_LIB_ABI_FN1, "zoo_sloppy_kernel"),
+                      Contains("zoo_sloppy_kernel_declaration = \"head_dim=zero\": declaration item 'head_dim=zero'"));
+}
+
 TEST_CASE("a wrong declared ABI version is refused, as a variable or as a function") {
     CHECK_THROWS_WITH(load_kernel_library(ZOO_LIB_ABI_VAR2, "zoo_naive_kernel"),
                       Contains("wrong ABI version: attncheck_abi_version = 2, this suite speaks 1"));

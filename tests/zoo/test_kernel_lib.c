@@ -62,3 +62,14 @@ int zoo_sloppy_kernel(const attncheck_problem* p, const float* q, const float* k
                       float* out) {
     return compute(p, q, k, v, out);
 }
+
+/* Declarations (attncheck/declaration.hpp), exported as `<symbol>_declaration`: zoo_naive_kernel
+ * declares one as a const char[] variable in the ZOO_ABI_VARIABLE builds and as a function in
+ * the ZOO_ABI_FUNCTION builds; zoo_sloppy_kernel a malformed one in the ZOO_ABI_FUNCTION builds. */
+#ifdef ZOO_ABI_VARIABLE
+const char zoo_naive_kernel_declaration[] = "head_dim=1..512; deterministic=yes";
+#endif
+#ifdef ZOO_ABI_FUNCTION
+const char* zoo_naive_kernel_declaration(void) { return "head_dim=1..512; max_kv_len=100000"; }
+const char zoo_sloppy_kernel_declaration[] = "head_dim=zero";
+#endif

@@ -1,0 +1,193 @@
+// tests/properties/declaration_test.cpp — kernel declarations (attncheck/declaration.hpp): the
+// parser, and correct kernels with conventions other than the ABI's, checked with and without
+// declaring them (NUMERICS.md "What a kernel may declare").
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "attncheck/check.hpp"
+#include "attncheck/declaration.hpp"
+#include "attncheck/kernels.hpp"
+
+using attncheck::CheckOptions;
+using attncheck::CheckReport;
+using attncheck::check_kernel;
+using attncheck::KernelDeclaration;
+
+TEST_CASE("a declaration parses, prints back, and names what it does not support", "[declaration]") {
+    const KernelDeclaration d =
+        KernelDeclaration::parse(" head_dim = 64,128 ; value_dim=same; max_kv_len=4096;mask=causal;empty_rows=nan;deterministic=no");
+    CHECK(d.to_string() == "head_dim=64,128; value_dim=same; max_kv_len=4096; mask=causal; empty_rows=nan; deterministic=no");
+    CHECK(KernelDeclaration::parse(d.to_string()).to_string() == d.to_string());
+    CHECK(d.empty_rows_nan);
+    CHECK_FALSE(d.deterministic);
+    CHECK(d.allows_head_dim(64));
+    CHECK_FALSE(d.allows_head_dim(65));
+    CHECK(d.allows_value_dim(128, 128));
+    CHECK_FALSE(d.allows_value_dim(64, 128));
+
+    attncheck_problem p{};
+    p.abi_version = ATTNCHECK_ABI_VERSION;
+    p.batch = p.heads = p.q_len = p.kv_len = 1;
+    p.head_dim = p.value_dim = 64;
+    p.causal = 1;
+    CHECK(d.unsupported_reason(p).empty());
+    p.head_dim = 48;
+    CHECK(d.unsupported_reason(p) == "head_dim 48 is not declared (head_dim=64,128)");
+    p.head_dim = 64;
+    p.causal = 0;
+    CHECK(d.unsupported_reason(p) == "a non-causal problem, declared mask=causal");
+    p.causal = 1;
+    p.kv_len = 4097;
+    CHECK(d.unsupported_reason(p) == "kv_len 4097 > max_kv_len=4096");
+
+    const KernelDeclaration ranges = KernelDeclaration::parse("head_dim=8..64,96");
+    CHECK(ranges.allows_head_dim(8));
+    CHECK(ranges.allows_head_dim(40));
+    CHECK(ranges.allows_head_dim(96));
+    CHECK_FALSE(ranges.allows_head_dim(65));
+    CHECK(KernelDeclaration{}.is_default());
+    CHECK(KernelDeclaration::parse("").is_default());
+    CHECK(KernelDeclaration::parse("empty_rows=zero; deterministic=yes; mask=any; padding=yes").is_default());
+}
+
+TEST_CASE("a malformed declaration is an error that names the item", "[declaration]") {
+    const auto message = [](const std::string& text) {
+        try {
+            (void)KernelDeclaration::parse(text);
+        } catch (const std::invalid_argument& e) {
+            return std::string(e.what());
+        }
+        return std::string("(accepted)");
+    };
+    CHECK(message("head_dim=0") == "declaration item 'head_dim=0': '0' is not a positive integer");
+    CHECK(message("head_dim=64..32") == "declaration item 'head_dim=64..32': range 64..32 is empty");
+    CHECK(message("empty_rows=inf") == "declaration item 'empty_rows=inf': expected zero or nan, got 'inf'");
+    CHECK(message("deterministic") == "declaration item 'deterministic': expected key=value");
+    CHECK(message("heads=2").find("unknown key 'heads'") != std::string::npos);
+    CHECK(message("max_kv_len=-3") == "declaration item 'max_kv_len=-3': '-3' is not a positive integer");
+    CheckOptions o;
+    o.declaration = "mask=sometimes";
+    CHECK_THROWS_AS(check_kernel(attncheck_reference_kernel, "reference", o), std::invalid_argument);
+}
+
+namespace {
+
+// The reference kernel with PyTorch's convention: a row with no visible key gives NaN.
+int nan_rows_kernel(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
+    const int rc = attncheck_reference_kernel(p, q, k, v, out);
+    if (rc != 0 || !p->kv_valid_len) return rc;
+    const std::size_t per_b = std::size_t(p->heads) * std::size_t(p->q_len) * std::size_t(p->value_dim);
+    for (int b = 0; b < p->batch; ++b)
+        if (p->kv_valid_len[b] == 0)
+            std::fill_n(out + std::size_t(b) * per_b, per_b, std::numeric_limits<float>::quiet_NaN());
+    return rc;
+}
+
+// The same with NaN only in the first element of an empty row: not the declared convention.
+int half_nan_rows_kernel(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
+    const int rc = attncheck_reference_kernel(p, q, k, v, out);
+    if (rc != 0 || !p->kv_valid_len) return rc;
+    const std::size_t per_b = std::size_t(p->heads) * std::size_t(p->q_len) * std::size_t(p->value_dim);
+    for (int b = 0; b < p->batch; ++b)
+        if (p->kv_valid_len[b] == 0) out[std::size_t(b) * per_b] = std::numeric_limits<float>::quiet_NaN();
+    return rc;
+}
+
+// Supports head_dim 8 and 16 only, and refuses the rest: a kernel with fixed-width code paths.
+int dims_8_16_kernel(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
+    if (p->head_dim != 8 && p->head_dim != 16) return 3;
+    return attncheck_reference_kernel(p, q, k, v, out);
+}
+
+// Correct, but sums alternate calls in another order: not bitwise repeatable (as a kernel with
+// atomics or a split chosen at run time is).
+int alternating_kernel(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
+    static std::atomic<unsigned> calls{0};
+    if (calls++ % 2 == 0) return attncheck_reference_kernel(p, q, k, v, out);
+    // The same problem with the dot products' columns reversed: the same exact scores, summed
+    // in the reverse order.
+    const std::size_t Dk = std::size_t(p->head_dim);
+    std::vector<float> qr(q, q + std::size_t(p->batch) * p->heads * p->q_len * Dk);
+    std::vector<float> kr(k, k + std::size_t(p->batch) * p->heads * p->kv_len * Dk);
+    for (auto* x : {&qr, &kr})
+        for (std::size_t r = 0; r < x->size(); r += Dk) std::reverse(x->begin() + std::ptrdiff_t(r), x->begin() + std::ptrdiff_t(r + Dk));
+    return attncheck_reference_kernel(p, qr.data(), kr.data(), v, out);
+}
+
+CheckOptions options(const std::string& declaration, int cases = 60) {
+    CheckOptions o;
+    o.seed = 20240611;
+    o.cases = cases;
+    o.decoder_cases = 6;
+    o.declaration = declaration;
+    return o;
+}
+
+bool failed(const CheckReport& r, const std::string& property) {
+    return std::find(r.failed.begin(), r.failed.end(), property) != r.failed.end();
+}
+
+}  // namespace
+
+TEST_CASE("empty_rows=nan: a NaN-convention kernel passes everything once declared", "[declaration]") {
+    const CheckReport declared = check_kernel(nan_rows_kernel, "nan_rows", options("empty_rows=nan"));
+    INFO(declared.text);
+    CHECK(declared.passed);
+    CHECK(declared.text.find("declared: empty_rows=nan") != std::string::npos);
+
+    const CheckReport undeclared = check_kernel(nan_rows_kernel, "nan_rows", options(""));
+    INFO(undeclared.text);
+    CHECK(failed(undeclared, "empty_rows"));
+    CHECK(undeclared.text.find("declares empty_rows=nan") != std::string::npos);
+
+    // Declared NaN but returns 0 (the reference kernel): the declaration is wrong, and says so.
+    CheckOptions only = options("empty_rows=nan");
+    only.only = {"empty_rows"};
+    const CheckReport zero = check_kernel(attncheck_reference_kernel, "reference", only);
+    INFO(zero.text);
+    CHECK(failed(zero, "empty_rows"));
+    CHECK(zero.text.find("but the kernel declares empty_rows=nan") != std::string::npos);
+
+    // A NaN convention does not hide anything else: NaN in part of a row is still wrong.
+    const CheckReport half = check_kernel(half_nan_rows_kernel, "half_nan_rows", only);
+    INFO(half.text);
+    CHECK(failed(half, "empty_rows"));
+}
+
+TEST_CASE("head_dim declared: the cases are supported ones, and undeclared problems must be refused",
+          "[declaration]") {
+    CheckOptions o = options("head_dim=8,16");
+    o.decoder = false;
+    const CheckReport r = check_kernel(dims_8_16_kernel, "dims_8_16", o);
+    INFO(r.text);
+    CHECK(r.passed);
+    CHECK(r.text.find("unsup") == std::string::npos);  // no case was refused: all were supported
+
+    // The reference kernel declared head_dim=8,16 accepts head_dim 9: the declaration is false.
+    o.only = {"refuses_undeclared"};
+    const CheckReport liar = check_kernel(attncheck_reference_kernel, "reference", o);
+    INFO(liar.text);
+    CHECK(failed(liar, "refuses_undeclared"));
+    CHECK(liar.text.find("accepted (returned 0) a problem outside its declaration") != std::string::npos);
+}
+
+TEST_CASE("deterministic=no: bitwise repeatability is not demanded, agreement still is", "[declaration]") {
+    CheckOptions o = options("deterministic=no");
+    const CheckReport declared = check_kernel(alternating_kernel, "alternating", o);
+    INFO(declared.text);
+    CHECK(declared.passed);
+
+    o.declaration = "";
+    o.decoder = false;
+    o.only = {"determinism"};
+    const CheckReport undeclared = check_kernel(alternating_kernel, "alternating", o);
+    INFO(undeclared.text);
+    CHECK(failed(undeclared, "determinism"));
+    CHECK(undeclared.text.find("declares deterministic=no") != std::string::npos);
+}
