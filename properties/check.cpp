@@ -47,7 +47,9 @@ std::string cell(const PropertyResult& r) {
             s << ")";
             break;
         case Status::fail: s << "FAIL at case " << r.failed_at; break;
-        case Status::unsupported: s << "FAIL (every case unsupported)"; break;
+        case Status::not_checked:
+            s << "NOT CHECKED (" << r.cases - r.unsupported << " of " << r.cases << " cases supported)";
+            break;
         case Status::error: s << "ERROR"; break;
         case Status::skipped: s << "skipped"; break;
     }
@@ -122,9 +124,11 @@ CheckReport check_kernel(attncheck_kernel_fn fn, const std::string& name, const 
     std::size_t w = 0;
     for (const auto& r : results) w = std::max(w, r.property.size());
     for (const auto& r : results) t << "  " << std::left << std::setw(int(w)) << r.property << "  " << cell(r) << "\n";
+    for (const auto& r : results)
+        if (!r.warning.empty()) t << "warning: " << r.property << ": " << r.warning << "\n";
     for (std::size_t i = 0; i < results.size(); ++i) {
         const PropertyResult& r = results[i];
-        if (r.status == Status::pass) continue;
+        if (r.status == Status::pass || (r.status == Status::not_checked && options.allow_unchecked)) continue;
         report.failed.push_back(r.property);
         t << "\n" << r.property << " " << to_string(r.status) << " on " << name;
         if (r.status == Status::fail) t << " at case " << r.failed_at << (r.counterexample.empty() ? "" : ", shrunk to:");

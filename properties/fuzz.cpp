@@ -35,6 +35,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "attncheck/declaration.hpp"
 #include "attncheck/error.hpp"
 #include "attncheck/isa.hpp"
 #include "attncheck/kernels.hpp"
@@ -93,6 +94,13 @@ built-in kernel, at the default budget; prints a table property x subject.
   --seed S             RapidCheck seed (default: time-based, printed)
   --shrink-time S      seconds of shrinking per failed property (default 5; 0: no limit); past it
                        the smallest counterexample so far is reported, marked as such
+  --declare ITEMS      what the kernel declares (e.g. "head_dim=64,128; empty_rows=nan"; see
+                       docs/kernel-authors.md), over a --kernel-lib's exported <symbol>_declaration;
+                       the cases are fitted to it and problems outside it must be refused
+  --empty-rows zero|nan, --head-dim LIST, --deterministic yes|no
+                       the same as --declare empty_rows=..., head_dim=..., deterministic=...
+  --allow-unchecked    a property with fewer than 10 supported cases (NOT CHECKED) does not fail
+                       the run (it is still reported)
   --mutants            run the mutant zoo: every mutant must be killed (exit 0 only if all are)
   --json FILE          write the results as JSON (schema: docs/cli.md)
   --junit FILE         write the results as JUnit XML (a testsuite per subject; not with --mutants)
@@ -105,7 +113,8 @@ Environment: ATTNCHECK_SEED, ATTNCHECK_CASES, ATTNCHECK_PROPERTY (comma list) as
 --cases, --property; a flag overrides its variable. TMPDIR: where --kernel-lib's worker writes.
 The files of --json and --junit are checked before the run starts.
 
-Exit: 0 every property passed (every mutant killed), 1 something failed, 2 bad usage (or a
+Exit: 0 every property passed (every mutant killed), 1 something failed or was not checked
+(fewer than 10 supported cases; more than 20% unsupported prints a warning), 2 bad usage (or a
 --json/--junit file that could not be written, unless something failed: then 1).
 A failure prints the shrunk case and `attncheck fuzz ... --property P --seed S --cases N` to
 replay it; for --kernel-lib also `ATTNCHECK_SEED=S ATTNCHECK_CASES=N ATTNCHECK_PROPERTY=P
@@ -126,6 +135,10 @@ struct Options {
     double timeout_s = kWorkerCaseTimeoutS;
     double shrink_time_s = kDefaultShrinkBudgetS;
     bool mutants = false, list = false, verbose = false, help = false, progress = false;
+    bool allow_unchecked = false;
+    // Declaration items from --declare, --empty-rows, --head-dim, --deterministic, in order;
+    // applied over what a --kernel-lib library exports (attncheck/declaration.hpp).
+    std::string declare;
     std::string json, junit;
     bool worker = false;
     std::string worker_out;
@@ -206,7 +219,20 @@ Options parse(const std::vector<std::string>& args) {
             } catch (const std::exception&) {
                 throw UsageError("--timeout " + v + ": expected seconds, more than 0 and at most 86400");
             }
-        } else if (a == "--mutants") o.mutants = true;
+        } else if (a == "--declare" || a == "--empty-rows" || a == "--head-dim" || a == "--deterministic") {
+            const std::string v = value();
+            const std::string item = a == "--declare"      ? v
+                                     : a == "--empty-rows" ? "empty_rows=" + v
+                                     : a == "--head-dim"   ? "head_dim=" + v
+                                                           : "deterministic=" + v;
+            try {
+                (void)KernelDeclaration::parse(item);
+            } catch (const std::invalid_argument& e) {
+                throw UsageError(a + " " + v + ": " + e.what());
+            }
+            o.declare += (o.declare.empty() ? "" : "; ") + item;
+        } else if (a == "--allow-unchecked") o.allow_unchecked = true;
+        else if (a == "--mutants") o.mutants = true;
         else if (a == "--json") o.json = value();
         else if (a == "--junit") o.junit = value();
         else if (a == "--progress") o.progress = true;
@@ -298,7 +324,7 @@ std::string cell(const PropertyResult& r) {
             if (r.unsupported) s << " (" << r.unsupported << " unsup)";
             break;
         case Status::fail: s << "FAIL @" << r.failed_at; break;
-        case Status::unsupported: s << "unsupported"; break;
+        case Status::not_checked: s << "NOT CHECKED (" << r.cases - r.unsupported << "/" << r.cases << " supported)"; break;
         case Status::error: s << "ERROR"; break;
         case Status::skipped: s << "skipped"; break;
     }
@@ -411,6 +437,7 @@ nlohmann::json to_json(const Row& r) {
                         {"notes", p.notes},       {"seconds", p.seconds},         {"seed", r.params.seed},
                         {"max_cases", r.params.cases}};
     if (!p.note.empty()) j["note"] = p.note;
+    if (!p.warning.empty()) j["warning"] = p.warning;
     if (r.capped_from) j["capped_from"] = r.capped_from;
     if (p.status != Status::pass) {
         j["failed_at"] = p.failed_at;
@@ -437,9 +464,12 @@ PropertyResult from_json(const nlohmann::json& j) {
     PropertyResult p;
     p.property = j.value("property", "");
     const std::string st = j.value("status", "ERROR");
-    p.status = st == "pass" ? Status::pass : st == "FAIL" ? Status::fail : st == "unsupported" ? Status::unsupported
-                                                                                                    : st == "skipped" ? Status::skipped
-                                                                                                                      : Status::error;
+    p.status = st == "pass"          ? Status::pass
+               : st == "FAIL"        ? Status::fail
+               : st == "not checked" ? Status::not_checked
+               : st == "skipped"     ? Status::skipped
+                                     : Status::error;
+    p.warning = j.value("warning", "");
     p.cases = j.value("cases", 0);
     p.unsupported = j.value("unsupported", 0);
     p.notes = j.value("notes", 0);
@@ -486,7 +516,7 @@ std::string xml_escape(const std::string& text) {
 }
 
 // JUnit XML: a <testsuite> per subject ("kernel NAME", "decoder optimized[NAME]"), a <testcase>
-// per property; FAIL and unsupported are <failure>, ERROR is <error>, skipped is <skipped>.
+// per property; FAIL and "not checked" are <failure>, ERROR is <error>, skipped is <skipped>.
 std::string junit_xml(const std::vector<Row>& rows, std::uint64_t seed, double seconds) {
     std::vector<std::string> suites;
     for (const Row& r : rows) {
@@ -495,7 +525,7 @@ std::string junit_xml(const std::vector<Row>& rows, std::uint64_t seed, double s
     }
     int failures = 0, errors = 0, skipped = 0;
     for (const Row& r : rows) {
-        failures += r.result.status == Status::fail || r.result.status == Status::unsupported;
+        failures += r.result.status == Status::fail || r.result.status == Status::not_checked;
         errors += r.result.status == Status::error;
         skipped += r.result.status == Status::skipped;
     }
@@ -509,7 +539,7 @@ std::string junit_xml(const std::vector<Row>& rows, std::uint64_t seed, double s
         for (const Row& r : rows) {
             if (r.kind + " " + r.subject != suite) continue;
             ++n;
-            f += r.result.status == Status::fail || r.result.status == Status::unsupported;
+            f += r.result.status == Status::fail || r.result.status == Status::not_checked;
             e += r.result.status == Status::error;
             sk += r.result.status == Status::skipped;
             t += r.result.seconds;
@@ -586,6 +616,13 @@ int decoder_cases(const Options& o, bool kernel_failed, int& capped_from) {
 }
 
 RunParams run_params(const Options& o, std::uint64_t seed, int cases) { return RunParams{seed, cases, o.shrink_time_s}; }
+
+// What a --kernel-lib kernel declares: its exported <symbol>_declaration, then the flags' items.
+KernelDeclaration declaration_of(const LoadedKernel& lk, const Options& o) {
+    KernelDeclaration d = KernelDeclaration::parse(lk.declaration);
+    d.apply(o.declare);
+    return d;
+}
 
 void run_kernel_subject(const Options& o, std::uint64_t seed, const KernelUnderTest& k, const std::string& kind,
                         std::vector<Row>& rows, ProgressLine& line, const WorkerChannel* channel = nullptr) {
@@ -695,6 +732,7 @@ void run_library_isolated(const Options& o, std::uint64_t seed, std::vector<Row>
                                          "--property", prop, "--seed", std::to_string(seed),
                                          "--cases", std::to_string(params.cases), "--shrink-time", shrink_time.str(),
                                          "--worker-out", out_file.path()};
+        if (!o.declare.empty()) args.insert(args.end(), {"--declare", o.declare});
         if (std::FILE* f = std::fopen(out_file.path().c_str(), "w")) std::fclose(f);  // empty it
         WorkerOptions wo;
         wo.timeout_s = std::max(kWorkerPropertyTimeoutS, o.timeout_s);
@@ -820,10 +858,11 @@ int worker_main(const Options& o, std::uint64_t seed) {
     const WorkerChannel channel = WorkerChannel::from_environment();
     std::vector<Row> rows;
     ProgressLine line;
-    const KernelUnderTest k{o.symbol, lk.fn, false};
+    const KernelDeclaration declaration = declaration_of(lk, o);
+    const KernelUnderTest k{o.symbol, lk.fn, false, declaration};
     run_kernel_subject(o, seed, k, "kernel", rows, line, &channel);
-    run_decoder_subject(o, run_params(o, seed, decoder_cases(o)), 0, DecoderUnderTest{"optimized[" + o.symbol + "]", lk.fn},
-                        "", rows, line, &channel);
+    run_decoder_subject(o, run_params(o, seed, decoder_cases(o)), 0,
+                        DecoderUnderTest{"optimized[" + o.symbol + "]", lk.fn, declaration}, "", rows, line, &channel);
     nlohmann::json j;
     j["results"] = nlohmann::json::array();
     bool ok = true;
@@ -885,10 +924,13 @@ int fuzz_main(const std::vector<std::string>& args) {
                 return 2;
             }
         }
-        if (!o.kernel_lib.empty()) load_kernel_library(o.kernel_lib, o.symbol);  // clear errors up front
+        // Clear errors up front (the library, its declaration and the flags over it).
+        std::string declared = KernelDeclaration::parse(o.declare).to_string();
+        if (!o.kernel_lib.empty()) declared = declaration_of(load_kernel_library(o.kernel_lib, o.symbol), o).to_string();
         const bool everything = !o.mutants && !o.kernel_flag && o.kernel_lib.empty() && !o.decoder;
         if (everything)
             for (const auto& e : builtin_kernels()) kernels.push_back({e.name, e.fn, true});
+        for (auto& k : kernels) k.declaration = KernelDeclaration::parse(o.declare);
 
         const int library = o.kernel_lib.empty() ? 0 : 1;
         const int planned = o.mutants ? planned_runs(o, 1, false, 0)
@@ -917,6 +959,7 @@ int fuzz_main(const std::vector<std::string>& args) {
         }
 
         std::cout << "attncheck fuzz: seed " << seed << "; " << isa_line() << std::endl;
+        if (!declared.empty()) std::cout << "declared: " << declared << std::endl;
         const auto t0 = std::chrono::steady_clock::now();
         std::vector<Row> rows;
         nlohmann::json json_out;
@@ -936,7 +979,8 @@ int fuzz_main(const std::vector<std::string>& args) {
                 int capped_from = 0;
                 const int cases = decoder_cases(o, kernel_failed(rows, k.name), capped_from);
                 run_decoder_subject(o, run_params(o, seed, cases), capped_from,
-                                    DecoderUnderTest{"optimized[" + k.name + "]", k.fn}, "--kernel " + k.name, rows, line);
+                                    DecoderUnderTest{"optimized[" + k.name + "]", k.fn, k.declaration}, "--kernel " + k.name,
+                                    rows, line);
             }
             if (!o.kernel_lib.empty()) run_library_isolated(o, seed, rows);
 
@@ -944,7 +988,10 @@ int fuzz_main(const std::vector<std::string>& args) {
             print_table(std::cout, rows, "decoder", "decoder property");
             std::vector<std::string> capped;
             for (const Row& r : rows) {
-                if (r.result.status != Status::pass) code = 1;
+                if (r.result.status != Status::pass && !(r.result.status == Status::not_checked && o.allow_unchecked))
+                    code = 1;
+                if (!r.result.warning.empty())
+                    std::cout << "warning: " << r.subject << " / " << r.result.property << ": " << r.result.warning << "\n";
                 if (r.result.notes)
                     std::cout << "note: " << r.subject << " / " << r.result.property << ": " << r.result.notes
                               << " case(s): " << r.result.note << "\n";

@@ -1,6 +1,7 @@
 // properties/runner.cpp — RapidCheck's checkProperty with explicit TestParams and a listener.
 #include "properties/runner.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <sstream>
 
@@ -12,7 +13,7 @@ const char* to_string(Status s) {
     switch (s) {
         case Status::pass: return "pass";
         case Status::fail: return "FAIL";
-        case Status::unsupported: return "unsupported";
+        case Status::not_checked: return "not checked";
         case Status::error: return "ERROR";
         case Status::skipped: return "skipped";
     }
@@ -133,10 +134,17 @@ PropertyResult run_property(const std::string& property, const std::function<Ver
             for (const auto& t : tags) key += (key.empty() ? "" : ", ") + t;
             if (!key.empty()) out.spread[key] += count;
         }
-        if (out.cases > 0 && out.unsupported == out.cases) {
-            out.status = Status::unsupported;
-            out.message = "the kernel returned \"unsupported\" for every one of the " +
-                          std::to_string(out.cases) + " cases: nothing was checked";
+        const int supported = out.cases - out.unsupported;
+        const int needed = std::min(kMinSupportedCases, params.cases);
+        if (out.cases > 0 && supported < needed) {
+            out.status = Status::not_checked;
+            out.message = "the kernel returned \"unsupported\" for " + std::to_string(out.unsupported) + " of the " +
+                          std::to_string(out.cases) + " cases: " + std::to_string(supported) +
+                          " supported, fewer than the " + std::to_string(needed) +
+                          " a verdict needs (declare what the kernel supports: the cases then fit it)";
+        } else if (out.unsupported > kWarnUnsupportedFraction * out.cases) {
+            out.warning = std::to_string(out.unsupported) + " of " + std::to_string(out.cases) +
+                          " cases unsupported (more than 20%): checked on " + std::to_string(supported) + " only";
         }
     } else if (result.match(failure)) {
         out.status = Status::fail;

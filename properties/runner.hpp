@@ -2,9 +2,9 @@
 // turns RapidCheck's TestResult into something a person (and --json) can act on.
 //
 // The case function draws its inputs from generators (`*gen`), may tag them (RC_TAG), and
-// returns a Verdict. "unsupported" counts as a passing case (the kernel said it does not handle
-// the problem); a property whose every case is unsupported fails (a kernel that supports
-// nothing is not checked by anything).
+// returns a Verdict. "unsupported" is not a failure (the kernel said it does not handle
+// the problem), but a property with fewer than kMinSupportedCases supported cases is reported
+// "not checked" (never "pass"), and one with more than 20% unsupported carries a warning.
 #pragma once
 
 #include <cstdint>
@@ -18,8 +18,15 @@
 
 namespace attncheck::properties {
 
+// not_checked: too few cases were supported (the kernel refused the rest) for the property to
+// say anything: fewer than kMinSupportedCases (or than the budget, when it is smaller).
 // skipped: not run because the kernel crashed or timed out in an earlier property (isolation).
-enum class Status { pass, fail, unsupported, error, skipped };
+enum class Status { pass, fail, not_checked, error, skipped };
+
+// A property checked on fewer supported cases than this is "not checked", never "pass".
+inline constexpr int kMinSupportedCases = 10;
+// A passing property whose kernel refused more than this fraction of its cases carries a warning.
+inline constexpr double kWarnUnsupportedFraction = 0.2;
 const char* to_string(Status s);
 
 struct RunParams {
@@ -48,6 +55,7 @@ struct PropertyResult {
     int unsupported = 0;  // of those, cases the kernel refused
     int notes = 0;        // passing cases with a remark (Verdict::note)
     std::string note;     // the first remark
+    std::string warning;  // a passing run that checked less than asked (many unsupported cases)
     int failed_at = 0;    // 1-based index of the first failing case (before shrinking)
     std::string message;  // the shrunk case's failure, or why the run errored
     std::string counterexample;          // the shrunk case, as printed by the generators

@@ -49,6 +49,9 @@ struct CheckOptions {
     // What the kernel declares (attncheck/declaration.hpp), e.g. "head_dim=64,128; empty_rows=nan";
     // empty: the ABI's defaults (every problem, empty rows 0, deterministic).
     std::string declaration;
+    // A property with too few supported cases (fewer than 10, the kernel refused the rest) is
+    // "not checked" and fails the report, unless this is set.
+    bool allow_unchecked = false;
 
     // `defaults` overridden by ATTNCHECK_SEED, ATTNCHECK_CASES (both kernel and decoder cases)
     // and ATTNCHECK_PROPERTY (a comma-separated list of property names). A malformed value
@@ -58,8 +61,9 @@ struct CheckOptions {
 };
 
 struct CheckReport {
-    // Every property passed. A case the kernel refuses (returns nonzero) counts as passed, but
-    // a property whose every case was refused fails: nothing was checked.
+    // Every property passed. A case the kernel refuses (returns nonzero) is not a failure, but a
+    // property checked on fewer than 10 supported cases is "not checked" and fails the report
+    // (unless CheckOptions::allow_unchecked); more than 20% refused cases print a warning.
     bool passed = false;
     // The table property x status, then for each failure: the property, the shrunk case, the
     // worst element with both values and the bound, and the replay line.

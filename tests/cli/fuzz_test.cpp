@@ -347,3 +347,53 @@ TEST_CASE("fuzz --junit and --json describe every run, failures with their repla
     CHECK(count(xml, "</testsuite>") == 2);
     CHECK(xml.find("</testsuites>\n") != std::string::npos);
 }
+
+TEST_CASE("fuzz reads a library's declaration, and flags override it", "[cli][fuzz][declaration]") {
+    TempDir dir;
+    const std::vector<std::string> small = {"--seed", "3", "--cases", "40", "--level", "kernel"};
+    // Exported head_dim=8,16: every case fits it, none is refused, and the rest must be refused.
+    const Result declared = run_cli(dir, lib_args(FAULTY_KERNEL_LIB, "zoo_dims_8_16") + small);
+    INFO(declared.describe());
+    CHECK(declared.code == 0);
+    CHECK(declared.out.find("declared: head_dim=8,16") != std::string::npos);
+    CHECK(declared.out.find("unsup") == std::string::npos);
+    CHECK(declared.out.find("refuses_undeclared") != std::string::npos);
+
+    // The same kernel undeclared: most cases refused. Too few supported cases is NOT CHECKED
+    // and fails the run, unless --allow-unchecked; the flag can declare it instead.
+    const std::vector<std::string> agreement = {"--seed", "3", "--cases", "40", "--property", "agreement"};
+    const Result quiet = run_cli(dir, lib_args(FAULTY_KERNEL_LIB, "zoo_dims_8_16_quiet") + agreement);
+    INFO(quiet.describe());
+    CHECK(quiet.code == 1);
+    CHECK(quiet.out.find("NOT CHECKED") != std::string::npos);
+    CHECK(quiet.out.find("all passed") == std::string::npos);
+    const Result allowed = run_cli(dir, lib_args(FAULTY_KERNEL_LIB, "zoo_dims_8_16_quiet") + agreement +
+                                            std::vector<std::string>{"--allow-unchecked"});
+    INFO(allowed.describe());
+    CHECK(allowed.code == 0);
+    CHECK(allowed.out.find("NOT CHECKED") != std::string::npos);
+    const Result flagged = run_cli(dir, lib_args(FAULTY_KERNEL_LIB, "zoo_dims_8_16_quiet") + agreement +
+                                            std::vector<std::string>{"--head-dim", "8,16"});
+    INFO(flagged.describe());
+    CHECK(flagged.code == 0);
+    CHECK(flagged.out.find("declared: head_dim=8,16") != std::string::npos);
+}
+
+TEST_CASE("fuzz --empty-rows nan: a NaN-convention kernel passes, and is flagged without it", "[cli][fuzz][declaration]") {
+    TempDir dir;
+    const std::vector<std::string> small = {"--seed", "3", "--cases", "40"};
+    const Result undeclared = run_cli(dir, lib_args(FAULTY_KERNEL_LIB, "zoo_nan_rows") + small +
+                                               std::vector<std::string>{"--property", "empty_rows"});
+    INFO(undeclared.describe());
+    CHECK(undeclared.code == 1);
+    CHECK(undeclared.out.find("declares empty_rows=nan") != std::string::npos);
+    const Result declared = run_cli(dir, lib_args(FAULTY_KERNEL_LIB, "zoo_nan_rows") + small +
+                                             std::vector<std::string>{"--empty-rows", "nan"});
+    INFO(declared.describe());
+    CHECK(declared.code == 0);
+    CHECK(declared.out.find("declared: empty_rows=nan") != std::string::npos);
+
+    const Result bad = run_cli(dir, {"fuzz", "--empty-rows", "maybe"});
+    CHECK(bad.code == 2);
+    CHECK(bad.err.find("--empty-rows maybe: declaration item 'empty_rows=maybe': expected zero or nan") != std::string::npos);
+}

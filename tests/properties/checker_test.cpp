@@ -52,6 +52,12 @@ extern "C" int decode_only(const attncheck_problem* p, const float* q, const flo
     return attncheck_reference_kernel(p, q, k, v, out);
 }
 
+// Correct, but supports only a single key with head_dim 1.
+extern "C" int kv_len_1_only(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
+    if (p->kv_len != 1 || p->head_dim != 1) return ATTNCHECK_UNSUPPORTED;
+    return attncheck_reference_kernel(p, q, k, v, out);
+}
+
 }  // namespace
 
 TEST_CASE("a wrong kernel fails agreement with a shrunk case, the element and both values", "[checker]") {
@@ -79,15 +85,27 @@ TEST_CASE("a failure replays identically from its seed and budget", "[checker]")
           "attncheck fuzz --kernel k --property agreement --seed 123456789 --cases 50");
 }
 
-TEST_CASE("a kernel that supports nothing fails as unsupported, partial support is counted", "[checker]") {
+TEST_CASE("too few supported cases is 'not checked'; many unsupported ones warn; partial support is counted",
+          "[checker]") {
     const PropertyResult none = run("agreement", refuses_everything);
-    CHECK(none.status == Status::unsupported);
-    CHECK(none.message.find("every one") != std::string::npos);
+    CHECK(none.status == Status::not_checked);
+    CHECK(none.message.find("returned \"unsupported\" for 100 of the 100 cases: 0 supported") != std::string::npos);
+
+    // A few of 100 cases have kv_len 1 and head_dim 1: fewer than 10 checked cases say nothing.
+    const PropertyResult few = run("agreement", kv_len_1_only);
+    CHECK(few.status == Status::not_checked);
+    CHECK(few.cases - few.unsupported < kMinSupportedCases);
+    CHECK(few.cases - few.unsupported > 0);
+
+    // A budget below 10 needs every case supported, not 10.
+    CHECK(run("agreement", attncheck_reference_kernel, RunParams{7, 3}).status == Status::pass);
 
     const PropertyResult some = run("agreement", decode_only);
     CHECK(some.status == Status::pass);
-    CHECK(some.unsupported > 0);
+    CHECK(some.unsupported > 20);  // decode problems are about a quarter of the cases
     CHECK(some.unsupported < some.cases);
+    CHECK(some.warning.find("cases unsupported (more than 20%)") != std::string::npos);
+    CHECK(run("agreement", attncheck_reference_kernel).warning.empty());
 }
 
 TEST_CASE("the built-in kernels pass the abi_version refusal and a refusing kernel fails nothing else", "[checker]") {

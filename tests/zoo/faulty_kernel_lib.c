@@ -75,3 +75,30 @@ int zoo_trap_crash(const attncheck_problem* p, const float* q, const float* k, c
     if (p->abi_version == ATTNCHECK_ABI_VERSION && p->head_dim == 3) abort();
     return attention(p, q, k, v, out, 1);
 }
+
+/* Correct kernels with conventions or limits of their own (kernel declarations):
+ *   zoo_dims_8_16         supports head_dim 8 and 16 only, and exports that declaration
+ *   zoo_dims_8_16_quiet   the same kernel without a declaration: most cases are refused
+ *   zoo_nan_rows          PyTorch's convention: a row with no visible key gives NaN (declared
+ *                         by the command line's --empty-rows nan only) */
+static int dims_8_16(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
+    if (p->head_dim != 8 && p->head_dim != 16) return ATTNCHECK_UNSUPPORTED;
+    return attention(p, q, k, v, out, 1);
+}
+int zoo_dims_8_16(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
+    return dims_8_16(p, q, k, v, out);
+}
+const char zoo_dims_8_16_declaration[] = "head_dim=8,16";
+int zoo_dims_8_16_quiet(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
+    return dims_8_16(p, q, k, v, out);
+}
+
+int zoo_nan_rows(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
+    const int rc = attention(p, q, k, v, out, 1);
+    if (rc != ATTNCHECK_OK || !p->kv_valid_len) return rc;
+    const long per_b = (long)p->heads * p->q_len * p->value_dim;
+    for (long b = 0; b < p->batch; ++b)
+        if (p->kv_valid_len[b] == 0)
+            for (long at = b * per_b; at < (b + 1) * per_b; ++at) out[at] = NAN;
+    return rc;
+}
