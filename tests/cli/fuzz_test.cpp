@@ -144,7 +144,7 @@ TEST_CASE("fuzz --property takes a comma list and may be repeated", "[cli][fuzz]
     CHECK(ran == std::multiset<std::string>{"causality", "determinism", "row_sums"});
 }
 
-TEST_CASE("fuzz reads ATTNCHECK_SEED, ATTNCHECK_CASES and ATTNCHECK_PROPERTY; flags win", "[cli][fuzz]") {
+TEST_CASE("fuzz reads ATTNCHECK_SEED, ATTNCHECK_CASES and ATTNCHECK_PROPERTY and flags win", "[cli][fuzz]") {
     TempDir dir;
     const std::string json = dir.file("r.json");
     const std::vector<std::string> env = {"ATTNCHECK_SEED=5", "ATTNCHECK_CASES=4",

@@ -85,7 +85,7 @@ TEST_CASE("a failure replays identically from its seed and budget", "[checker]")
           "attncheck fuzz --kernel k --property agreement --seed 123456789 --cases 50");
 }
 
-TEST_CASE("too few supported cases is 'not checked'; many unsupported ones warn; partial support is counted",
+TEST_CASE("too few supported cases is 'not checked', many unsupported ones warn, partial support is counted",
           "[checker]") {
     const PropertyResult none = run("agreement", refuses_everything);
     CHECK(none.status == Status::not_checked);

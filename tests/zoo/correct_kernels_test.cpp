@@ -123,7 +123,7 @@ TEST_CASE("correct kernels refuse an unknown ABI version and a malformed problem
 // ~2000 of the suite's own kernel problems (every style: normal, large scores, ties, small
 // integers; the large tier included), one float64 oracle and bound each, every correct kernel
 // and the planted bug against it.
-TEST_CASE("correct kernels stay within the bound on 2000 generated problems; a planted bug does not") {
+TEST_CASE("correct kernels stay within the bound on 2000 generated problems and a planted bug does not") {
     constexpr std::uint64_t kSeed = 20240611, kCases = 2000;
     const auto& kernels = correct_kernels();
     // worst[kernel][style]
