@@ -10,9 +10,9 @@ namespace attncheck {
 const std::vector<KernelEntry>& builtin_kernels() {
     static const std::vector<KernelEntry> kernels = {
         {"reference", attncheck_reference_kernel,
-         "textbook float32 attention: full score matrix, max-subtracted softmax, P V"},
+         "textbook float32 attention: full score matrix, max-subtracted softmax, P V", ""},
         {"optimized", attncheck_optimized_kernel,
-         "fused online-softmax kernel over key tiles, AVX-512, OpenMP, deterministic"},
+         "fused online-softmax kernel over key tiles, AVX-512, OpenMP, deterministic", ""},
     };
     return kernels;
 }

@@ -617,6 +617,9 @@ int decoder_cases(const Options& o, bool kernel_failed, int& capped_from) {
 
 RunParams run_params(const Options& o, std::uint64_t seed, int cases) { return RunParams{seed, cases, o.shrink_time_s}; }
 
+// The declaration flags of the run, for its replay lines: " --declare '...'" or "".
+std::string declare_flag(const Options& o) { return o.declare.empty() ? "" : " --declare '" + o.declare + "'"; }
+
 // What a --kernel-lib kernel declares: its exported <symbol>_declaration, then the flags' items.
 KernelDeclaration declaration_of(const LoadedKernel& lk, const Options& o) {
     KernelDeclaration d = KernelDeclaration::parse(lk.declaration);
@@ -630,7 +633,7 @@ void run_kernel_subject(const Options& o, std::uint64_t seed, const KernelUnderT
     for (const KernelProperty& prop : kernel_properties()) {
         if (!selected(o, prop.name)) continue;
         const RunParams params = run_params(o, seed, kernel_cases(o));
-        Row row{kind, k.name, "--kernel " + k.name, params, {}};
+        Row row{kind, k.name, "--kernel " + k.name + declare_flag(o), params, {}};
         row.result = run_kernel_property(prop, k, params, line.track("[" + kind + " " + k.name + "] " + prop.name, params.cases), channel);
         line.clear();
         rows.push_back(std::move(row));
@@ -704,7 +707,7 @@ void run_library_isolated(const Options& o, std::uint64_t seed, std::vector<Row>
     for (const auto& p : decoder_properties())
         if (selected(o, p.name) && o.level != "kernel") props.push_back({p.name, true});
     const WorkerOutFile out_file;
-    const std::string flag = "--kernel-lib " + o.kernel_lib + " --symbol " + o.symbol;
+    const std::string flag = "--kernel-lib " + o.kernel_lib + " --symbol " + o.symbol + declare_flag(o);
     ProgressLine line(o.progress);
     // After the kernel's first crash or hang, its other properties would most likely crash or
     // hang the same way, each costing a worker start or a whole timeout: they are skipped.
@@ -930,7 +933,12 @@ int fuzz_main(const std::vector<std::string>& args) {
         const bool everything = !o.mutants && !o.kernel_flag && o.kernel_lib.empty() && !o.decoder;
         if (everything)
             for (const auto& e : builtin_kernels()) kernels.push_back({e.name, e.fn, true});
-        for (auto& k : kernels) k.declaration = KernelDeclaration::parse(o.declare);
+        // A built-in's registry declaration, then the flags' items over it.
+        for (auto& k : kernels) {
+            const KernelEntry* e = find_builtin_kernel(k.name);
+            k.declaration = KernelDeclaration::parse(e ? e->declaration : "");
+            k.declaration.apply(o.declare);
+        }
 
         const int library = o.kernel_lib.empty() ? 0 : 1;
         const int planned = o.mutants ? planned_runs(o, 1, false, 0)
@@ -979,7 +987,8 @@ int fuzz_main(const std::vector<std::string>& args) {
                 int capped_from = 0;
                 const int cases = decoder_cases(o, kernel_failed(rows, k.name), capped_from);
                 run_decoder_subject(o, run_params(o, seed, cases), capped_from,
-                                    DecoderUnderTest{"optimized[" + k.name + "]", k.fn, k.declaration}, "--kernel " + k.name,
+                                    DecoderUnderTest{"optimized[" + k.name + "]", k.fn, k.declaration},
+                                    "--kernel " + k.name + declare_flag(o),
                                     rows, line);
             }
             if (!o.kernel_lib.empty()) run_library_isolated(o, seed, rows);

@@ -31,6 +31,9 @@ struct KernelEntry {
     std::string name;
     attncheck_kernel_fn fn;
     std::string description;
+    // What the kernel declares (attncheck/declaration.hpp); "": every problem, empty rows 0,
+    // deterministic (both built-ins).
+    std::string declaration;
 };
 
 // reference, optimized (in that order).

@@ -393,6 +393,15 @@ TEST_CASE("fuzz --empty-rows nan: a NaN-convention kernel passes, and is flagged
     CHECK(declared.code == 0);
     CHECK(declared.out.find("declared: empty_rows=nan") != std::string::npos);
 
+    // A declaration that is false fails, and the replay line carries the declaration.
+    const Result wrong = run_cli(dir, {"fuzz", "--kernel", "reference", "--empty-rows", "nan", "--property", "empty_rows",
+                                       "--cases", "20", "--seed", "1"});
+    INFO(wrong.describe());
+    CHECK(wrong.code == 1);
+    CHECK(wrong.out.find("but the kernel declares empty_rows=nan") != std::string::npos);
+    CHECK(wrong.out.find("replay: attncheck fuzz --kernel reference --declare 'empty_rows=nan' --property empty_rows") !=
+          std::string::npos);
+
     const Result bad = run_cli(dir, {"fuzz", "--empty-rows", "maybe"});
     CHECK(bad.code == 2);
     CHECK(bad.err.find("--empty-rows maybe: declaration item 'empty_rows=maybe': expected zero or nan") != std::string::npos);
