@@ -25,14 +25,19 @@ namespace {
 
 std::string prefix(const std::string& path) { return "kernel library " + path + ": "; }
 
+// The ELF symbol table entry of an exported symbol (its type tells a variable from a function,
+// its size bounds a variable), or null when the loader cannot say.
+const ElfW(Sym)* symbol_entry(void* sym) {
+    Dl_info info{};
+    void* entry = nullptr;
+    if (dladdr1(sym, &info, &entry, RTLD_DL_SYMENT) == 0) return nullptr;
+    return static_cast<const ElfW(Sym)*>(entry);
+}
+
 // The version a library declares through `attncheck_abi_version`, which may be an int32_t
 // variable or an `int32_t (void)` function; the symbol's ELF type tells them apart.
 std::int32_t declared_abi_version(void* sym, const std::string& path) {
-    Dl_info info{};
-    void* entry_ptr = nullptr;
-    const ElfW(Sym)* entry = nullptr;
-    if (dladdr1(sym, &info, &entry_ptr, RTLD_DL_SYMENT) != 0)
-        entry = static_cast<const ElfW(Sym)*>(entry_ptr);
+    const ElfW(Sym)* entry = symbol_entry(sym);
     const auto type = entry ? ELF64_ST_TYPE(entry->st_info) : STT_NOTYPE;
     if (type == STT_FUNC || type == STT_GNU_IFUNC) {
         auto fn = reinterpret_cast<std::int32_t (*)()>(sym);
@@ -48,11 +53,7 @@ std::int32_t declared_abi_version(void* sym, const std::string& path) {
 // `const char[]` variable, or a `const char* (void)` function (the ELF type tells them apart).
 // The variable is read only within its ELF size, so a missing NUL cannot run past it.
 std::string exported_declaration(void* sym, const std::string& path, const std::string& name) {
-    Dl_info info{};
-    void* entry_ptr = nullptr;
-    const ElfW(Sym)* entry = nullptr;
-    if (dladdr1(sym, &info, &entry_ptr, RTLD_DL_SYMENT) != 0)
-        entry = static_cast<const ElfW(Sym)*>(entry_ptr);
+    const ElfW(Sym)* entry = symbol_entry(sym);
     const auto type = entry ? ELF64_ST_TYPE(entry->st_info) : STT_NOTYPE;
     constexpr std::size_t kMaxLength = 4096;
     if (type == STT_FUNC || type == STT_GNU_IFUNC) {
