@@ -23,13 +23,6 @@ namespace {
 
 constexpr double u = kUnitRoundoff32;
 
-BoundedMatrix from_tensor(const Tensor& t) {
-    const std::size_t rows = t.shape.size() == 1 ? 1 : t.shape[0];
-    BoundedMatrix m(rows, t.numel() / rows);
-    std::copy(t.data.begin(), t.data.end(), m.value.begin());  // float32 weights: exact, bound 0
-    return m;
-}
-
 // The columns [c0, c0 + n) of m.
 BoundedMatrix columns(const BoundedMatrix& m, std::size_t c0, std::size_t n) {
     BoundedMatrix r(m.rows, n);
@@ -41,27 +34,28 @@ BoundedMatrix columns(const BoundedMatrix& m, std::size_t c0, std::size_t n) {
     return r;
 }
 
-// y = x W^T + b (b may be null), x [n, in], W [out, in] exact (float32 weights).
+// y = x W^T + b (b may be null), x [n, in], W [out, in] and b [out]: the model's float32
+// tensors, exact.
 //   own rounding: an in-term dot product plus the bias, any order, FMA or not:
 //     gamma_{in+1} (sum_c |W_oc| |x_c| + |b_o|)      (in + 2 below: one spare rounding for a
 //     kernel that rounds the product before an FMA-less add and then the bias)
 //   propagation: sum_c |W_oc| e(x_c)
-BoundedMatrix linear(const BoundedMatrix& x, const BoundedMatrix& W, const BoundedMatrix* b) {
-    const std::size_t n = x.rows, in = x.cols, out = W.rows;
+BoundedMatrix linear(const BoundedMatrix& x, const Tensor& W, const Tensor* b) {
+    const std::size_t n = x.rows, in = x.cols, out = W.shape[0];
     BoundedMatrix y(n, out);
     const double g = gamma32(double(in) + 2.0);
     for (std::size_t r = 0; r < n; ++r)
         for (std::size_t o = 0; o < out; ++o) {
             double acc = 0, mag = 0, prop = 0;
             for (std::size_t c = 0; c < in; ++c) {
-                const double w = W.x(o, c);
+                const double w = double(W.data[o * in + c]);
                 acc += x.x(r, c) * w;
                 mag += std::abs(w) * (std::abs(x.x(r, c)) + x.e(r, c));
                 prop += std::abs(w) * x.e(r, c);
             }
             if (b) {
-                acc += b->value[o];
-                mag += std::abs(b->value[o]);
+                acc += double(b->data[o]);
+                mag += std::abs(double(b->data[o]));
             }
             y.x(r, o) = acc;
             y.e(r, o) = prop + g * mag;
@@ -300,15 +294,15 @@ BoundedOutput DecoderBound::forward(const std::vector<int>& tokens, const std::o
     //   4u |a| (the frequency from pow/exp, the product), sin/cos a few ulps and the rounding
     //   to float32: 4u |a| + 3u |pos|; the sum: u (|x| + bounds).
     const Tensor& embed = model_.at("embed.weight");
-    const bool learned = c.positional == Positional::learned;
+    const Tensor* learned_pos = c.positional == Positional::learned ? &model_.at("pos.weight") : nullptr;
     const double s = c.embed_scale_sqrt_d ? std::sqrt(double(c.d_model)) : 1.0;
     BoundedMatrix x(n, d);
     for (std::size_t t = 0; t < n; ++t)
         for (std::size_t col = 0; col < d; ++col) {
             const double es = double(embed.data[std::size_t(tokens[t]) * d + col]) * s;
             double pos = 0, e_pos = 0;
-            if (learned) {
-                pos = double(model_.at("pos.weight").data[t * d + col]);
+            if (learned_pos) {
+                pos = double(learned_pos->data[t * d + col]);
             } else {
                 const std::size_t even = col - col % 2;
                 const double angle = double(t) / std::pow(10000.0, double(even) / double(d));
@@ -328,7 +322,7 @@ BoundedOutput DecoderBound::forward(const std::vector<int>& tokens, const std::o
         mem_valid = std::size_t(memory->valid_len);
     }
 
-    auto param = [&](const std::string& name) { return from_tensor(model_.at(name)); };
+    auto param = [&](const std::string& name) -> const Tensor& { return model_.at(name); };
     auto norm = [&](const BoundedMatrix& in, const std::string& prefix) {
         return layer_norm(in, model_.at(prefix + "weight").data, model_.at(prefix + "bias").data, c.ln_eps);
     };
@@ -336,10 +330,9 @@ BoundedOutput DecoderBound::forward(const std::vector<int>& tokens, const std::o
     // rounded to float32 (relative error u at most, after a float32 sqrt and division 3u).
     auto attention = [&](const BoundedMatrix& in, const BoundedMatrix& src, const std::string& prefix, bool causal,
                          std::size_t valid_len) {
-        const BoundedMatrix bq = param(prefix + "q.bias"), bk = param(prefix + "k.bias"), bv = param(prefix + "v.bias");
-        const BoundedMatrix Q = linear(in, param(prefix + "q.weight"), &bq);
-        const BoundedMatrix K = linear(src, param(prefix + "k.weight"), &bk);
-        const BoundedMatrix Vv = linear(src, param(prefix + "v.weight"), &bv);
+        const BoundedMatrix Q = linear(in, param(prefix + "q.weight"), &param(prefix + "q.bias"));
+        const BoundedMatrix K = linear(src, param(prefix + "k.weight"), &param(prefix + "k.bias"));
+        const BoundedMatrix Vv = linear(src, param(prefix + "v.weight"), &param(prefix + "v.bias"));
         const double scale = 1.0 / std::sqrt(double(dk));
         BoundedMatrix O(in.rows, d);
         for (std::size_t head = 0; head < h; ++head) {
@@ -352,14 +345,12 @@ BoundedOutput DecoderBound::forward(const std::vector<int>& tokens, const std::o
                     O.e(r, head * dk + col) = Oh.e(r, col);
                 }
         }
-        const BoundedMatrix bo = param(prefix + "o.bias");
-        return linear(O, param(prefix + "o.weight"), &bo);
+        return linear(O, param(prefix + "o.weight"), &param(prefix + "o.bias"));
     };
     auto feed_forward = [&](const BoundedMatrix& in, const std::string& prefix) {
-        const BoundedMatrix b1 = param(prefix + "fc1.bias"), b2 = param(prefix + "fc2.bias");
-        BoundedMatrix hidden = linear(in, param(prefix + "fc1.weight"), &b1);
+        BoundedMatrix hidden = linear(in, param(prefix + "fc1.weight"), &param(prefix + "fc1.bias"));
         activate(c.activation, hidden);
-        return linear(hidden, param(prefix + "fc2.weight"), &b2);
+        return linear(hidden, param(prefix + "fc2.weight"), &param(prefix + "fc2.bias"));
     };
 
     // §decoder 2: post: x = LN(x + F(x)); pre: x = x + F(LN(x)).
@@ -385,7 +376,7 @@ BoundedOutput DecoderBound::forward(const std::vector<int>& tokens, const std::o
     if (pre) x = norm(x, "final_norm.");
 
     // §decoder 3: logits = x lm_head^T.
-    const BoundedMatrix logits = linear(x, from_tensor(model_.lm_head()), nullptr);
+    const BoundedMatrix logits = linear(x, model_.lm_head(), nullptr);
     return {logits.value, logits.bound};
 }
 
