@@ -182,19 +182,10 @@ std::string describe(const attncheck_problem& p) {
 
 attncheck_problem make_problem(const PackedWeights& P, int batch, int heads, int q_len, int kv_len,
                                int q_offset, bool causal, const int32_t* kv_valid_len) {
-    attncheck_problem p{};
-    p.abi_version = ATTNCHECK_ABI_VERSION;
-    p.batch = batch;
-    p.heads = heads;
-    p.q_len = q_len;
-    p.kv_len = kv_len;
-    p.head_dim = P.config.head_dim();
-    p.value_dim = P.config.head_dim();
-    p.q_offset = q_offset;
-    p.causal = causal ? 1 : 0;
-    p.kv_valid_len = kv_valid_len;
-    p.scale = P.attn_scale;
-    return p;
+    return attncheck::make_problem({.batch = batch, .heads = heads, .q_len = q_len, .kv_len = kv_len,
+                                    .head_dim = P.config.head_dim(), .value_dim = P.config.head_dim(),
+                                    .q_offset = q_offset, .causal = causal,
+                                    .kv_valid_len = kv_valid_len, .scale = P.attn_scale});
 }
 
 // The kernel of a decoder and how to read its rows with no visible key.

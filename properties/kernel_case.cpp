@@ -32,19 +32,11 @@ const char* to_string(OffsetMode m) {
 }
 
 attncheck_problem KernelCase::problem() const {
-    attncheck_problem p{};
-    p.abi_version = ATTNCHECK_ABI_VERSION;
-    p.batch = batch;
-    p.heads = heads;
-    p.q_len = q_len;
-    p.kv_len = kv_len;
-    p.head_dim = head_dim;
-    p.value_dim = value_dim;
-    p.q_offset = q_offset;
-    p.causal = causal ? 1 : 0;
-    p.kv_valid_len = kv_valid_len.empty() ? nullptr : kv_valid_len.data();
-    p.scale = scale;
-    return p;
+    return make_problem({.batch = batch, .heads = heads, .q_len = q_len, .kv_len = kv_len,
+                         .head_dim = head_dim, .value_dim = value_dim, .q_offset = q_offset,
+                         .causal = causal,
+                         .kv_valid_len = kv_valid_len.empty() ? nullptr : kv_valid_len.data(),
+                         .scale = scale});
 }
 
 bool KernelCase::visible(int b, int i, int j) const {

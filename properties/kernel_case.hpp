@@ -17,6 +17,7 @@
 
 #include "attncheck/declaration.hpp"
 #include "attncheck/kernel_abi.h"
+#include "attncheck/problem.hpp"
 
 namespace attncheck::properties {
 

@@ -1,9 +1,26 @@
-// reference/problem.cpp — the argument check shared by the built-in kernels.
+// reference/problem.cpp — make_problem() and the argument check shared by the built-in kernels
+// (attncheck/problem.hpp).
 #include <sstream>
 
-#include "attncheck/kernels.hpp"
+#include "attncheck/problem.hpp"
 
 namespace attncheck {
+
+attncheck_problem make_problem(const ProblemShape& s) {
+    attncheck_problem p{};
+    p.abi_version = ATTNCHECK_ABI_VERSION;
+    p.batch = s.batch;
+    p.heads = s.heads;
+    p.q_len = s.q_len;
+    p.kv_len = s.kv_len;
+    p.head_dim = s.head_dim;
+    p.value_dim = s.value_dim;
+    p.q_offset = s.q_offset;
+    p.causal = s.causal ? 1 : 0;
+    p.kv_valid_len = s.kv_valid_len;
+    p.scale = s.scale;
+    return p;
+}
 
 std::string problem_error(const attncheck_problem& p) {
     std::ostringstream e;

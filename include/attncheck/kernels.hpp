@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "attncheck/kernel_abi.h"
+#include "attncheck/problem.hpp"
 
 extern "C" {
 // The textbook kernel: scores, masked softmax with max-subtraction, probabilities times values,
@@ -22,10 +23,6 @@ int attncheck_optimized_kernel(const attncheck_problem* p, const float* q, const
 }
 
 namespace attncheck {
-
-// Why a problem is malformed ("" when it is well formed): the shared argument check of the
-// built-in kernels (abi_version, sizes >= 1, q_offset >= 0, kv_valid_len[b] in [0, kv_len]).
-std::string problem_error(const attncheck_problem& p);
 
 struct KernelEntry {
     std::string name;

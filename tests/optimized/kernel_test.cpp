@@ -29,6 +29,7 @@
 #include <omp.h>
 
 #include "attncheck/kernels.hpp"
+#include "attncheck/problem.hpp"
 #include "attncheck/tolerance.hpp"
 #include "optimized/attention_kernel.hpp"
 #include "reference/attention.hpp"
@@ -50,19 +51,10 @@ struct Case {
     std::vector<float> q, k, v;  // [B,H,Tq,Dk] [B,H,Tk,Dk] [B,H,Tk,Dv]
 
     attncheck_problem problem() const {
-        attncheck_problem p{};
-        p.abi_version = ATTNCHECK_ABI_VERSION;
-        p.batch = B;
-        p.heads = H;
-        p.q_len = Tq;
-        p.kv_len = Tk;
-        p.head_dim = Dk;
-        p.value_dim = Dv;
-        p.q_offset = q_offset;
-        p.causal = causal ? 1 : 0;
-        p.kv_valid_len = padded ? valid.data() : nullptr;
-        p.scale = scale;
-        return p;
+        return attncheck::make_problem({.batch = B, .heads = H, .q_len = Tq, .kv_len = Tk,
+                                        .head_dim = Dk, .value_dim = Dv, .q_offset = q_offset,
+                                        .causal = causal, .kv_valid_len = padded ? valid.data() : nullptr,
+                                        .scale = scale});
     }
     std::size_t out_size() const { return std::size_t(B) * H * Tq * Dv; }
     std::string describe() const {
