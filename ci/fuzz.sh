@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer harnesses of fuzz/ with clang (ASan + UBSan) and runs each for a bounded
-# time over its committed corpus (fuzz/corpus/<target>/). Any crash, sanitizer report, leak,
+# Builds the libFuzzer harnesses of libfuzzer/ with clang (ASan + UBSan) and runs each for a bounded
+# time over its committed corpus (libfuzzer/corpus/<target>/). Any crash, sanitizer report, leak,
 # timeout, giant allocation or exception other than attncheck::InputError fails the run; the
 # reproducer is written to out/fuzz/<target>/crash-* (replay: build-fuzz/fuzz_<target> FILE).
 #
 # Usage: ci/fuzz.sh [--merge] [target...]      targets: model npy tokens (default: all)
-#   --merge   after fuzzing, fold the new interesting inputs into fuzz/corpus/ (then commit them)
+#   --merge   after fuzzing, fold the new interesting inputs into libfuzzer/corpus/ (then commit them)
 # Environment: ATTNCHECK_FUZZ_SECONDS (per target, default 60), ATTNCHECK_FUZZ_BUILD_DIR
 #   (default build-fuzz), CXX_FUZZ (the clang++, default clang++-14 or clang++).
 set -euo pipefail
@@ -26,7 +26,7 @@ for a in "$@"; do
 done
 [ ${#targets[@]} -gt 0 ] || targets=(model npy tokens)
 
-cmake -S fuzz -B "$dir" -DCMAKE_CXX_COMPILER="$cxx" >/dev/null
+cmake -S libfuzzer -B "$dir" -DCMAKE_CXX_COMPILER="$cxx" >/dev/null
 cmake --build "$dir" -j"$(jobs)"
 
 # Sizes and limits: model files grow up to 64 KB (room for several layers), a legal input never
@@ -44,8 +44,8 @@ for t in "${targets[@]}"; do
   fi
   echo "== fuzz_$t for ${seconds}s"
   # New inputs go to the scratch folder (first), the committed corpus is read only.
-  if ! "$dir/fuzz_$t" "$work/new" "fuzz/corpus/$t" \
-        -dict="fuzz/$t.dict" -max_total_time="$seconds" -max_len="${max_len[$t]}" \
+  if ! "$dir/fuzz_$t" "$work/new" "libfuzzer/corpus/$t" \
+        -dict="libfuzzer/$t.dict" -max_total_time="$seconds" -max_len="${max_len[$t]}" \
         -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=512 \
         -artifact_prefix="$work/" -print_final_stats=1 2> "$work/log.txt"; then
     failed+=("$t")
@@ -56,7 +56,7 @@ for t in "${targets[@]}"; do
     echo "fuzz_$t: no crash; $(ls "$work/new" | wc -l) new corpus inputs"
   fi
   if [ "$merge" = 1 ]; then
-    "$dir/fuzz_$t" -merge=1 "fuzz/corpus/$t" "$work/new" 2>/dev/null
+    "$dir/fuzz_$t" -merge=1 "libfuzzer/corpus/$t" "$work/new" 2>/dev/null
   fi
 done
 

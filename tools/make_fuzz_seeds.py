@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""make_fuzz_seeds.py — writes the seed corpora of fuzz/corpus/<target>/ (committed; rerun to
+"""make_fuzz_seeds.py — writes the seed corpora of libfuzzer/corpus/<target>/ (committed; rerun to
 regenerate). Seeds are small on purpose: libFuzzer mutates a 2 KB model far more usefully than a
 20 KB one. Each target gets valid inputs (so the fuzzer starts deep inside the parser) and a few
 invalid ones next to the boundaries the loader checks.
@@ -7,7 +7,7 @@ invalid ones next to the boundaries the loader checks.
 The model seeds follow ../shared/spec/MODEL.md's table independently of model/ (so a bug in the
 writer cannot hide the same bug in the reader). ci/fuzz.sh adds one more made by `attncheck init`.
 
-Usage: python3 tools/make_fuzz_seeds.py [fuzz/corpus]
+Usage: python3 tools/make_fuzz_seeds.py [libfuzzer/corpus]
 """
 
 import json
@@ -103,4 +103,4 @@ def main(root: str) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1] if len(sys.argv) > 1 else
-         os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fuzz", "corpus"))
+         os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "libfuzzer", "corpus"))

@@ -1,4 +1,4 @@
-// fuzz/fuzz_model.cpp — libFuzzer harness for the model-file loader (parse_model).
+// libfuzzer/fuzz_model.cpp — libFuzzer harness for the model-file loader (parse_model).
 //
 // The bytes of a .safetensors file come from anyone; the contract (MODEL.md, model.hpp) is that
 // every malformed file is refused with attncheck::InputError and nothing else happens: no crash,

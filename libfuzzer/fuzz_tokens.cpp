@@ -1,4 +1,4 @@
-// fuzz/fuzz_tokens.cpp — libFuzzer harness for the command line's token lists
+// libfuzzer/fuzz_tokens.cpp — libFuzzer harness for the command line's token lists
 // (`--tokens 1,2,3`, `--prompt ...`): parse_token_list, then check_tokens against a model.
 //
 // Contract: any text is either a list of ids in [0, 2^31) or an attncheck::InputError; an

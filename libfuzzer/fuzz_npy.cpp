@@ -1,4 +1,4 @@
-// fuzz/fuzz_npy.cpp — libFuzzer harness for the .npy reader (parse_npy) and the path the
+// libfuzzer/fuzz_npy.cpp — libFuzzer harness for the .npy reader (parse_npy) and the path the
 // command line takes with it: `--memory M.npy` becomes a Memory checked by check_memory.
 //
 // Contract: any bytes are either an array whose data matches its shape, or an
