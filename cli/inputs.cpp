@@ -1,4 +1,5 @@
-// cli/inputs.cpp — see inputs.hpp.
+// cli/inputs.cpp — the options the commands share and the checked model, tokens and memory
+// they read (inputs.hpp).
 #include "cli/inputs.hpp"
 
 #include <cmath>

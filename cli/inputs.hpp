@@ -1,9 +1,11 @@
-// cli/inputs.hpp — turning command-line strings into checked decoder inputs.
+// cli/inputs.hpp — the options the subcommands share, and turning command-line strings into
+// checked decoder inputs.
 //
 // Every subcommand that runs a model reads the same three things: the model file, a token list
-// and (for a cross-attention model) a memory .npy. They are read and checked here, once, so that
-// every subcommand refuses the same bad input with the same message, naming the flag it came
-// from: "--tokens: token 40 is outside the vocabulary [0, 32)".
+// and (for a cross-attention model) a memory .npy. Their options are declared here with the same
+// names and help everywhere, and they are read and checked here, once, so that every subcommand
+// refuses the same bad input with the same message, naming the flag it came from:
+// "--tokens: token 40 is outside the vocabulary [0, 32)".
 //
 // Dimension legend: V = vocab_size, d = d_model, N = max_len, T = tokens, S = memory rows.
 #pragma once
