@@ -1,4 +1,4 @@
-// bench/decoder_bench.cpp — the optimized decoder against the machine's limits (issue 3).
+// bench/decoder_bench.cpp — the optimized decoder against the machine's limits.
 //
 //   BM_Prefill/T/threads    teacher-forced forward of preset `base`: tokens_per_s, gflops (useful
 //                           FLOPs: the products plus the unmasked half of causal attention),

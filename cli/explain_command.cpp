@@ -21,6 +21,7 @@
 #include "attncheck/model.hpp"
 #include "cli/commands.hpp"
 #include "cli/inputs.hpp"
+#include "model/detail.hpp"
 #include "reference/decoder.hpp"
 
 namespace attncheck::cli {
@@ -66,8 +67,8 @@ int run_explain(const ExplainOptions& o) {
     const std::size_t K = o.cross ? std::size_t(memory->rows) : T;  // key columns
     if (P.shape(0) != std::size_t(c.n_heads) || P.shape(1) != T || P.shape(2) != K)
         throw std::runtime_error("attention_probs returned shape " +
-                                 shape_string({P.shape(0), P.shape(1), P.shape(2)}) + ", expected " +
-                                 shape_string({std::size_t(c.n_heads), T, K}));
+                                 detail::shape_string({P.shape(0), P.shape(1), P.shape(2)}) + ", expected " +
+                                 detail::shape_string({std::size_t(c.n_heads), T, K}));
     const std::size_t h = std::size_t(o.head);
 
     std::string token_list;
@@ -136,8 +137,8 @@ Command add_explain_command(CLI::App& app) {
         "!value). Each row ends with its sum. --cross shows the cross-attention over the memory "
         "instead, with padding rows printed as `pad`.\n"
         "Example: attncheck explain --model m.safetensors --tokens 3,1,4,1 --layer 1 --head 0");
-    sub->add_option("--model,-m", o->model, "Model file (.safetensors)")->required()->type_name("FILE");
-    sub->add_option("--tokens,-t", o->tokens, "Token ids, comma-separated")->required()->type_name("LIST");
+    add_model_option(*sub, o->model);
+    add_token_list_option(*sub, "--tokens,-t", o->tokens, "Token ids, comma-separated");
     sub->add_option("--layer,-l", o->layer, "Decoder layer, 0 .. L-1")->capture_default_str();
     sub->add_option("--head", o->head, "Attention head, 0 .. h-1")->capture_default_str();
     sub->add_flag("--cross", o->cross, "Show the cross-attention over the memory instead of self-attention");

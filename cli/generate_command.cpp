@@ -66,17 +66,13 @@ Command add_generate_command(CLI::App& app) {
         "--impl reference re-runs the float64 decoder over the whole sequence for every token; "
         "--impl optimized runs the float32 decoder with its K/V cache.\n"
         "Example: attncheck generate --model m.safetensors --prompt 1,2,3 --max-new 5");
-    sub->add_option("--model,-m", o->model, "Model file (.safetensors)")->required()->type_name("FILE");
-    sub->add_option("--prompt,-p", o->prompt, "Prompt token ids, comma-separated (at least one)")
-        ->required()
-        ->type_name("LIST");
+    add_model_option(*sub, o->model);
+    add_token_list_option(*sub, "--prompt,-p", o->prompt, "Prompt token ids, comma-separated (at least one)");
     sub->add_option("--max-new,-n", o->max_new, "How many tokens to generate (>= 0)")
         ->required()
         ->type_name("N");
     o->memory.add_to(*sub);
-    sub->add_option("--impl", o->impl, "Decoder: reference (float64) or optimized (float32, K/V cache)")
-        ->check(CLI::IsMember({"reference", "optimized"}))
-        ->capture_default_str();
+    add_impl_option(*sub, o->impl, "Decoder: reference (float64) or optimized (float32, K/V cache)");
     sub->add_flag("--with-prompt", o->with_prompt, "Print the prompt before the new ids");
     return {sub, [o] { return run_generate(*o); }};
 }

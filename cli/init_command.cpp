@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "attncheck/error.hpp"
@@ -40,6 +41,12 @@ bool parse_bool(const std::string& flag, const std::string& v) {
     if (v == "true") return true;
     if (v == "false") return false;
     throw InputError(flag + " = '" + v + "': expected true or false");
+}
+
+// A true|false option: the flag alone means true; an explicit value must follow with = or a space.
+// Kept as text so that make_config() applies it only when given.
+void add_bool_option(CLI::App& sub, const std::string& name, std::string& value, const std::string& help) {
+    sub.add_option(name, value, help)->expected(0, 1)->default_str("true")->check(CLI::IsMember({"true", "false"}));
 }
 
 ModelConfig make_config(const InitOptions& o) {
@@ -113,23 +120,16 @@ Command add_init_command(CLI::App& app) {
     sub->add_option("--max-len", o->max_len, "N: maximum sequence length")->type_name("INT");
     sub->add_option("--norm", o->norm, "LayerNorm placement: post (x = LN(x + F(x))) or pre (x = x + F(LN(x)))")
         ->check(CLI::IsMember({"post", "pre"}));
-    // A flag alone means true; an explicit value must follow with = or a space.
-    sub->add_option("--cross-attention", o->cross_attention,
-                    "Add cross-attention over a memory (true|false; the flag alone means true)")
-        ->expected(0, 1)
-        ->default_str("true")
-        ->check(CLI::IsMember({"true", "false"}));
+    add_bool_option(*sub, "--cross-attention", o->cross_attention,
+                    "Add cross-attention over a memory (true|false; the flag alone means true)");
     sub->add_option("--positional", o->positional, "Positions: sinusoidal or learned")
         ->check(CLI::IsMember({"sinusoidal", "learned"}));
     sub->add_option("--activation", o->activation, "Feed-forward activation: relu, gelu (erf) or gelu_tanh")
         ->check(CLI::IsMember({"relu", "gelu", "gelu_tanh"}));
     sub->add_option("--embed-scale", o->embed_scale, "Embedding scale: sqrt_d_model or 1")
         ->check(CLI::IsMember({"sqrt_d_model", "1"}));
-    sub->add_option("--tie-embeddings", o->tie_embeddings,
-                    "lm_head = embed.weight (true|false; the flag alone means true)")
-        ->expected(0, 1)
-        ->default_str("true")
-        ->check(CLI::IsMember({"true", "false"}));
+    add_bool_option(*sub, "--tie-embeddings", o->tie_embeddings,
+                    "lm_head = embed.weight (true|false; the flag alone means true)");
     sub->add_option("--ln-eps", o->ln_eps, "LayerNorm epsilon (positive, finite)")->type_name("FLOAT");
     return {sub, [o] { return run_init(*o); }};
 }

@@ -1,4 +1,5 @@
-// cli/inputs.cpp — see inputs.hpp.
+// cli/inputs.cpp — the options the commands share and the checked model, tokens and memory
+// they read (inputs.hpp).
 #include "cli/inputs.hpp"
 
 #include <cmath>
@@ -6,6 +7,7 @@
 #include <limits>
 
 #include "attncheck/error.hpp"
+#include "model/detail.hpp"
 
 namespace attncheck::cli {
 
@@ -18,6 +20,18 @@ void MemoryFlags::add_to(CLI::App& sub) {
                    "Memory rows that are real; rows >= this are padding and masked (default: S, "
                    "all rows; must be in [0, S])")
         ->type_name("N");
+}
+
+void add_model_option(CLI::App& sub, std::string& path) {
+    sub.add_option("--model,-m", path, "Model file (.safetensors)")->required()->type_name("FILE");
+}
+
+void add_token_list_option(CLI::App& sub, const std::string& flags, std::string& text, const std::string& help) {
+    sub.add_option(flags, text, help)->required()->type_name("LIST");
+}
+
+void add_impl_option(CLI::App& sub, std::string& impl, const std::string& help) {
+    sub.add_option("--impl", impl, help)->check(CLI::IsMember({"reference", "optimized"}))->capture_default_str();
 }
 
 Model load_model_flag(const std::string& path) {
@@ -48,15 +62,6 @@ std::vector<int> tokens_flag(const std::string& flag, const std::string& text, c
     return tokens;
 }
 
-std::string shape_string(const std::vector<std::size_t>& shape) {
-    std::string s = "[";
-    for (std::size_t i = 0; i < shape.size(); ++i) {
-        if (i) s += ", ";
-        s += std::to_string(shape[i]);
-    }
-    return s + "]";
-}
-
 std::optional<Memory> memory_flag(const MemoryFlags& flags, const ModelConfig& c) {
     const std::string d = std::to_string(c.d_model);
     if (flags.path.empty()) {
@@ -81,12 +86,12 @@ std::optional<Memory> memory_flag(const MemoryFlags& flags, const ModelConfig& c
     }
     if (a.shape.size() != 2)
         throw InputError("--memory " + flags.path + ": expected a 2-D array [S, d] with d = " + d +
-                         ", found shape " + shape_string(a.shape));
+                         ", found shape " + detail::shape_string(a.shape));
     const std::size_t S = a.shape[0], width = a.shape[1];
     if (width != std::size_t(c.d_model))
         throw InputError("--memory " + flags.path + ": memory width " + std::to_string(width) +
                          " does not match the model's d_model " + d + " (shape " +
-                         shape_string(a.shape) + ")");
+                         detail::shape_string(a.shape) + ")");
     if (S == 0) throw InputError("--memory " + flags.path + ": the memory has 0 rows (S must be >= 1)");
     if (S > std::size_t(std::numeric_limits<int>::max()))  // Memory::rows is an int
         throw InputError("--memory " + flags.path + ": " + std::to_string(S) + " rows is too many");

@@ -1,9 +1,11 @@
-// cli/inputs.hpp — turning command-line strings into checked decoder inputs.
+// cli/inputs.hpp — the options the subcommands share, and turning command-line strings into
+// checked decoder inputs.
 //
 // Every subcommand that runs a model reads the same three things: the model file, a token list
-// and (for a cross-attention model) a memory .npy. They are read and checked here, once, so that
-// every subcommand refuses the same bad input with the same message, naming the flag it came
-// from: "--tokens: token 40 is outside the vocabulary [0, 32)".
+// and (for a cross-attention model) a memory .npy. Their options are declared here with the same
+// names and help everywhere, and they are read and checked here, once, so that every subcommand
+// refuses the same bad input with the same message, naming the flag it came from:
+// "--tokens: token 40 is outside the vocabulary [0, 32)".
 //
 // Dimension legend: V = vocab_size, d = d_model, N = max_len, T = tokens, S = memory rows.
 #pragma once
@@ -25,6 +27,15 @@ struct MemoryFlags {
     void add_to(CLI::App& sub);
 };
 
+// --model,-m FILE, required: the model file of every command that runs one.
+void add_model_option(CLI::App& sub, std::string& path);
+
+// A required token-id list (--tokens, --prompt), comma-separated.
+void add_token_list_option(CLI::App& sub, const std::string& flags, std::string& text, const std::string& help);
+
+// --impl reference|optimized: which decoder runs; the default is shown in --help.
+void add_impl_option(CLI::App& sub, std::string& impl, const std::string& help);
+
 // load_model() with the file named in the error.
 Model load_model_flag(const std::string& path);
 
@@ -39,8 +50,5 @@ std::vector<int> tokens_flag(const std::string& flag, const std::string& text, c
 // model without it, a rank other than 2, a width other than d (naming both), zero rows, a
 // valid length outside [0, S], --memory-valid-len without --memory, non-finite values.
 std::optional<Memory> memory_flag(const MemoryFlags& flags, const ModelConfig& c);
-
-// "[2, 3]"
-std::string shape_string(const std::vector<std::size_t>& shape);
 
 }  // namespace attncheck::cli

@@ -124,14 +124,11 @@ Command add_logits_command(CLI::App& app) {
         "Without --out a summary is printed: the shape, then per position its token, the argmax "
         "(lowest id on ties), the max logit and the first values of the row.\n"
         "Example: attncheck logits --model m.safetensors --tokens 1,2,3 --out logits.npy");
-    sub->add_option("--model,-m", o->model, "Model file (.safetensors)")->required()->type_name("FILE");
-    sub->add_option("--tokens,-t", o->tokens, "Token ids, comma-separated, e.g. 1,2,3 (1 .. max_len of them, each in [0, V))")
-        ->required()
-        ->type_name("LIST");
+    add_model_option(*sub, o->model);
+    add_token_list_option(*sub, "--tokens,-t", o->tokens,
+                          "Token ids, comma-separated, e.g. 1,2,3 (1 .. max_len of them, each in [0, V))");
     o->memory.add_to(*sub);
-    sub->add_option("--impl", o->impl, "Decoder: reference (float64 oracle, cast to float32) or optimized (float32)")
-        ->check(CLI::IsMember({"reference", "optimized"}))
-        ->capture_default_str();
+    add_impl_option(*sub, o->impl, "Decoder: reference (float64 oracle, cast to float32) or optimized (float32)");
     sub->add_option("--mode", o->mode, "teacher (all positions in one pass) or incremental (one token at a time)")
         ->check(CLI::IsMember({"teacher", "incremental"}))
         ->capture_default_str();

@@ -1,4 +1,5 @@
-// model/detail.hpp — helpers shared by the files of the model library (not a public header).
+// model/detail.hpp — helpers shared by the files of the model library, and shape_string() by the
+// command line's messages too (not part of the public headers in include/attncheck).
 #pragma once
 
 #include "attncheck/model.hpp"

@@ -72,6 +72,36 @@ json parse_header(const char* text, std::size_t size, const std::string& what) {
 
 const char* type_name(const json& j) { return j.type_name(); }
 
+// An entry's shape, into `out`; returns its element count. InputError when it is not a list of
+// non-negative integers, has too high a rank, or holds more bytes than a size_t counts.
+std::size_t parse_shape(const json& shape, const std::string& where, std::vector<std::size_t>& out) {
+    if (!shape.is_array()) {
+        throw InputError(where + ": shape is a JSON " + type_name(shape) + ", expected a list");
+    }
+    if (shape.size() > limits::kMaxRank) {
+        throw InputError(where + ": shape has rank " + std::to_string(shape.size()) +
+                         ", more than " + std::to_string(limits::kMaxRank));
+    }
+    std::size_t numel = 1;
+    bool overflow = false;
+    for (std::size_t i = 0; i < shape.size(); ++i) {
+        const json& s = shape[i];
+        if (!s.is_number_unsigned()) {
+            throw InputError(where + ": shape entry " + std::to_string(i) + " (" + s.dump() +
+                             ") is not a non-negative integer");
+        }
+        const std::uint64_t v = s.get<std::uint64_t>();
+        out.push_back(std::size_t(v));
+        overflow = overflow || __builtin_mul_overflow(numel, std::size_t(v), &numel);
+    }
+    std::size_t nbytes = 0;
+    if (overflow || __builtin_mul_overflow(numel, sizeof(float), &nbytes)) {
+        throw InputError(where + ": shape " + detail::shape_string(out) +
+                         " has more elements than any file can hold");
+    }
+    return numel;
+}
+
 Entry parse_entry(const std::string& name, const json& j, std::uint64_t data_size,
                   const std::string& what) {
     const std::string where = what + ": tensor '" + name + "'";
@@ -101,32 +131,8 @@ Entry parse_entry(const std::string& name, const json& j, std::uint64_t data_siz
 
     Entry e;
     e.name = name;
-    const json& shape = j["shape"];
-    if (!shape.is_array()) {
-        throw InputError(where + ": shape is a JSON " + type_name(shape) + ", expected a list");
-    }
-    if (shape.size() > limits::kMaxRank) {
-        throw InputError(where + ": shape has rank " + std::to_string(shape.size()) +
-                         ", more than " + std::to_string(limits::kMaxRank));
-    }
-    std::size_t numel = 1;
-    bool overflow = false;
-    for (std::size_t i = 0; i < shape.size(); ++i) {
-        const json& s = shape[i];
-        if (!s.is_number_unsigned()) {
-            throw InputError(where + ": shape entry " + std::to_string(i) + " (" + s.dump() +
-                             ") is not a non-negative integer");
-        }
-        const std::uint64_t v = s.get<std::uint64_t>();
-        e.shape.push_back(std::size_t(v));
-        overflow = overflow || __builtin_mul_overflow(numel, std::size_t(v), &numel);
-    }
-    std::size_t nbytes = 0;
-    if (overflow || __builtin_mul_overflow(numel, sizeof(float), &nbytes)) {
-        throw InputError(where + ": shape " + detail::shape_string(e.shape) +
-                         " has more elements than any file can hold");
-    }
-    e.numel = numel;
+    e.numel = parse_shape(j["shape"], where, e.shape);
+    const std::size_t nbytes = e.numel * sizeof(float);  // no overflow: parse_shape checked
 
     const json& off = j["data_offsets"];
     if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
@@ -152,6 +158,64 @@ Entry parse_entry(const std::string& name, const json& j, std::uint64_t data_siz
                          std::to_string(nbytes));
     }
     return e;
+}
+
+// The config, from the header's __metadata__ (an object of strings).
+ModelConfig header_config(const json& header, const std::string& what) {
+    const auto meta_it = header.find("__metadata__");
+    if (meta_it == header.end()) {
+        throw InputError(what + ": header has no __metadata__ (the model config lives there)");
+    }
+    if (!meta_it->is_object()) {
+        throw InputError(what + ": __metadata__ is a JSON " + std::string(type_name(*meta_it)) +
+                         ", expected an object of strings");
+    }
+    std::map<std::string, std::string> meta;
+    for (const auto& [key, value] : meta_it->items()) {
+        if (!value.is_string()) {
+            throw InputError(what + ": __metadata__ key '" + key + "' is a JSON " +
+                             type_name(value) + " (" + value.dump() +
+                             "); every metadata value must be a string");
+        }
+        meta[key] = value.get<std::string>();
+    }
+    try {
+        return config_from_metadata(meta);
+    } catch (const InputError& e) {
+        throw InputError(what + ": " + e.what());
+    }
+}
+
+// The safetensors spec requires the tensors to tile the data buffer exactly, without overlaps
+// and without holes.
+void check_tiling(const std::vector<Entry>& entries, std::uint64_t data_size, const std::string& what) {
+    std::vector<const Entry*> by_offset;
+    for (const Entry& e : entries) by_offset.push_back(&e);
+    std::sort(by_offset.begin(), by_offset.end(), [](const Entry* a, const Entry* b) {
+        return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+    });
+    std::uint64_t covered = 0;  // bytes [0, covered) are owned by a tensor
+    const Entry* prev = nullptr;
+    for (const Entry* e : by_offset) {
+        if (e->begin < covered) {
+            throw InputError(what + ": tensors '" + prev->name + "' and '" + e->name +
+                             "' overlap (bytes [" + std::to_string(e->begin) + ", " +
+                             std::to_string(std::min(covered, e->end)) + "))");
+        }
+        if (e->begin > covered) {
+            throw InputError(what + ": hole in the data buffer: bytes [" +
+                             std::to_string(covered) + ", " + std::to_string(e->begin) +
+                             ") belong to no tensor (before '" + e->name + "')");
+        }
+        covered = e->end;
+        prev = e;
+    }
+    if (covered != data_size) {
+        throw InputError(what + ": " + std::to_string(data_size - covered) +
+                         " trailing bytes after the last tensor (data buffer is " +
+                         std::to_string(data_size) + " bytes, tensors cover " +
+                         std::to_string(covered) + ")");
+    }
 }
 
 }  // namespace
@@ -184,65 +248,15 @@ Model parse_model(const std::uint8_t* data, std::size_t size, const std::string&
                          ", expected an object");
     }
 
-    // __metadata__ -> config.
-    const auto meta_it = header.find("__metadata__");
-    if (meta_it == header.end()) {
-        throw InputError(what + ": header has no __metadata__ (the model config lives there)");
-    }
-    if (!meta_it->is_object()) {
-        throw InputError(what + ": __metadata__ is a JSON " + std::string(type_name(*meta_it)) +
-                         ", expected an object of strings");
-    }
-    std::map<std::string, std::string> meta;
-    for (const auto& [key, value] : meta_it->items()) {
-        if (!value.is_string()) {
-            throw InputError(what + ": __metadata__ key '" + key + "' is a JSON " +
-                             type_name(value) + " (" + value.dump() +
-                             "); every metadata value must be a string");
-        }
-        meta[key] = value.get<std::string>();
-    }
-    ModelConfig config;
-    try {
-        config = config_from_metadata(meta);
-    } catch (const InputError& e) {
-        throw InputError(what + ": " + e.what());
-    }
+    const ModelConfig config = header_config(header, what);
 
-    // Tensor entries, then their placement: the safetensors spec requires the tensors to
-    // tile the data buffer exactly, without overlaps and without holes.
+    // Tensor entries, then their placement in the data buffer.
     std::vector<Entry> entries;
     for (const auto& [name, value] : header.items()) {
         if (name == "__metadata__") continue;
         entries.push_back(parse_entry(name, value, data_size, what));
     }
-    std::vector<const Entry*> by_offset;
-    for (const Entry& e : entries) by_offset.push_back(&e);
-    std::sort(by_offset.begin(), by_offset.end(), [](const Entry* a, const Entry* b) {
-        return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
-    });
-    std::uint64_t covered = 0;  // bytes [0, covered) are owned by a tensor
-    const Entry* prev = nullptr;
-    for (const Entry* e : by_offset) {
-        if (e->begin < covered) {
-            throw InputError(what + ": tensors '" + prev->name + "' and '" + e->name +
-                             "' overlap (bytes [" + std::to_string(e->begin) + ", " +
-                             std::to_string(std::min(covered, e->end)) + "))");
-        }
-        if (e->begin > covered) {
-            throw InputError(what + ": hole in the data buffer: bytes [" +
-                             std::to_string(covered) + ", " + std::to_string(e->begin) +
-                             ") belong to no tensor (before '" + e->name + "')");
-        }
-        covered = e->end;
-        prev = e;
-    }
-    if (covered != data_size) {
-        throw InputError(what + ": " + std::to_string(data_size - covered) +
-                         " trailing bytes after the last tensor (data buffer is " +
-                         std::to_string(data_size) + " bytes, tensors cover " +
-                         std::to_string(covered) + ")");
-    }
+    check_tiling(entries, data_size, what);
 
     std::map<std::string, std::vector<std::size_t>> shapes;
     for (const Entry& e : entries) shapes[e.name] = e.shape;

@@ -279,22 +279,18 @@ BoundedOutput attention_bounded(const attncheck_problem& p, const float* q, cons
 
 // ---- the decoder ----------------------------------------------------------------------------
 
-DecoderBound::DecoderBound(const Model& m) : model_(m) { m.validate(); }
+namespace {
 
-BoundedOutput DecoderBound::forward(const std::vector<int>& tokens, const std::optional<Memory>& memory) const {
-    const ModelConfig& c = model_.config;
-    check_tokens(c, tokens);
-    check_memory(c, memory);
+// §decoder 1: x[t] = embed[token_t] * s + pos[t].
+//   s = sqrt(d) rounded (u) times embed (u): 2u |embed s|; learned positions are exact;
+//   sinusoidal ones, sin/cos of angle a = t / 10000^(2i/d): the angle in float32 errs by
+//   4u |a| (the frequency from pow/exp, the product), sin/cos a few ulps and the rounding
+//   to float32: 4u |a| + 3u |pos|; the sum: u (|x| + bounds).
+BoundedMatrix bounded_embedding(const Model& model, const std::vector<int>& tokens) {
+    const ModelConfig& c = model.config;
     const std::size_t n = tokens.size(), d = std::size_t(c.d_model);
-    const std::size_t h = std::size_t(c.n_heads), dk = std::size_t(c.head_dim());
-
-    // §decoder 1: x[t] = embed[token_t] * s + pos[t].
-    //   s = sqrt(d) rounded (u) times embed (u): 2u |embed s|; learned positions are exact;
-    //   sinusoidal ones, sin/cos of angle a = t / 10000^(2i/d): the angle in float32 errs by
-    //   4u |a| (the frequency from pow/exp, the product), sin/cos a few ulps and the rounding
-    //   to float32: 4u |a| + 3u |pos|; the sum: u (|x| + bounds).
-    const Tensor& embed = model_.at("embed.weight");
-    const Tensor* learned_pos = c.positional == Positional::learned ? &model_.at("pos.weight") : nullptr;
+    const Tensor& embed = model.at("embed.weight");
+    const Tensor* learned_pos = c.positional == Positional::learned ? &model.at("pos.weight") : nullptr;
     const double s = c.embed_scale_sqrt_d ? std::sqrt(double(c.d_model)) : 1.0;
     BoundedMatrix x(n, d);
     for (std::size_t t = 0; t < n; ++t)
@@ -313,6 +309,45 @@ BoundedOutput DecoderBound::forward(const std::vector<int>& tokens, const std::o
             x.x(t, col) = es + pos;
             x.e(t, col) = e_in + u * (std::abs(es + pos) + e_in);
         }
+    return x;
+}
+
+// Multi-head attention (MODEL.md §layer 1-3) of `in` over `src` with the weights under
+// `prefix` ("layers.0.self_attn."). The kernel receives scale = 1/sqrt(dk) rounded to float32
+// (relative error u at most, after a float32 sqrt and division 3u).
+BoundedMatrix bounded_attention(const Model& model, const BoundedMatrix& in, const BoundedMatrix& src,
+                                const std::string& prefix, bool causal, std::size_t valid_len) {
+    const ModelConfig& c = model.config;
+    const std::size_t d = std::size_t(c.d_model), h = std::size_t(c.n_heads), dk = std::size_t(c.head_dim());
+    auto param = [&](const std::string& name) -> const Tensor& { return model.at(prefix + name); };
+    const BoundedMatrix Q = linear(in, param("q.weight"), &param("q.bias"));
+    const BoundedMatrix K = linear(src, param("k.weight"), &param("k.bias"));
+    const BoundedMatrix Vv = linear(src, param("v.weight"), &param("v.bias"));
+    const double scale = 1.0 / std::sqrt(double(dk));
+    BoundedMatrix O(in.rows, d);
+    for (std::size_t head = 0; head < h; ++head) {
+        const BoundedMatrix Oh = attend_head_bounded(columns(Q, head * dk, dk), columns(K, head * dk, dk),
+                                                     columns(Vv, head * dk, dk), 0, causal, std::int64_t(valid_len),
+                                                     scale, 3.0 * u);
+        for (std::size_t r = 0; r < in.rows; ++r)
+            for (std::size_t col = 0; col < dk; ++col) {
+                O.x(r, head * dk + col) = Oh.x(r, col);
+                O.e(r, head * dk + col) = Oh.e(r, col);
+            }
+    }
+    return linear(O, param("o.weight"), &param("o.bias"));
+}
+
+}  // namespace
+
+DecoderBound::DecoderBound(const Model& m) : model_(m) { m.validate(); }
+
+BoundedOutput DecoderBound::forward(const std::vector<int>& tokens, const std::optional<Memory>& memory) const {
+    const ModelConfig& c = model_.config;
+    check_tokens(c, tokens);
+    check_memory(c, memory);
+    const std::size_t n = tokens.size(), d = std::size_t(c.d_model);
+    BoundedMatrix x = bounded_embedding(model_, tokens);
 
     BoundedMatrix mem;
     std::size_t mem_valid = 0;
@@ -325,27 +360,6 @@ BoundedOutput DecoderBound::forward(const std::vector<int>& tokens, const std::o
     auto param = [&](const std::string& name) -> const Tensor& { return model_.at(name); };
     auto norm = [&](const BoundedMatrix& in, const std::string& prefix) {
         return layer_norm(in, model_.at(prefix + "weight").data, model_.at(prefix + "bias").data, c.ln_eps);
-    };
-    // Multi-head attention (MODEL.md §layer 1-3). The kernel receives scale = 1/sqrt(dk)
-    // rounded to float32 (relative error u at most, after a float32 sqrt and division 3u).
-    auto attention = [&](const BoundedMatrix& in, const BoundedMatrix& src, const std::string& prefix, bool causal,
-                         std::size_t valid_len) {
-        const BoundedMatrix Q = linear(in, param(prefix + "q.weight"), &param(prefix + "q.bias"));
-        const BoundedMatrix K = linear(src, param(prefix + "k.weight"), &param(prefix + "k.bias"));
-        const BoundedMatrix Vv = linear(src, param(prefix + "v.weight"), &param(prefix + "v.bias"));
-        const double scale = 1.0 / std::sqrt(double(dk));
-        BoundedMatrix O(in.rows, d);
-        for (std::size_t head = 0; head < h; ++head) {
-            const BoundedMatrix Oh = attend_head_bounded(columns(Q, head * dk, dk), columns(K, head * dk, dk),
-                                                         columns(Vv, head * dk, dk), 0, causal,
-                                                         std::int64_t(valid_len), scale, 3.0 * u);
-            for (std::size_t r = 0; r < in.rows; ++r)
-                for (std::size_t col = 0; col < dk; ++col) {
-                    O.x(r, head * dk + col) = Oh.x(r, col);
-                    O.e(r, head * dk + col) = Oh.e(r, col);
-                }
-        }
-        return linear(O, param(prefix + "o.weight"), &param(prefix + "o.bias"));
     };
     auto feed_forward = [&](const BoundedMatrix& in, const std::string& prefix) {
         BoundedMatrix hidden = linear(in, param(prefix + "fc1.weight"), &param(prefix + "fc1.bias"));
@@ -365,11 +379,11 @@ BoundedOutput DecoderBound::forward(const std::vector<int>& tokens, const std::o
     for (int l = 0; l < c.n_layers; ++l) {
         const std::string p = "layers." + std::to_string(l) + ".";
         sublayer(p + "norm_self.", [&](const BoundedMatrix& in) {
-            return attention(in, in, p + "self_attn.", /*causal=*/true, n);
+            return bounded_attention(model_, in, in, p + "self_attn.", /*causal=*/true, n);
         });
         if (c.cross_attention)
             sublayer(p + "norm_cross.", [&](const BoundedMatrix& in) {
-                return attention(in, mem, p + "cross_attn.", /*causal=*/false, mem_valid);
+                return bounded_attention(model_, in, mem, p + "cross_attn.", /*causal=*/false, mem_valid);
             });
         sublayer(p + "norm_ffn.", [&](const BoundedMatrix& in) { return feed_forward(in, p + "ffn."); });
     }

@@ -174,56 +174,145 @@ int usage(const std::string& why) {
     return 2;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// The command line; Options::parse throws std::invalid_argument on a bad one.
+struct Options {
     std::uint64_t cases = 0, seed = 0, first = 0;
-    std::int64_t decoder_cases = -1;
-    bool have_cases = false, have_seed = false, decoders = false;
-    std::string kernels_arg, histograms;
+    std::int64_t decoder_cases = -1;  // -1: cases / 1000, at least 1
+    bool have_cases = false, have_seed = false, decoders = false, help = false;
+    std::string kernels, histograms;
     std::vector<std::string> merge;
-    try {
+
+    static Options parse(int argc, char** argv) {
+        Options o;
         for (int a = 1; a < argc; ++a) {
             const std::string arg = argv[a];
             auto next = [&]() -> std::string {
                 if (a + 1 >= argc) throw std::invalid_argument(arg + " needs a value");
                 return argv[++a];
             };
-            if (arg == "--cases") cases = std::stoull(next()), have_cases = true;
-            else if (arg == "--seed") seed = std::stoull(next()), have_seed = true;
-            else if (arg == "--first") first = std::stoull(next());
-            else if (arg == "--kernels") kernels_arg = next();
-            else if (arg == "--decoders") decoders = true;
-            else if (arg == "--decoder-cases") decoder_cases = std::stoll(next());
-            else if (arg == "--histograms") histograms = next();
+            if (arg == "--cases") o.cases = std::stoull(next()), o.have_cases = true;
+            else if (arg == "--seed") o.seed = std::stoull(next()), o.have_seed = true;
+            else if (arg == "--first") o.first = std::stoull(next());
+            else if (arg == "--kernels") o.kernels = next();
+            else if (arg == "--decoders") o.decoders = true;
+            else if (arg == "--decoder-cases") o.decoder_cases = std::stoll(next());
+            else if (arg == "--histograms") o.histograms = next();
             else if (arg == "--merge") {
-                while (a + 1 < argc && std::string(argv[a + 1]).rfind("--", 0) != 0) merge.push_back(argv[++a]);
-            } else if (arg == "--help") return usage("help"), 0;
+                while (a + 1 < argc && std::string(argv[a + 1]).rfind("--", 0) != 0) o.merge.push_back(argv[++a]);
+            } else if (arg == "--help") return o.help = true, o;
             else throw std::invalid_argument("unknown option " + arg);
         }
+        return o;
+    }
+};
+
+// --merge: one table from the histogram files of earlier runs. Exit code as main's.
+int merge_histograms(const std::vector<std::string>& files) {
+    Table kt, dt;
+    std::vector<std::string> order;
+    for (const std::string& f : files)
+        if (!read_histograms(f, kt, dt, order)) return usage("cannot read " + f);
+    std::uint64_t flags = 0;
+    for (const auto* t : {&kt, &dt})
+        for (const auto& [n, s] : *t) flags += s.at("all").flags + s.at("all").refused;
+    print_table("kernel cases (merged from " + std::to_string(files.size()) + " files)", kt, order);
+    if (!dt.empty()) print_table("decoder cases (teacher-forced logits)", dt, order);
+    std::cout << "\n" << (flags ? "FLAGGED" : "no flags") << "\n";
+    return flags ? 1 : 0;
+}
+
+// Runs body(index, table) for cases first .. first+count-1 on the OpenMP threads (dynamic
+// schedule, `chunk` cases at a time), each thread adding to a table of its own, and merges those
+// tables into `into`. Returns the sum of what the bodies returned (their flags).
+template <class Body>
+std::uint64_t run_cases(std::uint64_t first, std::uint64_t count, int chunk, Table& into, const Body& body) {
+    std::uint64_t flagged = 0;
+#pragma omp parallel
+    {
+        Table mine;
+#pragma omp for schedule(dynamic, chunk) reduction(+ : flagged)
+        for (std::int64_t n = 0; n < std::int64_t(count); ++n) flagged += body(first + std::uint64_t(n), mine);
+#pragma omp critical(merge)
+        for (const auto& [name, styles] : mine)
+            for (const auto& [style, st] : styles) into[name][style].merge(st);
+    }
+    return flagged;
+}
+
+// Kernel case `index`: every subject against the case's oracle and bound. Returns its flags.
+std::uint64_t kernel_case(std::uint64_t seed, std::uint64_t index, const std::vector<Subject>& subjects, Table& t) {
+    std::uint64_t flagged = 0;
+    const attncheck::zoo::BoundedKernelCase bc(attncheck::zoo::draw_kernel_case(seed, index));
+    const std::string style = attncheck::properties::to_string(bc.c.style);
+    for (const Subject& s : subjects) {
+        const auto r = attncheck::zoo::kernel_ratio(s.fn, bc);
+        if (r.refused) {
+            ++t[s.name]["all"].refused;
+            ++flagged;
+            continue;
+        }
+        const double ratio = r.agreement.worst_ratio;
+        t[s.name]["all"].add(ratio);
+        t[s.name][style].add(ratio);
+        if (ratio > attncheck::kRatioThreshold) {
+            ++flagged;
+#pragma omp critical(report)
+            std::cout << "FLAG kernel " << s.name << " ratio " << ratio << " element " << r.agreement.worst_index
+                      << ": " << r.agreement.describe() << "\n  case: " << describe(bc.c)
+                      << "\n  replay: attncheck_bound_campaign --seed " << seed << " --first " << index
+                      << " --cases 1 --kernels " << s.name << std::endl;
+        }
+    }
+    return flagged;
+}
+
+// Decoder case `index`: the float32 reference decoder (names[0]) and the optimized decoder with
+// each kernel of fns (names[1..]) against DecoderBound. Returns its flags.
+std::uint64_t decoder_case(std::uint64_t seed, std::uint64_t index, const std::vector<attncheck_kernel_fn>& fns,
+                           const std::vector<std::string>& names, Table& t) {
+    std::uint64_t flagged = 0;
+    const auto r = attncheck::zoo::decoder_ratios(attncheck::zoo::draw_decoder_case(seed, index), fns);
+    for (std::size_t i = 0; i <= fns.size(); ++i) {
+        const std::string& name = names[i];
+        if (i > 0 && r.refused[i - 1]) {
+            ++t[name]["all"].refused;
+            ++flagged;
+            continue;
+        }
+        const attncheck::Agreement& a = i == 0 ? r.reference_float : r.kernel[i - 1];
+        t[name]["all"].add(a.worst_ratio);
+        if (!a.ok) {
+            ++flagged;
+#pragma omp critical(report)
+            std::cout << "FLAG decoder " << name << " ratio " << a.worst_ratio << " logit " << a.worst_index << ": "
+                      << a.describe() << "\n  case: " << r.describe << "\n  replay: attncheck_bound_campaign --seed "
+                      << seed << " --first " << index << " --cases 0 --decoders --decoder-cases 1" << std::endl;
+        }
+    }
+    return flagged;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    Options o;
+    try {
+        o = Options::parse(argc, argv);
     } catch (const std::exception& e) {
         return usage(e.what());
     }
-
-    if (!merge.empty()) {
-        Table kt, dt;
-        std::vector<std::string> order;
-        for (const std::string& f : merge)
-            if (!read_histograms(f, kt, dt, order)) return usage("cannot read " + f);
-        std::uint64_t flags = 0;
-        for (const auto* t : {&kt, &dt})
-            for (const auto& [n, s] : *t) flags += s.at("all").flags + s.at("all").refused;
-        print_table("kernel cases (merged from " + std::to_string(merge.size()) + " files)", kt, order);
-        if (!dt.empty()) print_table("decoder cases (teacher-forced logits)", dt, order);
-        std::cout << "\n" << (flags ? "FLAGGED" : "no flags") << "\n";
-        return flags ? 1 : 0;
-    }
-    if (!have_cases || !have_seed) return usage("--cases and --seed are required");
+    if (o.help) return usage("help"), 0;
+    if (!o.merge.empty()) return merge_histograms(o.merge);
+    if (!o.have_cases || !o.have_seed) return usage("--cases and --seed are required");
 
     std::vector<Subject> subjects = all_kernels();
-    if (!kernels_arg.empty()) {
+    if (!o.kernels.empty()) {
         std::vector<Subject> chosen;
-        for (const std::string& n : split(kernels_arg)) {
+        for (const std::string& n : split(o.kernels)) {
             const auto it = std::find_if(subjects.begin(), subjects.end(), [&](const Subject& s) { return s.name == n; });
             if (it == subjects.end()) return usage("unknown kernel " + n);
             chosen.push_back(*it);
@@ -233,44 +322,15 @@ int main(int argc, char** argv) {
     std::vector<std::string> order;
     for (const Subject& s : subjects) order.push_back(s.name);
 
+    const std::uint64_t seed = o.seed, first = o.first, cases = o.cases;
     std::cout << "attncheck_bound_campaign: seed " << seed << ", kernel cases " << first << ".." << first + cases
               << ", " << subjects.size() << " kernels, " << omp_get_max_threads() << " threads\n";
-    std::uint64_t flagged = 0;
     Table kt;
     const auto t0 = std::chrono::steady_clock::now();
-#pragma omp parallel
-    {
-        Table mine;
-#pragma omp for schedule(dynamic, 8) reduction(+ : flagged)
-        for (std::int64_t n = 0; n < std::int64_t(cases); ++n) {
-            const std::uint64_t index = first + std::uint64_t(n);
-            const attncheck::zoo::BoundedKernelCase bc(attncheck::zoo::draw_kernel_case(seed, index));
-            const std::string style = attncheck::properties::to_string(bc.c.style);
-            for (const Subject& s : subjects) {
-                const auto r = attncheck::zoo::kernel_ratio(s.fn, bc);
-                if (r.refused) {
-                    ++mine[s.name]["all"].refused;
-                    ++flagged;
-                    continue;
-                }
-                const double ratio = r.agreement.worst_ratio;
-                mine[s.name]["all"].add(ratio);
-                mine[s.name][style].add(ratio);
-                if (ratio > attncheck::kRatioThreshold) {
-                    ++flagged;
-#pragma omp critical(report)
-                    std::cout << "FLAG kernel " << s.name << " ratio " << ratio << " element " << r.agreement.worst_index
-                              << ": " << r.agreement.describe() << "\n  case: " << describe(bc.c)
-                              << "\n  replay: attncheck_bound_campaign --seed " << seed << " --first " << index
-                              << " --cases 1 --kernels " << s.name << std::endl;
-                }
-            }
-        }
-#pragma omp critical(merge)
-        for (const auto& [name, styles] : mine)
-            for (const auto& [style, st] : styles) kt[name][style].merge(st);
-    }
-    const double kernel_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::uint64_t flagged = run_cases(first, cases, 8, kt, [&](std::uint64_t index, Table& t) {
+        return kernel_case(seed, index, subjects, t);
+    });
+    const double kernel_s = seconds_since(t0);
     if (cases > 0) {
         print_table("kernel cases: test ratio |kernel - oracle| / bound (max over each case's elements)", kt, order);
         std::cout << "kernel cases: " << cases << " in " << std::fixed << std::setprecision(1) << kernel_s << " s ("
@@ -278,58 +338,31 @@ int main(int argc, char** argv) {
     }
 
     Table dt;
-    std::vector<std::string> dorder;
-    if (decoders) {
-        const std::uint64_t M = decoder_cases >= 0 ? std::uint64_t(decoder_cases) : std::max<std::uint64_t>(1, cases / 1000);
+    if (o.decoders) {
+        const std::uint64_t M =
+            o.decoder_cases >= 0 ? std::uint64_t(o.decoder_cases) : std::max<std::uint64_t>(1, cases / 1000);
         std::vector<attncheck_kernel_fn> fns;
-        dorder.push_back("reference_decoder_float");
+        std::vector<std::string> dorder = {"reference_decoder_float"};
         for (const Subject& s : subjects) {
             fns.push_back(s.fn);
             dorder.push_back("optimized_decoder+" + s.name);
         }
         const auto t1 = std::chrono::steady_clock::now();
-#pragma omp parallel
-        {
-            Table mine;
-#pragma omp for schedule(dynamic, 1) reduction(+ : flagged)
-            for (std::int64_t n = 0; n < std::int64_t(M); ++n) {
-                const std::uint64_t index = first + std::uint64_t(n);
-                const auto r = attncheck::zoo::decoder_ratios(attncheck::zoo::draw_decoder_case(seed, index), fns);
-                for (std::size_t i = 0; i <= fns.size(); ++i) {
-                    const std::string& name = dorder[i];
-                    if (i > 0 && r.refused[i - 1]) {
-                        ++mine[name]["all"].refused;
-                        ++flagged;
-                        continue;
-                    }
-                    const attncheck::Agreement& a = i == 0 ? r.reference_float : r.kernel[i - 1];
-                    mine[name]["all"].add(a.worst_ratio);
-                    if (!a.ok) {
-                        ++flagged;
-#pragma omp critical(report)
-                        std::cout << "FLAG decoder " << name << " ratio " << a.worst_ratio << " logit " << a.worst_index
-                                  << ": " << a.describe() << "\n  case: " << r.describe
-                                  << "\n  replay: attncheck_bound_campaign --seed " << seed << " --first " << index
-                                  << " --cases 0 --decoders --decoder-cases 1" << std::endl;
-                    }
-                }
-            }
-#pragma omp critical(merge)
-            for (const auto& [name, styles] : mine)
-                for (const auto& [style, st] : styles) dt[name][style].merge(st);
-        }
-        const double dec_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+        flagged += run_cases(first, M, 1, dt, [&](std::uint64_t index, Table& t) {
+            return decoder_case(seed, index, fns, dorder, t);
+        });
+        const double dec_s = seconds_since(t1);
         print_table("decoder cases: test ratio of the teacher-forced logits against DecoderBound", dt, dorder);
         std::cout << "decoder cases: " << M << " in " << std::fixed << std::setprecision(1) << dec_s << " s\n"
                   << std::defaultfloat;
     }
 
-    if (!histograms.empty()) {
-        std::ofstream f(histograms);
+    if (!o.histograms.empty()) {
+        std::ofstream f(o.histograms);
         write_histograms("kernel", kt, f);
         write_histograms("decoder", dt, f);
         if (!f) {
-            std::cerr << "cannot write " << histograms << "\n";
+            std::cerr << "cannot write " << o.histograms << "\n";
             return 2;
         }
     }

@@ -83,18 +83,12 @@ inline SafetensorsParts saved_parts(const Model& m) {
 // A small config with every size distinct, so that a swapped dimension shows up as a shape
 // mismatch: V = 11, d = 8, h = 2, f = 12, L = 2, N = 7.
 inline ModelConfig distinct_sizes_config() {
-    ModelConfig c;
-    c.vocab_size = 11;
-    c.d_model = 8;
-    c.n_heads = 2;
-    c.d_ff = 12;
-    c.n_layers = 2;
-    c.max_len = 7;
-    return c;
+    return ModelConfig{.vocab_size = 11, .d_model = 8, .n_heads = 2, .d_ff = 12, .n_layers = 2, .max_len = 7};
 }
 
-// distinct_sizes_config() under every combination of the categorical options (96 configs).
-inline std::vector<ModelConfig> option_configs() {
+// `base` (its sizes and ln_eps) under every combination of the six categorical options: norm,
+// cross_attention, positional, activation, tie_embeddings, embed_scale (96 configs).
+inline std::vector<ModelConfig> option_configs(const ModelConfig& base = distinct_sizes_config()) {
     std::vector<ModelConfig> out;
     for (Norm norm : {Norm::post, Norm::pre})
         for (bool cross : {false, true})
@@ -102,7 +96,7 @@ inline std::vector<ModelConfig> option_configs() {
                 for (Activation act : {Activation::relu, Activation::gelu, Activation::gelu_tanh})
                     for (bool tied : {false, true})
                         for (bool scale : {false, true}) {
-                            ModelConfig c = distinct_sizes_config();
+                            ModelConfig c = base;
                             c.norm = norm;
                             c.cross_attention = cross;
                             c.positional = pos;

@@ -50,13 +50,11 @@ bool bitwise_equal_rows(const xt::xtensor<T, 2>& a, const xt::xtensor<T, 2>& b, 
 
 TEST_CASE("forward_incremental equals forward", "[reference][decoder]") {
     for (int index = 0; index < test::kNumVariants; ++index) {
-        const ModelConfig c = test::variant(index);
-        const std::uint64_t seed = test::case_seed(21, index);
-        INFO("variant " << index << " (" << test::describe(c) << "), seed " << seed);
-        std::mt19937_64 rng(seed);
-        const Decoder<double> dec(init_model(c, seed));
-        const std::vector<int> tokens = test::random_tokens(c, rng, c.max_len);  // up to N-1
-        const auto memory = test::random_memory(c, rng, 4, 3);
+        test::VariantCase v(21, index);
+        INFO(v.describe());
+        const Decoder<double> dec(v.model);
+        const std::vector<int> tokens = v.tokens(v.config.max_len);  // up to N-1
+        const auto memory = v.memory(4, 3);
         const xt::xtensor<double, 2> full = dec.forward(tokens, memory);             // [T, V]
         const xt::xtensor<double, 2> inc = dec.forward_incremental(tokens, memory);  // [T, V]
         REQUIRE(full.shape() == inc.shape());
@@ -77,19 +75,18 @@ TEST_CASE("forward_incremental equals forward", "[reference][decoder]") {
 TEMPLATE_TEST_CASE("changing later tokens leaves earlier logit rows bitwise unchanged",
                    "[reference][decoder][causality]", float, double) {
     for (int index = 0; index < test::kNumVariants; ++index) {
-        const ModelConfig c = test::variant(index);
-        const std::uint64_t seed = test::case_seed(22, index);
-        INFO("variant " << index << " (" << test::describe(c) << "), seed " << seed);
-        std::mt19937_64 rng(seed);
-        const Decoder<TestType> dec(init_model(c, seed));
+        test::VariantCase v(22, index);
+        INFO(v.describe());
+        const ModelConfig& c = v.config;
+        const Decoder<TestType> dec(v.model);
         const int T = 10;
-        const int split = std::uniform_int_distribution<int>(1, T - 1)(rng);  // rows < split fixed
-        const std::vector<int> a = test::random_tokens(c, rng, T);
+        const int split = std::uniform_int_distribution<int>(1, T - 1)(v.rng);  // rows < split fixed
+        const std::vector<int> a = v.tokens(T);
         std::vector<int> b = a;
         // Every later token changes (to a different id), so the later rows must move.
         for (int t = split; t < T; ++t) b[std::size_t(t)] = (a[std::size_t(t)] + 1 + t) % c.vocab_size;
         if (b == a) b[std::size_t(split)] = (a[std::size_t(split)] + 1) % c.vocab_size;
-        const auto memory = test::random_memory(c, rng, 3, 2);
+        const auto memory = v.memory(3, 2);
         const xt::xtensor<TestType, 2> la = dec.forward(a, memory);  // [T, V]
         const xt::xtensor<TestType, 2> lb = dec.forward(b, memory);  // [T, V]
         INFO("tokens from position " << split << " changed");
@@ -108,15 +105,14 @@ TEMPLATE_TEST_CASE("changing later tokens leaves earlier logit rows bitwise unch
 TEMPLATE_TEST_CASE("memory padding rows are invisible, and real rows are not",
                    "[reference][decoder][padding]", float, double) {
     for (int index = 0; index < test::kNumVariants; ++index) {
-        ModelConfig c = test::variant(index);
-        if (!c.cross_attention) continue;  // padding exists only with a memory
-        const std::uint64_t seed = test::case_seed(23, index);
-        INFO("variant " << index << " (" << test::describe(c) << "), seed " << seed);
-        std::mt19937_64 rng(seed);
-        const Decoder<TestType> dec(init_model(c, seed));
-        const std::vector<int> tokens = test::random_tokens(c, rng, 7);
+        if (!test::variant(index).cross_attention) continue;  // padding exists only with a memory
+        test::VariantCase v(23, index);
+        INFO(v.describe());
+        const ModelConfig& c = v.config;
+        const Decoder<TestType> dec(v.model);
+        const std::vector<int> tokens = v.tokens(7);
         const int S = 6, valid = 2;
-        const std::optional<Memory> mem = test::random_memory(c, rng, S, valid);
+        const std::optional<Memory> mem = v.memory(S, valid);
         const std::size_t d = std::size_t(c.d_model);
 
         // Padding rows replaced by arbitrary, large, values: logits bitwise unchanged.
@@ -144,20 +140,19 @@ TEMPLATE_TEST_CASE("a fully padded memory (valid_len 0) contributes only the out
     // is 0 Wo^T + bo = bo. The same model with its cross-attention output weights zeroed computes
     // O 0^T + bo = bo for ANY memory: the two must agree bitwise.
     for (int index = 0; index < test::kNumVariants; ++index) {
-        const ModelConfig c = test::variant(index);
-        if (!c.cross_attention) continue;
-        const std::uint64_t seed = test::case_seed(24, index);
-        INFO("variant " << index << " (" << test::describe(c) << "), seed " << seed);
-        std::mt19937_64 rng(seed);
-        const Model m = init_model(c, seed);
+        if (!test::variant(index).cross_attention) continue;
+        test::VariantCase v(24, index);
+        INFO(v.describe());
+        const ModelConfig& c = v.config;
+        const Model& m = v.model;
         Model zero_wo = m;
         for (int l = 0; l < c.n_layers; ++l) {
             Tensor& wo = zero_wo.tensors.at("layers." + std::to_string(l) + ".cross_attn.o.weight");
             std::fill(wo.data.begin(), wo.data.end(), 0.0f);
         }
         const Decoder<TestType> dec(m), dec_zero_wo(zero_wo);
-        const std::vector<int> tokens = test::random_tokens(c, rng, 8);
-        const std::optional<Memory> empty = test::random_memory(c, rng, 5, 0);
+        const std::vector<int> tokens = v.tokens(8);
+        const std::optional<Memory> empty = v.memory(5, 0);
         std::optional<Memory> full = empty;
         full->valid_len = full->rows;
 
@@ -179,13 +174,12 @@ TEMPLATE_TEST_CASE("a fully padded memory (valid_len 0) contributes only the out
 TEST_CASE("generate is deterministic and is the argmax of forward over its own output",
           "[reference][decoder][generate]") {
     for (int index = 0; index < test::kNumVariants; index += 5) {
-        const ModelConfig c = test::variant(index);
-        const std::uint64_t seed = test::case_seed(25, index);
-        INFO("variant " << index << " (" << test::describe(c) << "), seed " << seed);
-        std::mt19937_64 rng(seed);
-        const Decoder<double> dec(init_model(c, seed));
-        const std::vector<int> prompt = test::random_tokens(c, rng, 3);
-        const auto memory = test::random_memory(c, rng, 4, 3);
+        test::VariantCase v(25, index);
+        INFO(v.describe());
+        const ModelConfig& c = v.config;
+        const Decoder<double> dec(v.model);
+        const std::vector<int> prompt = v.tokens(3);
+        const auto memory = v.memory(4, 3);
         const int max_new = c.max_len - 3;  // up to the last position
         const std::vector<int> gen = dec.generate(prompt, max_new, memory);
         REQUIRE(gen.size() == std::size_t(max_new));
@@ -197,8 +191,8 @@ TEST_CASE("generate is deterministic and is the argmax of forward over its own o
         for (std::size_t s = 0; s < gen.size(); ++s) {
             const std::size_t row = prompt.size() + s - 1;  // the row that predicts gen[s]
             int best = 0;
-            for (int v = 1; v < c.vocab_size; ++v)
-                if (logits(row, std::size_t(v)) > logits(row, std::size_t(best))) best = v;
+            for (int id = 1; id < c.vocab_size; ++id)
+                if (logits(row, std::size_t(id)) > logits(row, std::size_t(best))) best = id;
             INFO("new token " << s << " (logit row " << row << "): generated " << gen[s]
                               << ", argmax " << best);
             CHECK(gen[s] == best);

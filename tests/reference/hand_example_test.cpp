@@ -40,6 +40,7 @@
 #include <catch2/catch.hpp>
 
 #include "attncheck/kernels.hpp"
+#include "attncheck/problem.hpp"
 #include "attncheck/tolerance.hpp"
 #include "reference/attention.hpp"
 
@@ -121,18 +122,8 @@ TEST_CASE("the ABI reference kernel reproduces the hand-computed example", "[ref
     // unpadded case, padding, and an all-padding sequence, and that the per-sequence
     // kv_valid_len is applied to the right sequence.
     const int32_t valid[3] = {3, 2, 0};
-    attncheck_problem p{};
-    p.abi_version = ATTNCHECK_ABI_VERSION;
-    p.batch = 3;
-    p.heads = 1;
-    p.q_len = 3;
-    p.kv_len = 3;
-    p.head_dim = 2;
-    p.value_dim = 2;
-    p.q_offset = 0;
-    p.causal = 1;
-    p.kv_valid_len = valid;
-    p.scale = 1.0f;
+    attncheck_problem p = attncheck::make_problem({.batch = 3, .q_len = 3, .kv_len = 3, .head_dim = 2, .value_dim = 2,
+                                                   .causal = true, .kv_valid_len = valid});
     std::vector<float> q, k, v;  // [3, 1, 3, 2] each
     for (int b = 0; b < 3; ++b) {
         q.insert(q.end(), kQ.begin(), kQ.end());
@@ -176,15 +167,7 @@ TEST_CASE("the ABI reference kernel refuses malformed problems without touching 
     std::vector<float> q(6, 1.0f), k(6, 1.0f), v(6, 1.0f);
     const float sentinel = -7.0f;
     std::vector<float> out(6, sentinel);
-    attncheck_problem good{};
-    good.abi_version = ATTNCHECK_ABI_VERSION;
-    good.batch = 1;
-    good.heads = 1;
-    good.q_len = 3;
-    good.kv_len = 3;
-    good.head_dim = 2;
-    good.value_dim = 2;
-    good.scale = 1.0f;
+    const attncheck_problem good = attncheck::make_problem({.q_len = 3, .kv_len = 3, .head_dim = 2, .value_dim = 2});
     const int32_t bad_valid[1] = {4};  // > kv_len
 
     struct Case {

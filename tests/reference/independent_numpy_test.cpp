@@ -80,21 +80,19 @@ TEST_CASE("reference<double> agrees with the independent NumPy decoder on every 
     ScratchDir dir;
     double worst = 0;
     for (int index = 0; index < test::kNumVariants; ++index) {
-        const ModelConfig c = test::variant(index);
-        const std::uint64_t seed = test::case_seed(31, index);
-        INFO("variant " << index << " (" << test::describe(c) << "), seed " << seed);
-        std::mt19937_64 rng(seed);
-        const Model m = init_model(c, seed);
-        const std::vector<int> tokens = test::random_tokens(c, rng, c.max_len);
+        test::VariantCase v(31, index);
+        INFO(v.describe());
+        const ModelConfig& c = v.config;
+        const std::vector<int> tokens = v.tokens(c.max_len);
         // 5 rows, 3 real: the script must mask the padding too.
-        const auto memory = test::random_memory(c, rng, 5, 3);
+        const auto memory = v.memory(5, 3);
 
         const fs::path model_file = dir.path / "model.safetensors";
         const fs::path memory_file = dir.path / "memory.npy";
         const fs::path out_file = dir.path / "logits.npy";
         const fs::path log_file = dir.path / "log.txt";
         fs::remove(out_file);
-        save_model(m, model_file.string());
+        save_model(v.model, model_file.string());
         // g++ 12 warns falsely (-Wrestrict) on chains of std::string operator+; a stream is clearer anyway.
         std::ostringstream command;
         command << kPython << " '" << script_path() << "' '" << model_file.string() << "' ";
@@ -111,7 +109,7 @@ TEST_CASE("reference<double> agrees with the independent NumPy decoder on every 
         REQUIRE(rc == 0);
 
         const NpyArray theirs = read_npy(out_file.string());  // [T, V]
-        const xt::xtensor<double, 2> ours = reference::Decoder<double>(m).forward(tokens, memory);  // [T, V]
+        const xt::xtensor<double, 2> ours = reference::Decoder<double>(v.model).forward(tokens, memory);  // [T, V]
         REQUIRE(theirs.shape == std::vector<std::size_t>{ours.shape(0), ours.shape(1)});
         const double scale = xt::amax(xt::abs(ours))();
         std::size_t worst_i = 0;

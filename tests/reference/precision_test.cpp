@@ -18,6 +18,7 @@
 #include <catch2/catch.hpp>
 
 #include "attncheck/kernels.hpp"
+#include "attncheck/problem.hpp"
 #include "attncheck/tolerance.hpp"
 #include "reference/attention.hpp"
 #include "reference/decoder.hpp"
@@ -43,16 +44,14 @@ TEST_CASE("reference<float> tracks reference<double> on every model configuratio
           "[reference][precision]") {
     double worst = 0;
     for (int index = 0; index < test::kNumVariants; ++index) {
-        const ModelConfig c = test::variant(index);
-        const std::uint64_t seed = test::case_seed(11, index);
-        INFO("variant " << index << " (" << test::describe(c) << "), seed " << seed);
-        std::mt19937_64 rng(seed);
-        const Model m = init_model(c, seed);
-        const Decoder<float> df(m);
-        const Decoder<double> dd(m);
-        const std::vector<int> tokens = test::random_tokens(c, rng, c.max_len);
+        test::VariantCase v(11, index);
+        INFO(v.describe());
+        const ModelConfig& c = v.config;
+        const Decoder<float> df(v.model);
+        const Decoder<double> dd(v.model);
+        const std::vector<int> tokens = v.tokens(c.max_len);
         // 5 memory rows of which 3 are real: padding is always in play with cross-attention.
-        const auto memory = test::random_memory(c, rng, 5, 3);
+        const auto memory = v.memory(5, 3);
         const xt::xtensor<float, 2> lf = df.forward(tokens, memory);   // [T, V]
         const xt::xtensor<double, 2> ld = dd.forward(tokens, memory);  // [T, V]
         REQUIRE(lf.shape() == ld.shape());
@@ -86,18 +85,16 @@ struct Problem {
 
 Problem random_problem(std::mt19937_64& rng, bool identity_values = false) {
     auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+    const int batch = uniform(1, 3), heads = uniform(1, 3), kv_len = uniform(1, 70), q_len = uniform(1, kv_len);
+    const bool causal = uniform(0, 1);
+    const int head_dim = uniform(1, 40);
     Problem r;
     attncheck_problem& p = r.p;
-    p.abi_version = ATTNCHECK_ABI_VERSION;
-    p.batch = uniform(1, 3);
-    p.heads = uniform(1, 3);
-    p.kv_len = uniform(1, 70);
-    p.q_len = uniform(1, p.kv_len);
-    p.q_offset = p.kv_len - p.q_len;  // prefill, chunk or step: the last q_len positions
-    p.causal = uniform(0, 1);
-    p.head_dim = uniform(1, 40);
-    p.value_dim = identity_values ? p.kv_len : uniform(1, 40);
-    p.scale = float(1.0 / std::sqrt(double(p.head_dim)));
+    p = make_problem({.batch = batch, .heads = heads, .q_len = q_len, .kv_len = kv_len, .head_dim = head_dim,
+                      .value_dim = identity_values ? kv_len : uniform(1, 40),
+                      .q_offset = kv_len - q_len,  // prefill, chunk or step: the last q_len positions
+                      .causal = causal,
+                      .scale = float(1.0 / std::sqrt(double(head_dim)))});
     // Padding in half the problems; a sequence may be entirely padding (valid 0).
     if (uniform(0, 1)) {
         for (int b = 0; b < p.batch; ++b) r.valid.push_back(uniform(0, p.kv_len));
@@ -236,15 +233,13 @@ TEST_CASE("the reference kernel's probabilities: masked exactly 0, in [0, 1], ro
 TEST_CASE("the reference decoder's attention probabilities are causal, padded and normalised",
           "[reference][precision]") {
     for (int index = 0; index < test::kNumVariants; index += 7) {  // a spread of variants
-        const ModelConfig c = test::variant(index);
-        const std::uint64_t seed = test::case_seed(14, index);
-        INFO("variant " << index << " (" << test::describe(c) << "), seed " << seed);
-        std::mt19937_64 rng(seed);
-        const Model m = init_model(c, seed);
-        const Decoder<float> dec(m);
+        test::VariantCase v(14, index);
+        INFO(v.describe());
+        const ModelConfig& c = v.config;
+        const Decoder<float> dec(v.model);
         const int T = 9, S = 6, valid = 4;
-        const std::vector<int> tokens = test::random_tokens(c, rng, T);
-        const auto memory = test::random_memory(c, rng, S, valid);
+        const std::vector<int> tokens = v.tokens(T);
+        const auto memory = v.memory(S, valid);
         const auto probs = dec.attention_probs(tokens, memory);
         REQUIRE(probs.self.size() == std::size_t(c.n_layers));
         REQUIRE(probs.cross.size() == (c.cross_attention ? std::size_t(c.n_layers) : 0u));

@@ -85,4 +85,27 @@ inline std::uint64_t case_seed(std::uint64_t test_id, int index) {
     return test_id * 1000003u + std::uint64_t(index);
 }
 
+// One variant as a test case: its config, init_model(config, seed) and a random stream seeded
+// alike, with seed = case_seed(test_id, index); describe() is the line for INFO().
+struct VariantCase {
+    int index;
+    ModelConfig config;
+    std::uint64_t seed;
+    Model model;
+    std::mt19937_64 rng;
+
+    VariantCase(std::uint64_t test_id, int variant_index)
+        : index(variant_index),
+          config(variant(variant_index)),
+          seed(case_seed(test_id, variant_index)),
+          model(init_model(config, seed)),
+          rng(seed) {}
+
+    std::string describe() const {
+        return "variant " + std::to_string(index) + " (" + test::describe(config) + "), seed " + std::to_string(seed);
+    }
+    std::vector<int> tokens(int n) { return random_tokens(config, rng, n); }
+    std::optional<Memory> memory(int rows, int valid_len) { return random_memory(config, rng, rows, valid_len); }
+};
+
 }  // namespace attncheck::test
