@@ -197,6 +197,22 @@ void split_kv_row(const Row& r) {
     }
 }
 
+// The forward-order second half of (e) and (f): p_j = exp_fn(score_j - m) and their sum, both
+// in key order, then out = (sum_j p_j v_j) / sum.
+template <class Exp>
+void softmax_times_values(const Row& r, std::vector<float>& p, float m, Exp exp_fn) {
+    float sum = 0.0f;
+    for (float& x : p) {
+        x = exp_fn(x - m);
+        sum += x;
+    }
+    for (Index c = 0; c < r.Dv; ++c) {
+        float acc = 0.0f;
+        for (Index j = 0; j < r.n; ++j) acc += p[std::size_t(j)] * r.val(j, c);
+        r.o[c] = acc / sum;
+    }
+}
+
 // (e) The scale folded into q (q' = scale * q rounded to float32) before the dot products, as
 // fused kernels do: one more rounding per score.
 void prescaled_q_row(const Row& r) {
@@ -210,16 +226,7 @@ void prescaled_q_row(const Row& r) {
         p[std::size_t(j)] = dot;
         m = std::max(m, dot);
     }
-    float sum = 0.0f;
-    for (float& x : p) {
-        x = std::exp(x - m);
-        sum += x;
-    }
-    for (Index c = 0; c < r.Dv; ++c) {
-        float acc = 0.0f;
-        for (Index j = 0; j < r.n; ++j) acc += p[std::size_t(j)] * r.val(j, c);
-        r.o[c] = acc / sum;
-    }
+    softmax_times_values(r, p, m, [](float x) { return std::exp(x); });
 }
 
 // (f) exp2 with log2(e) folded into the scale (scores in base 2, float32 scale * log2 e), as
@@ -234,16 +241,7 @@ void exp2_row(const Row& r) {
         p[std::size_t(j)] = dot * scale_log2e;
         m = std::max(m, p[std::size_t(j)]);
     }
-    float sum = 0.0f;
-    for (float& x : p) {
-        x = std::exp2(x - m);
-        sum += x;
-    }
-    for (Index c = 0; c < r.Dv; ++c) {
-        float acc = 0.0f;
-        for (Index j = 0; j < r.n; ++j) acc += p[std::size_t(j)] * r.val(j, c);
-        r.o[c] = acc / sum;
-    }
+    softmax_times_values(r, p, m, [](float x) { return std::exp2(x); });
 }
 
 // (g) Everything in float64, rounded to float32 once at the end: the most accurate a float32
