@@ -297,49 +297,26 @@ void fma_pairwise_row(const Row& r) {
     }
 }
 
-}  // namespace
+// The ABI entry point of the kernel whose rows `row` computes.
+template <void (*row)(const Row&)>
+int rows_kernel(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
+    return run_rows(p, q, k, v, out, row);
+}
 
-extern "C" {
-int attncheck_correct_reversed(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
-    return run_rows(p, q, k, v, out, reversed_row);
-}
-int attncheck_correct_blocked(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
-    return run_rows(p, q, k, v, out, blocked_row);
-}
-int attncheck_correct_online(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
-    return run_rows(p, q, k, v, out, online_row);
-}
-int attncheck_correct_split_kv(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
-    return run_rows(p, q, k, v, out, split_kv_row);
-}
-int attncheck_correct_prescaled_q(const attncheck_problem* p, const float* q, const float* k, const float* v,
-                                  float* out) {
-    return run_rows(p, q, k, v, out, prescaled_q_row);
-}
-int attncheck_correct_exp2(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
-    return run_rows(p, q, k, v, out, exp2_row);
-}
-int attncheck_correct_float64(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
-    return run_rows(p, q, k, v, out, float64_row);
-}
-int attncheck_correct_fma_pairwise(const attncheck_problem* p, const float* q, const float* k, const float* v,
-                                   float* out) {
-    return run_rows(p, q, k, v, out, fma_pairwise_row);
-}
-}
+}  // namespace
 
 namespace attncheck::zoo {
 
 const std::vector<CorrectKernel>& correct_kernels() {
     static const std::vector<CorrectKernel> all = {
-        {"reversed", attncheck_correct_reversed, "two-pass, every sum from the last term to the first"},
-        {"blocked", attncheck_correct_blocked, "8-lane dot products, 16-key tiles of partial sums"},
-        {"online", attncheck_correct_online, "one-pass online softmax with rescaling"},
-        {"split_kv", attncheck_correct_split_kv, "2-4 key chunks merged by log-sum-exp rescaling"},
-        {"prescaled_q", attncheck_correct_prescaled_q, "scale folded into q before the dot products"},
-        {"exp2", attncheck_correct_exp2, "exp2 with log2(e) folded into the scale"},
-        {"float64", attncheck_correct_float64, "float64 throughout, rounded to float32 once"},
-        {"fma_pairwise", attncheck_correct_fma_pairwise, "FMA pairwise dot products, FMA P V, reciprocal"},
+        {"reversed", rows_kernel<reversed_row>, "two-pass, every sum from the last term to the first"},
+        {"blocked", rows_kernel<blocked_row>, "8-lane dot products, 16-key tiles of partial sums"},
+        {"online", rows_kernel<online_row>, "one-pass online softmax with rescaling"},
+        {"split_kv", rows_kernel<split_kv_row>, "2-4 key chunks merged by log-sum-exp rescaling"},
+        {"prescaled_q", rows_kernel<prescaled_q_row>, "scale folded into q before the dot products"},
+        {"exp2", rows_kernel<exp2_row>, "exp2 with log2(e) folded into the scale"},
+        {"float64", rows_kernel<float64_row>, "float64 throughout, rounded to float32 once"},
+        {"fma_pairwise", rows_kernel<fma_pairwise_row>, "FMA pairwise dot products, FMA P V, reciprocal"},
     };
     return all;
 }
