@@ -1,4 +1,19 @@
-// properties/decoder_properties.cpp — the checks behind decoder_properties().
+// properties/decoder_properties.cpp — the decoder-level properties: their checks, and the table
+// decoder_properties() (at the bottom) that registers them.
+//
+// Adding a decoder property goes as adding a kernel property (the quick start at the top of
+// kernel_properties.cpp), with these differences:
+//   1. The check is Verdict my_property(const DecoderUnderTest& d, const DecoderCase& c), its
+//      body inside guarded() (a kernel's refusal inside the decoder is an unsupported case).
+//      Built b(d, c) builds the case's model, tokens and memory and the decoder under test;
+//      oracle_logits() gives the float64 logits and their bounds, agree() compares with them.
+//   2. The table entry's options are DecoderCaseOptions (decoder_case.hpp), and a fifth field,
+//      optimized_only, is true when the check needs the KV-cache API (Session, BatchSession,
+//      forward_batch) that only optimized::Decoder has.
+//   3. A failing case is named by its fields (describe() in decoder_case.cpp: "model V=2 d=2
+//      h=1 ...; T=3 data_seed=... tokens=[...]").
+//   4. Run it: `attncheck fuzz --property my_property` (--decoder reference, or --kernel NAME for
+//      the optimized decoder with that kernel).
 #include "properties/decoder_properties.hpp"
 
 #include <algorithm>
@@ -28,14 +43,17 @@ std::vector<T> flat(const xt::xtensor<T, 2>& x) {
     return std::vector<T>(x.begin(), x.end());
 }
 
-// The model and the decoder under test, built once per case.
+// The case's model, tokens and memory, and the decoder under test, built once per case.
 struct Built {
     Model model;
     std::optional<optimized::Decoder> opt;
     std::optional<reference::Decoder<float>> ref;
     int V = 0;
+    std::vector<int> tokens;
+    std::optional<Memory> mem;
 
-    Built(const DecoderUnderTest& d, const DecoderCase& c) : model(init_model(c.config, c.model_seed)) {
+    Built(const DecoderUnderTest& d, const DecoderCase& c)
+        : model(init_model(c.config, c.model_seed)), tokens(c.tokens()), mem(c.memory()) {
         V = c.config.vocab_size;
         if (d.optimized()) {
             opt.emplace(model, d.kernel);
@@ -92,17 +110,15 @@ Verdict guarded(F body) {
 Verdict logits_causality(const DecoderUnderTest& d, const DecoderCase& c) {
     return guarded([&] {
         const Built b(d, c);
-        const auto tokens = c.tokens();
-        const auto mem = c.memory();
         Stream rng(std::uint64_t(c.data_seed) + 0xCA05A1ull);
-        const int T = int(tokens.size());
+        const int T = int(b.tokens.size());
         const int k = rng.integer(0, T - 2);  // tokens after position k change
-        std::vector<int> changed = tokens;
-        for (int t = k + 1; t < T; ++t) changed[std::size_t(t)] = (tokens[std::size_t(t)] + rng.integer(1, b.V - 1)) % b.V;
-        const auto before = b.forward(tokens, mem), after = b.forward(changed, mem);
+        std::vector<int> changed = b.tokens;
+        for (int t = k + 1; t < T; ++t) changed[std::size_t(t)] = (b.tokens[std::size_t(t)] + rng.integer(1, b.V - 1)) % b.V;
+        const auto before = b.forward(b.tokens, b.mem), after = b.forward(changed, b.mem);
         if (!d.declaration.deterministic) {
             // Positions 0..k have the same oracle before and after: compared with it, not bitwise.
-            const OracleLogits o = oracle_logits(b.model, tokens, mem);
+            const OracleLogits o = oracle_logits(b.model, b.tokens, b.mem);
             const std::size_t n = std::size_t(k + 1) * std::size_t(b.V);
             const std::vector<float> first(after.begin(), after.begin() + std::ptrdiff_t(n));
             const OracleLogits head{{o.oracle.begin(), o.oracle.begin() + std::ptrdiff_t(n)},
@@ -122,25 +138,21 @@ Verdict logits_causality(const DecoderUnderTest& d, const DecoderCase& c) {
 Verdict agreement(const DecoderUnderTest& d, const DecoderCase& c) {
     return guarded([&] {
         const Built b(d, c);
-        const auto tokens = c.tokens();
-        const auto mem = c.memory();
-        return agree("teacher-forced", b.forward(tokens, mem), oracle_logits(b.model, tokens, mem), b.V);
+        return agree("teacher-forced", b.forward(b.tokens, b.mem), oracle_logits(b.model, b.tokens, b.mem), b.V);
     });
 }
 
 Verdict incremental(const DecoderUnderTest& d, const DecoderCase& c) {
     return guarded([&] {
         const Built b(d, c);
-        const auto tokens = c.tokens();
-        const auto mem = c.memory();
-        const OracleLogits o = oracle_logits(b.model, tokens, mem);
-        const std::size_t T = tokens.size(), V = std::size_t(b.V);
-        if (!b.opt) return agree("textbook incremental", flat(b.ref->forward_incremental(tokens, mem)), o, b.V);
+        const OracleLogits o = oracle_logits(b.model, b.tokens, b.mem);
+        const std::size_t T = b.tokens.size(), V = std::size_t(b.V);
+        if (!b.opt) return agree("textbook incremental", flat(b.ref->forward_incremental(b.tokens, b.mem)), o, b.V);
 
         // One token at a time through the K/V cache.
-        optimized::Session steps(*b.opt, mem);
+        optimized::Session steps(*b.opt, b.mem);
         std::vector<float> stepped;
-        for (const int t : tokens) {
+        for (const int t : b.tokens) {
             const auto row = steps.step(t);
             stepped.insert(stepped.end(), row.begin(), row.end());
         }
@@ -148,15 +160,15 @@ Verdict incremental(const DecoderUnderTest& d, const DecoderCase& c) {
 
         // Chunked prefill: pieces of random length, each fed with a random chunk size.
         Stream rng(std::uint64_t(c.data_seed) + 0xC4C4Eull);
-        optimized::Session chunked(*b.opt, mem);
+        optimized::Session chunked(*b.opt, b.mem);
         std::vector<float> pieces;
         std::ostringstream plan;
         for (std::size_t at = 0; at < T;) {
             const std::size_t n = std::size_t(rng.integer(1, int(T - at)));
             const int chunk = rng.integer(0, int(n));
             plan << (at ? " " : "") << n << "/" << chunk;
-            const auto part = chunked.prefill(std::vector<int>(tokens.begin() + std::ptrdiff_t(at),
-                                                               tokens.begin() + std::ptrdiff_t(at + n)), chunk);
+            const auto part = chunked.prefill(std::vector<int>(b.tokens.begin() + std::ptrdiff_t(at),
+                                                               b.tokens.begin() + std::ptrdiff_t(at + n)), chunk);
             pieces.insert(pieces.end(), part.begin(), part.end());
             at += n;
         }
@@ -167,7 +179,7 @@ Verdict incremental(const DecoderUnderTest& d, const DecoderCase& c) {
         const int back = rng.integer(0, int(T) - 1);
         chunked.truncate(back);
         std::vector<float> redone(pieces.begin(), pieces.begin() + std::ptrdiff_t(std::size_t(back) * V));
-        const auto rest = chunked.prefill(std::vector<int>(tokens.begin() + back, tokens.end()));
+        const auto rest = chunked.prefill(std::vector<int>(b.tokens.begin() + back, b.tokens.end()));
         redone.insert(redone.end(), rest.begin(), rest.end());
         return agree("after truncate(" + std::to_string(back) + ") and prefill", redone, o, b.V);
     });
@@ -176,13 +188,11 @@ Verdict incremental(const DecoderUnderTest& d, const DecoderCase& c) {
 Verdict generation(const DecoderUnderTest& d, const DecoderCase& c) {
     return guarded([&] {
         const Built b(d, c);
-        const auto tokens = c.tokens();
-        const auto mem = c.memory();
         const int N = c.config.max_len;
-        const int P = std::min(int(tokens.size()), N - 1);  // N >= 2: room for one new token
-        const std::vector<int> prompt(tokens.begin(), tokens.begin() + P);
+        const int P = std::min(int(b.tokens.size()), N - 1);  // N >= 2: room for one new token
+        const std::vector<int> prompt(b.tokens.begin(), b.tokens.begin() + P);
         const int max_new = std::min(N - P, 6);
-        const std::vector<int> cached = b.generate(prompt, max_new, mem);
+        const std::vector<int> cached = b.generate(prompt, max_new, b.mem);
         if (int(cached.size()) != max_new)
             return Verdict::fail("generate(prompt, " + std::to_string(max_new) + ") returned " +
                                  std::to_string(cached.size()) + " tokens");
@@ -190,8 +200,8 @@ Verdict generation(const DecoderUnderTest& d, const DecoderCase& c) {
         const std::size_t V = std::size_t(b.V);
         int near_ties = 0;  // steps not compared (a near-tie the cache resolved as the oracle did)
         for (int s = 0; s < max_new; ++s) {
-            const auto cand = b.forward(seq, mem);
-            const OracleLogits o = oracle_logits(b.model, seq, mem);
+            const auto cand = b.forward(seq, b.mem);
+            const OracleLogits o = oracle_logits(b.model, seq, b.mem);
             const std::size_t last = (seq.size() - 1) * V;
             auto argmax = [&](auto&& at) {
                 std::size_t best = 0;
@@ -241,24 +251,22 @@ Verdict generation(const DecoderUnderTest& d, const DecoderCase& c) {
 Verdict memory_padding(const DecoderUnderTest& d, const DecoderCase& c) {
     return guarded([&] {
         const Built b(d, c);
-        const auto tokens = c.tokens();
-        const auto mem = c.memory();
-        Memory moved = *mem;
+        Memory moved = *b.mem;
         Stream rng(std::uint64_t(c.data_seed) + 0x9ADull);
         const std::size_t dm = std::size_t(c.config.d_model);
-        for (std::size_t i = std::size_t(mem->valid_len) * dm; i < moved.data.size(); ++i)
+        for (std::size_t i = std::size_t(b.mem->valid_len) * dm; i < moved.data.size(); ++i)
             moved.data[i] = float(10.0 * rng.normal());
-        const auto before = b.forward(tokens, mem), after = b.forward(tokens, moved);
+        const auto before = b.forward(b.tokens, b.mem), after = b.forward(b.tokens, moved);
         if (!d.declaration.deterministic)
             return agree("(deterministic=no: within the bound, not bitwise) after replacing the padded memory rows,",
-                         after, oracle_logits(b.model, tokens, mem), b.V);
-        std::string diff = first_difference(before, after, tokens.size(), b.V);
+                         after, oracle_logits(b.model, b.tokens, b.mem), b.V);
+        std::string diff = first_difference(before, after, b.tokens.size(), b.V);
         if (!diff.empty())
             return Verdict::fail("replacing the padded memory rows (>= memory_valid_len " +
-                                 std::to_string(mem->valid_len) + ") changed " + diff);
+                                 std::to_string(b.mem->valid_len) + ") changed " + diff);
         if (b.opt) {
-            optimized::Session s1(*b.opt, mem), s2(*b.opt, moved);
-            diff = first_difference(s1.prefill(tokens), s2.prefill(tokens), tokens.size(), b.V);
+            optimized::Session s1(*b.opt, b.mem), s2(*b.opt, moved);
+            diff = first_difference(s1.prefill(b.tokens), s2.prefill(b.tokens), b.tokens.size(), b.V);
             if (!diff.empty())
                 return Verdict::fail("in a Session, replacing the padded memory rows changed " + diff);
         }

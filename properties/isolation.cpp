@@ -35,6 +35,11 @@ constexpr int kHighFd = 10;
 // How often the parent looks at the child while nothing arrives (cost: one waitpid per tick).
 constexpr int kPollTickMs = 20;
 
+void close_fd(int& fd) {
+    if (fd >= 0) close(fd);
+    fd = -1;
+}
+
 // pipe2(O_CLOEXEC), both ends moved to >= kHighFd. Returns false on failure.
 bool make_pipe(int fds[2]) {
     int raw[2];
@@ -43,17 +48,12 @@ bool make_pipe(int fds[2]) {
         const int moved = fcntl(raw[e], F_DUPFD_CLOEXEC, kHighFd);
         close(raw[e]);
         if (moved < 0) {
-            if (e == 1) close(fds[0]);
+            if (e == 1) close_fd(fds[0]);
             return false;
         }
         fds[e] = moved;
     }
     return true;
-}
-
-void close_fd(int& fd) {
-    if (fd >= 0) close(fd);
-    fd = -1;
 }
 
 void write_all(int fd, const char* data, std::size_t n) {
@@ -111,6 +111,226 @@ std::string sanitizer_error(const std::string& line) {
     const auto ub = line.find(": runtime error: ");
     if (ub != std::string::npos) return "UndefinedBehaviorSanitizer: " + line.substr(ub + 17);
     return {};
+}
+
+
+// The child's argv and environment, built before fork: between fork and exec the child may only
+// make async-signal-safe calls (the parent has other threads, e.g. OpenMP's pool). Neither
+// copied nor moved: argv() and envp() point into the object.
+class ChildCommand {
+public:
+    ChildCommand(const std::string& executable, const std::vector<std::string>& args)
+        : fd_var_(std::string(kWorkerFdEnv) + "=" + std::to_string(kChildChannelFd)) {
+        argv_store_.push_back(executable);
+        argv_store_.insert(argv_store_.end(), args.begin(), args.end());
+        for (auto& a : argv_store_) argv_.push_back(a.data());
+        argv_.push_back(nullptr);
+        // The inherited environment, less any ATTNCHECK_WORKER_FD of our own, plus the child's.
+        const std::string fd_prefix = std::string(kWorkerFdEnv) + "=";
+        for (char** e = environ; e && *e; ++e)
+            if (std::strncmp(*e, fd_prefix.c_str(), fd_prefix.size()) != 0) envp_.push_back(*e);
+        envp_.push_back(fd_var_.data());
+        envp_.push_back(nullptr);
+    }
+    ChildCommand(const ChildCommand&) = delete;
+    ChildCommand& operator=(const ChildCommand&) = delete;
+
+    char* const* argv() const { return argv_.data(); }
+    char* const* envp() const { return envp_.data(); }
+
+private:
+    std::vector<std::string> argv_store_;
+    std::vector<char*> argv_;
+    std::string fd_var_;
+    std::vector<char*> envp_;
+};
+
+// The pipes to one child: the channel, the child's stdout + stderr, and the exec status (closed
+// without data when exec succeeds). Closes whatever is still open.
+struct Pipes {
+    int chan[2] = {-1, -1}, outp[2] = {-1, -1}, execp[2] = {-1, -1};
+
+    Pipes() = default;
+    Pipes(const Pipes&) = delete;
+    Pipes& operator=(const Pipes&) = delete;
+    ~Pipes() {
+        for (int* p : {chan, outp, execp}) {
+            close_fd(p[0]);
+            close_fd(p[1]);
+        }
+    }
+    bool open() { return make_pipe(chan) && make_pipe(outp) && make_pipe(execp); }
+};
+
+// The child between fork and exec: its own process group (so a timeout kills whatever it
+// started too), death with the parent, the descriptors wired, exec. Async-signal-safe calls only.
+[[noreturn]] void exec_child(const ChildCommand& cmd, const Pipes& pipes, pid_t parent) {
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);  // the parent died before prctl took effect
+    dup2(pipes.outp[1], STDOUT_FILENO);
+    dup2(pipes.outp[1], STDERR_FILENO);
+    dup2(pipes.chan[1], kChildChannelFd);
+    execve(cmd.argv()[0], cmd.argv(), cmd.envp());
+    const int err = errno;
+    (void)!write(pipes.execp[1], &err, sizeof err);
+    _exit(127);
+}
+
+// Starts the child. Returns its pid, or -1 with outcome.error set (the kind stays spawn_failed).
+pid_t spawn(const ChildCommand& cmd, Pipes& pipes, const std::string& executable, WorkerOutcome& outcome) {
+    if (!pipes.open()) {
+        outcome.error = std::string("pipe: ") + std::strerror(errno);
+        return -1;
+    }
+    const pid_t parent = getpid();
+    const pid_t pid = fork();
+    if (pid < 0) {
+        outcome.error = std::string("fork: ") + std::strerror(errno);
+        return -1;
+    }
+    if (pid == 0) exec_child(cmd, pipes, parent);
+    setpgid(pid, pid);  // also here, so that a kill(-pid) right away cannot miss the group
+    close_fd(pipes.chan[1]);
+    close_fd(pipes.outp[1]);
+    close_fd(pipes.execp[1]);
+
+    // Did exec work? The CLOEXEC pipe closes with no data on success.
+    int err = 0;
+    ssize_t r;
+    do r = read(pipes.execp[0], &err, sizeof err); while (r < 0 && errno == EINTR);
+    close_fd(pipes.execp[0]);
+    if (r != ssize_t(sizeof err)) return pid;
+    int status = 0;
+    waitpid(pid, &status, 0);
+    outcome.error = "exec " + executable + ": " + std::strerror(err);
+    return -1;
+}
+
+// What the parent makes of the child's two streams: case marks from the channel (into
+// outcome.last_case, and to options.on_case), and from the output its tail and the first
+// sanitizer error line.
+class ChildStreams {
+public:
+    ChildStreams(const WorkerOptions& options, WorkerOutcome& outcome) : options_(options), outcome_(outcome) {}
+
+    // One read(2) from the channel (is_channel) or the output pipe, handed on; read's result.
+    ssize_t read_from(int fd, bool is_channel) {
+        const ssize_t r = read(fd, buf_, sizeof buf_);
+        if (r <= 0) return r;
+        if (is_channel) chan_lines_.feed(buf_, std::size_t(r), [this](const std::string& l) { on_channel_line(l); });
+        else on_output(buf_, std::size_t(r));
+        return r;
+    }
+    // The last, unterminated lines; the tail cut to its size.
+    void finish() {
+        chan_lines_.finish([this](const std::string& l) { on_channel_line(l); });
+        out_lines_.finish([this](const std::string& l) { on_output_line(l); });
+        if (outcome_.output_tail.size() > options_.output_tail_bytes) trim_tail();
+    }
+
+private:
+    void trim_tail() { outcome_.output_tail.erase(0, outcome_.output_tail.size() - options_.output_tail_bytes); }
+    void on_output(const char* data, std::size_t n) {
+        outcome_.output_tail.append(data, n);
+        if (outcome_.output_tail.size() > 2 * options_.output_tail_bytes) trim_tail();
+        out_lines_.feed(data, n, [this](const std::string& l) { on_output_line(l); });
+    }
+    void on_output_line(const std::string& line) {
+        if (outcome_.sanitizer.empty()) outcome_.sanitizer = sanitizer_error(line);
+    }
+    void on_channel_line(const std::string& line) {
+        if (line.empty()) return;
+        const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+        if (!j.is_object() || j.value("event", "") != "case") return;
+        CaseMark m;
+        m.property = j.value("property", "");
+        m.index = j.value("case", std::uint64_t(0));
+        m.seed = j.value("seed", std::uint64_t(0));
+        m.replay = j.value("replay", "");
+        m.shape = j.value("shape", "");
+        m.shrink_step = j.value("shrink_step", 0);
+        outcome_.last_case = m;
+        if (options_.on_case) options_.on_case(m);
+    }
+
+    const WorkerOptions& options_;
+    WorkerOutcome& outcome_;
+    LineSplitter chan_lines_, out_lines_;
+    char buf_[65536];
+};
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Reads both pipes until the child exits or a timeout cuts it; then the child's process group
+// is killed. Returns the child's wait status; timed_out says whether a timeout ended it.
+int supervise(pid_t pid, Pipes& pipes, ChildStreams& streams, const WorkerOptions& options,
+              const WorkerOutcome& outcome, Clock::time_point start, bool& timed_out) {
+    auto case_start = Clock::now();
+    std::string case_key;
+    int status = 0;
+    timed_out = false;
+    while (waitpid(pid, &status, WNOHANG) != pid) {
+        const std::string key = outcome.last_case
+            ? outcome.last_case->property + "#" + std::to_string(outcome.last_case->index) + "." +
+                  std::to_string(outcome.last_case->shrink_step)
+            : "";
+        if (key != case_key) {  // a new case mark restarts the per-case clock
+            case_key = key;
+            case_start = Clock::now();
+        }
+        if (seconds_since(start) >= options.timeout_s ||
+            (options.case_timeout_s > 0 && seconds_since(case_start) >= options.case_timeout_s)) {
+            timed_out = true;
+            kill(-pid, SIGKILL);  // the whole group: the child and anything it started
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            break;
+        }
+        pollfd fds[2];
+        nfds_t n = 0;
+        if (pipes.chan[0] >= 0) fds[n++] = {pipes.chan[0], POLLIN, 0};
+        if (pipes.outp[0] >= 0) fds[n++] = {pipes.outp[0], POLLIN, 0};
+        if (poll(fds, n, kPollTickMs) <= 0) continue;
+        for (nfds_t i = 0; i < n; ++i) {
+            if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            const bool is_channel = fds[i].fd == pipes.chan[0];
+            const ssize_t r = streams.read_from(fds[i].fd, is_channel);
+            if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+            if (r <= 0) close_fd(is_channel ? pipes.chan[0] : pipes.outp[0]);  // EOF or error
+        }
+    }
+    return status;
+}
+
+// Reads what the child wrote before its exit or crash, and closes the pipes. A grandchild that
+// outlives the child may hold them open, so read without blocking and stop at the first empty read.
+void drain(Pipes& pipes, ChildStreams& streams) {
+    for (int* fd : {&pipes.chan[0], &pipes.outp[0]}) {
+        if (*fd < 0) continue;
+        fcntl(*fd, F_SETFL, fcntl(*fd, F_GETFL) | O_NONBLOCK);
+        while (true) {
+            const ssize_t r = streams.read_from(*fd, fd == &pipes.chan[0]);
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) break;  // EOF, or EAGAIN: nothing more was written
+        }
+        close_fd(*fd);
+    }
+    streams.finish();
+}
+
+// The outcome's kind (and signal or exit code) from the child's wait status.
+void classify(int status, bool timed_out, WorkerOutcome& outcome) {
+    if (timed_out) {
+        outcome.kind = WorkerOutcome::Kind::timed_out;
+    } else if (WIFSIGNALED(status)) {
+        outcome.kind = WorkerOutcome::Kind::crashed;
+        outcome.signal = WTERMSIG(status);
+    } else if (WIFEXITED(status)) {
+        outcome.exit_code = WEXITSTATUS(status);
+        outcome.kind = (outcome.exit_code != 0 && !outcome.sanitizer.empty()) ? WorkerOutcome::Kind::crashed
+                                                                             : WorkerOutcome::Kind::exited;
+    }
 }
 
 }  // namespace
@@ -174,196 +394,17 @@ std::string WorkerOutcome::describe() const {
 WorkerOutcome run_worker(const std::vector<std::string>& args, const WorkerOptions& options) {
     WorkerOutcome outcome;
     const auto start = Clock::now();
-
-    // Everything the child needs is built before fork: between fork and exec it may only make
-    // async-signal-safe calls (the parent has other threads, e.g. OpenMP's pool).
-    std::vector<std::string> argv_store;
-    argv_store.push_back(options.executable);
-    argv_store.insert(argv_store.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : argv_store) argv.push_back(a.data());
-    argv.push_back(nullptr);
-
-    const std::string fd_var = std::string(kWorkerFdEnv) + "=" + std::to_string(kChildChannelFd);
-    std::vector<char*> envp;
-    const std::string fd_prefix = std::string(kWorkerFdEnv) + "=";
-    for (char** e = environ; e && *e; ++e)
-        if (std::strncmp(*e, fd_prefix.c_str(), fd_prefix.size()) != 0) envp.push_back(*e);
-    envp.push_back(const_cast<char*>(fd_var.c_str()));
-    envp.push_back(nullptr);
-
-    int chan[2] = {-1, -1}, outp[2] = {-1, -1}, execp[2] = {-1, -1};
-    if (!make_pipe(chan) || !make_pipe(outp) || !make_pipe(execp)) {
-        outcome.error = std::string("pipe: ") + std::strerror(errno);
-        for (int* p : {chan, outp, execp}) { close_fd(p[0]); close_fd(p[1]); }
-        return outcome;
-    }
-
-    const pid_t parent = getpid();
-    const pid_t pid = fork();
-    if (pid < 0) {
-        outcome.error = std::string("fork: ") + std::strerror(errno);
-        for (int* p : {chan, outp, execp}) { close_fd(p[0]); close_fd(p[1]); }
-        return outcome;
-    }
-    if (pid == 0) {
-        // The child: own process group (so a timeout kills whatever it started too), die with
-        // the parent, wire the descriptors, exec. Only async-signal-safe calls from here on.
-        setpgid(0, 0);
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent) _exit(127);  // the parent died before prctl took effect
-        dup2(outp[1], STDOUT_FILENO);
-        dup2(outp[1], STDERR_FILENO);
-        dup2(chan[1], kChildChannelFd);
-        execve(argv[0], argv.data(), envp.data());
-        const int err = errno;
-        (void)!write(execp[1], &err, sizeof err);
-        _exit(127);
-    }
-    setpgid(pid, pid);  // also here, so that a kill(-pid) right away cannot miss the group
-    close_fd(chan[1]);
-    close_fd(outp[1]);
-    close_fd(execp[1]);
-
-    // Did exec work? The CLOEXEC pipe closes with no data on success.
-    {
-        int err = 0;
-        ssize_t r;
-        do r = read(execp[0], &err, sizeof err); while (r < 0 && errno == EINTR);
-        close_fd(execp[0]);
-        if (r == ssize_t(sizeof err)) {
-            int status = 0;
-            waitpid(pid, &status, 0);
-            close_fd(chan[0]);
-            close_fd(outp[0]);
-            outcome.kind = WorkerOutcome::Kind::spawn_failed;
-            outcome.error = "exec " + options.executable + ": " + std::strerror(err);
-            return outcome;
-        }
-    }
-
-    LineSplitter chan_lines, out_lines;
-    const auto on_channel_line = [&](const std::string& line) {
-        if (line.empty()) return;
-        nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-        if (j.is_object() && j.value("event", "") == "case") {
-            CaseMark m;
-            m.property = j.value("property", "");
-            m.index = j.value("case", std::uint64_t(0));
-            m.seed = j.value("seed", std::uint64_t(0));
-            m.replay = j.value("replay", "");
-            m.shape = j.value("shape", "");
-            m.shrink_step = j.value("shrink_step", 0);
-            outcome.last_case = m;
-            if (options.on_case) options.on_case(m);
-            return;
-        }
-        if (options.on_message) options.on_message(j.is_discarded() ? nlohmann::json(line).dump() : line);
-    };
-    const auto on_output_line = [&](const std::string& line) {
-        if (outcome.sanitizer.empty()) outcome.sanitizer = sanitizer_error(line);
-    };
-    const auto on_output = [&](const char* data, std::size_t n) {
-        if (options.forward_output) write_all(STDERR_FILENO, data, n);
-        outcome.output_tail.append(data, n);
-        if (outcome.output_tail.size() > 2 * options.output_tail_bytes)
-            outcome.output_tail.erase(0, outcome.output_tail.size() - options.output_tail_bytes);
-        out_lines.feed(data, n, on_output_line);
-    };
-
-    // Reads what is available on fd; returns false at EOF (or error).
-    char buf[65536];
-    const auto pump = [&](int fd, bool is_channel) {
-        const ssize_t r = read(fd, buf, sizeof buf);
-        if (r < 0 && (errno == EINTR || errno == EAGAIN)) return true;
-        if (r <= 0) return false;
-        if (is_channel) chan_lines.feed(buf, std::size_t(r), on_channel_line);
-        else on_output(buf, std::size_t(r));
-        return true;
-    };
-
-    const auto seconds_since = [](Clock::time_point t) {
-        return std::chrono::duration<double>(Clock::now() - t).count();
-    };
-    auto case_start = Clock::now();
-    std::string case_key;
-    int status = 0;
-    bool reaped = false, timed_out = false;
-    while (true) {
-        if (waitpid(pid, &status, WNOHANG) == pid) {
-            reaped = true;
-            break;
-        }
-        const std::string key = outcome.last_case
-            ? outcome.last_case->property + "#" + std::to_string(outcome.last_case->index) + "." +
-                  std::to_string(outcome.last_case->shrink_step)
-            : "";
-        if (key != case_key) {  // a new case mark restarts the per-case clock
-            case_key = key;
-            case_start = Clock::now();
-        }
-        if (seconds_since(start) >= options.timeout_s ||
-            (options.case_timeout_s > 0 && seconds_since(case_start) >= options.case_timeout_s)) {
-            timed_out = true;
-            break;
-        }
-        pollfd fds[2];
-        nfds_t n = 0;
-        if (chan[0] >= 0) fds[n++] = {chan[0], POLLIN, 0};
-        if (outp[0] >= 0) fds[n++] = {outp[0], POLLIN, 0};
-        const int ready = poll(fds, n, kPollTickMs);
-        if (ready <= 0) continue;
-        for (nfds_t i = 0; i < n; ++i) {
-            if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-            const bool is_channel = fds[i].fd == chan[0];
-            if (!pump(fds[i].fd, is_channel)) close_fd(is_channel ? chan[0] : outp[0]);
-        }
-    }
-    if (timed_out) {
-        kill(-pid, SIGKILL);  // the whole group: the child and anything it started
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
-        reaped = true;
-    }
+    const ChildCommand command(options.executable, args);
+    Pipes pipes;
+    const pid_t pid = spawn(command, pipes, options.executable, outcome);
+    if (pid < 0) return outcome;
+    ChildStreams streams(options, outcome);
+    bool timed_out = false;
+    const int status = supervise(pid, pipes, streams, options, outcome, start, timed_out);
     outcome.seconds = seconds_since(start);
-
-    // Drain what is left (written before the exit or the crash). A grandchild that outlives the
-    // child may hold the pipes open, so read without blocking and stop at the first empty read.
-    for (int* fd : {&chan[0], &outp[0]}) {
-        if (*fd < 0) continue;
-        fcntl(*fd, F_SETFL, fcntl(*fd, F_GETFL) | O_NONBLOCK);
-        while (true) {
-            const ssize_t r = read(*fd, buf, sizeof buf);
-            if (r < 0 && errno == EINTR) continue;
-            if (r <= 0) break;  // EOF, or EAGAIN: nothing more was written
-            if (fd == &chan[0]) chan_lines.feed(buf, std::size_t(r), on_channel_line);
-            else on_output(buf, std::size_t(r));
-        }
-        close_fd(*fd);
-    }
-    chan_lines.finish(on_channel_line);
-    out_lines.finish(on_output_line);
-    if (outcome.output_tail.size() > options.output_tail_bytes)
-        outcome.output_tail.erase(0, outcome.output_tail.size() - options.output_tail_bytes);
-
-    if (timed_out) {
-        outcome.kind = WorkerOutcome::Kind::timed_out;
-    } else if (reaped && WIFSIGNALED(status)) {
-        outcome.kind = WorkerOutcome::Kind::crashed;
-        outcome.signal = WTERMSIG(status);
-    } else if (reaped && WIFEXITED(status)) {
-        outcome.exit_code = WEXITSTATUS(status);
-        outcome.kind = (outcome.exit_code != 0 && !outcome.sanitizer.empty())
-                           ? WorkerOutcome::Kind::crashed
-                           : WorkerOutcome::Kind::exited;
-    }
+    drain(pipes, streams);
+    classify(status, timed_out, outcome);
     return outcome;
-}
-
-WorkerOutcome run_worker(const std::vector<std::string>& args, double timeout_s) {
-    WorkerOptions o;
-    o.timeout_s = timeout_s;
-    return run_worker(args, o);
 }
 
 WorkerChannel WorkerChannel::from_environment() {
@@ -385,12 +426,7 @@ void WorkerChannel::announce_case(const std::string& property, std::uint64_t ind
     if (!replay.empty()) j["replay"] = replay;
     if (!shape.empty()) j["shape"] = shape;
     if (shrink_step > 0) j["shrink_step"] = shrink_step;
-    send(j.dump());
-}
-
-void WorkerChannel::send(const std::string& json_line) const {
-    if (!active()) return;
-    std::string line = json_line;
+    std::string line = j.dump();
     line.push_back('\n');
     write_all(fd_, line.data(), line.size());
 }

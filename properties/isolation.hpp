@@ -1,39 +1,38 @@
 // properties/isolation.hpp — run untrusted work (a kernel under test) in a child process with a
-// timeout, and say what happened to it in words a kernel author can act on (issue 6).
+// timeout, and say what happened to it in words a kernel author can act on.
 //
 // A kernel under test may segfault, loop forever, write out of bounds or leak. None of that may
 // take the suite down, so the driver runs each kernel's checks in a worker process and reports
 // "crashed (SIGSEGV) on case 17 (seed 123) of causality" or "timed out after 30 s on case ...".
 //
-// ---- The protocol (agreed with the properties engineer's proposal in properties/fuzz.cpp) ----
+// ---- The protocol -------------------------------------------------------------------------
 // Spawning. run_worker(args, options) starts `options.executable` (default /proc/self/exe, the
 // running program) with argv = {executable, args...}, e.g.
 //     /proc/self/exe fuzz --worker --kernel-lib PATH --symbol NAME --seed S --cases N ...
 // It is a fork immediately followed by execv: a fresh process image, because the suite uses
 // OpenMP and libgomp's thread pool is unusable in a bare forked child. The child runs in its own
 // process group (setpgid) and gets SIGKILL if the parent dies (PR_SET_PDEATHSIG), so neither a
-// timeout nor Ctrl-C on the suite leaves a spinning kernel behind.
+// timeout nor Ctrl-C on the suite leaves a spinning kernel behind. Call run_worker from the
+// thread that lives for the whole check (the main thread): PR_SET_PDEATHSIG fires when the
+// spawning *thread* exits.
 //
 // The channel. The child inherits one pipe as a file descriptor whose number is in the
-// environment variable ATTNCHECK_WORKER_FD. It writes one JSON object per line on it; a child
-// uses WorkerChannel (below) instead of writing by hand. Two kinds of lines:
+// environment variable ATTNCHECK_WORKER_FD. On it the child announces each case, through
+// WorkerChannel::announce_case (below), as one JSON object on one line:
 //   {"event":"case","property":"causality","case":17,"seed":123,"replay":"attncheck fuzz ...",
 //    "shape":"B=1 H=2 Tq=3 ...","shrink_step":4}
-//       ("replay", "shape" and "shrink_step" are optional; shrink_step > 0 marks the k-th shrink
-//       candidate of case 17 rather than case 17 itself) written (and flushed: it is a raw write(2)) BEFORE running that case: "starting case N
-//       seed S". The parent remembers the last one, so when the child dies the parent knows which
-//       case killed it and how to replay it. Lines written before a crash survive it (they are
-//       in the pipe, not in a user-space buffer).
-//   any other JSON object (results, e.g. {"event":"result", ...} in the --json schema)
-//       handed to options.on_message, in order, as it arrives.
-// A line that is not JSON is handed over as a JSON string. Results may instead go to a file
-// (the properties engineer's --worker-out FILE); the channel is still the place for case marks.
+// ("replay", "shape" and "shrink_step" are optional; shrink_step > 0 marks the k-th shrink
+// candidate of case 17 rather than case 17 itself). The line is written with a raw write(2)
+// BEFORE running that case: "starting case N seed S". The parent remembers the last one, so
+// when the child dies the parent knows which case killed it and how to replay it. Lines written
+// before a crash survive it (they are in the pipe, not in a user-space buffer). Any other line
+// on the channel is ignored; results travel in a file (`attncheck fuzz --worker --worker-out
+// FILE`), which the parent reads after a normal exit.
 //
 // Output. The child's stdout and stderr go to one pipe; the parent keeps the last
 // options.output_tail_bytes of it (a sanitizer report, an assert message, RapidCheck's output)
-// for the report, and, when options.forward_output is set, also copies it to its own stderr.
-// An AddressSanitizer / UndefinedBehaviorSanitizer error line is recognised and reported as a
-// crash even though the sanitizer exits with a code rather than a signal.
+// for the report. An AddressSanitizer / UndefinedBehaviorSanitizer error line is recognised and
+// reported as a crash even though the sanitizer exits with a code rather than a signal.
 //
 // Timeouts. options.timeout_s bounds the whole child; options.case_timeout_s (0: none) bounds
 // the time since the last case mark, which catches a hang early in a long run. On either, the
@@ -41,11 +40,6 @@
 //
 // Not isolated: check_kernel() called from an outside project's own test binary runs in process
 // (we do not own that binary's main()).
-//
-// For the properties engineer: isolation.cpp must be listed in properties/CMakeLists.txt, with
-// nlohmann_json::nlohmann_json linked (PRIVATE is enough: nothing of it is in this header).
-// Call run_worker from the thread that lives for the whole check (the main thread):
-// PR_SET_PDEATHSIG fires when the spawning *thread* exits.
 #pragma once
 
 #include <cstdint>
@@ -101,9 +95,6 @@ struct WorkerOptions {
     double timeout_s = 60;            // whole child
     double case_timeout_s = 0;        // since the last case mark; 0: no per-case limit
     std::size_t output_tail_bytes = 16384;
-    bool forward_output = false;      // also copy the child's output to our stderr as it comes
-    // Each non-case message from the channel, in order (optional).
-    std::function<void(const std::string& json_line)> on_message;
     // Each case mark as it arrives (optional; e.g. to drive a progress line).
     std::function<void(const CaseMark&)> on_case;
 };
@@ -111,9 +102,6 @@ struct WorkerOptions {
 // Runs options.executable with argv {executable, args...} as described above and waits for it
 // (or kills it). Never throws for anything the child does; spawn problems are kind spawn_failed.
 WorkerOutcome run_worker(const std::vector<std::string>& args, const WorkerOptions& options = {});
-// The same with default options and this timeout: the shape of the properties engineer's
-// proposed run_child(argv, timeout_s) (args exclude the executable: {"fuzz", "--worker", ...}).
-WorkerOutcome run_worker(const std::vector<std::string>& args, double timeout_s);
 
 // The child's side of the channel. from_environment() opens the descriptor named by
 // ATTNCHECK_WORKER_FD; when the variable is absent (a worker started by hand, for debugging)
@@ -125,8 +113,6 @@ public:
     // "starting case N seed S": call before running the case.
     void announce_case(const std::string& property, std::uint64_t index, std::uint64_t seed,
                        const std::string& replay = "", const std::string& shape = "", int shrink_step = 0) const;
-    // Any JSON object, serialised on one line by the caller (no newline inside).
-    void send(const std::string& json_line) const;
 
 private:
     explicit WorkerChannel(int fd) : fd_(fd) {}

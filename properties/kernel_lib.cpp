@@ -1,5 +1,5 @@
-// properties/kernel_lib.cpp — dlopen a kernel library, check its ABI version, probe its refusal
-// of an unknown version (see kernel_lib.hpp).
+// properties/kernel_lib.cpp — dlopen a kernel library, check its ABI version and its exported
+// declaration (see kernel_lib.hpp).
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1  // dladdr1, RTLD_DL_SYMENT
 #endif
@@ -132,32 +132,6 @@ LoadedKernel load_kernel_library(const std::string& path, const std::string& sym
         }
     }
     return lk;
-}
-
-AbiProbe probe_abi_refusal(attncheck_kernel_fn fn) {
-    // Guard elements on both sides of every buffer: a kernel that ignores abi_version and
-    // computes anyway (or computes with a misread layout) must not hurt the caller.
-    constexpr std::size_t kGuard = 64;
-    std::vector<float> q(2 * kGuard + 1, 0.5f), k(2 * kGuard + 1, 0.5f), v(2 * kGuard + 1, 1.0f),
-        out(2 * kGuard + 1, 0.0f);
-    const std::int32_t valid[1] = {1};
-    attncheck_problem p{};
-    p.abi_version = ATTNCHECK_ABI_VERSION + 1;
-    p.batch = p.heads = p.q_len = p.kv_len = p.head_dim = p.value_dim = 1;
-    p.q_offset = 0;
-    p.causal = 1;
-    p.kv_valid_len = valid;
-    p.scale = 1.0f;
-    const int rc = fn(&p, q.data() + kGuard, k.data() + kGuard, v.data() + kGuard, out.data() + kGuard);
-    AbiProbe r;
-    r.refused = rc != ATTNCHECK_OK;
-    if (!r.refused) {
-        std::ostringstream m;
-        m << "accepted abi_version = " << p.abi_version << " (returned 0); a kernel must refuse "
-          << "(return nonzero for) an ABI version it does not know";
-        r.message = m.str();
-    }
-    return r;
 }
 
 }  // namespace attncheck::properties

@@ -1,4 +1,28 @@
-// properties/kernel_properties.cpp — the checks behind kernel_properties().
+// properties/kernel_properties.cpp — the kernel-level properties: their checks, and the table
+// kernel_properties() (at the bottom) that registers them.
+//
+// Quick start for adding a kernel property
+//   1. Write the check, in the section "the properties" below:
+//          Verdict my_property(const KernelUnderTest& kernel, const KernelCase& c)
+//      c is one generated case (shapes, q_offset, mask, padding, scale, input style and data
+//      seed: properties/kernel_case.hpp). first_call(kernel, c) gives its inputs q, k, v, its
+//      attncheck_problem and the kernel's answer; call the kernel again only through
+//      call_kernel() (below), which guards out and hands the kernel copies of the inputs.
+//      agree() compares an output with the float64 oracle within the bounds of
+//      attncheck/tolerance.hpp.
+//   2. Register it: add {"my_property", "what it checks, in one line", {options}, my_property}
+//      to the table in kernel_properties(). The options (CaseOptions, kernel_case.hpp) make the
+//      generator build the cases the check needs, e.g. {.need_padding = true}; it never filters.
+//      The name must differ from every decoder property's (one --property flag selects either).
+//      Add its row to the table of docs/properties.md.
+//   3. Return a Verdict (properties/verdict.hpp) for the case: Verdict::pass(), or
+//      Verdict::fail(message) with a message that names the element and both values
+//      ("out[0,1,2,3] [b,h,i,c]: candidate ..., float64 oracle ..."), or unsupported(rc) when
+//      the kernel refused the case (a refusal is not a failure), or Verdict::pass_with_note()
+//      for a pass worth counting. RapidCheck shrinks a failing case; the report names the case
+//      by its fields (describe() in kernel_case.cpp: "B=2 H=3 Tq=4 Tk=4 Dk=5 ...").
+//   4. Run it: `attncheck fuzz --property my_property` (every built-in kernel; --kernel NAME for
+//      one, --seed S --cases N to replay), and `attncheck fuzz --mutants` to see it kill mutants.
 //
 // Every kernel call goes through call_kernel(): fresh copies of the inputs (a kernel that
 // writes to them cannot spoil the next call), and out placed between two guard regions and
@@ -120,6 +144,19 @@ Verdict unsupported(int rc) {
     return Verdict::unsupported("kernel returned " + std::to_string(rc) + " (unsupported)");
 }
 
+// A case's inputs and problem, and the kernel's call on them: how most properties begin.
+struct FirstCall {
+    KernelInputs in;
+    attncheck_problem p;
+    Call call;
+};
+
+FirstCall first_call(const KernelUnderTest& kernel, const KernelCase& c) {
+    FirstCall f{fill_inputs(c), c.problem(), {}};
+    f.call = call_kernel(kernel, f.p, f.in, c.out_size());
+    return f;
+}
+
 // Candidate against the float64 reference, each element within its bound for any correct
 // float32 evaluation (NUMERICS.md version 2, reference/error_bound.hpp).
 Verdict agree(const char* what, const std::vector<float>& out, const attncheck_problem& p,
@@ -199,17 +236,13 @@ int visible_count(const KernelCase& c, int b, int i) {
 // ---- the properties ---------------------------------------------------------------------
 
 Verdict agreement(const KernelUnderTest& kernel, const KernelCase& c) {
-    const KernelInputs in = fill_inputs(c);
-    const attncheck_problem p = c.problem();
-    const Call r = call_kernel(kernel, p, in, c.out_size());
+    const auto [in, p, r] = first_call(kernel, c);
     if (r.rc != 0) return unsupported(r.rc);
     return agree("out", r.out, p, in);
 }
 
 Verdict causality(const KernelUnderTest& kernel, const KernelCase& c) {
-    const KernelInputs in = fill_inputs(c);
-    const attncheck_problem p = c.problem();
-    const Call base = call_kernel(kernel, p, in, c.out_size());
+    const auto [in, p, base] = first_call(kernel, c);
     if (base.rc != 0) return unsupported(base.rc);
     // Pivot rows r: keys j > q_offset + r are replaced; rows 0..r must not move a bit. Row 0,
     // the last row that has a future, and a few between (each pivot is one kernel call).
@@ -301,8 +334,7 @@ Verdict probabilities(const KernelUnderTest& kernel, const KernelCase& c0) {
 }
 
 Verdict empty_rows(const KernelUnderTest& kernel, const KernelCase& c) {
-    const KernelInputs in = fill_inputs(c);
-    const Call r = call_kernel(kernel, c.problem(), in, c.out_size());
+    const Call r = first_call(kernel, c).call;
     if (r.rc != 0) return unsupported(r.rc);
     if (kernel.declaration.empty_rows_nan)
         return r.convention_violation.empty() ? Verdict::pass() : Verdict::fail(r.convention_violation);
@@ -320,9 +352,7 @@ Verdict empty_rows(const KernelUnderTest& kernel, const KernelCase& c) {
 }
 
 Verdict padding(const KernelUnderTest& kernel, const KernelCase& c) {
-    const KernelInputs in = fill_inputs(c);
-    const attncheck_problem p = c.problem();
-    const Call base = call_kernel(kernel, p, in, c.out_size());
+    const auto [in, p, base] = first_call(kernel, c);
     if (base.rc != 0) return unsupported(base.rc);
     const KernelInputs moved = perturb_keys(c, in, 0xA11, [&](int b, int j) { return j >= c.valid_len(b); });
     const Call after = call_kernel(kernel, p, moved, c.out_size());
@@ -341,9 +371,7 @@ Verdict padding(const KernelUnderTest& kernel, const KernelCase& c) {
 }
 
 Verdict batch(const KernelUnderTest& kernel, const KernelCase& c) {
-    const KernelInputs in = fill_inputs(c);
-    const attncheck_problem p = c.problem();
-    const Call whole = call_kernel(kernel, p, in, c.out_size());
+    const auto [in, p, whole] = first_call(kernel, c);
     if (whole.rc != 0) return unsupported(whole.rc);
     bool bitwise = true;
     for (int b = 0; b < c.batch; ++b) {
@@ -373,9 +401,7 @@ Verdict batch(const KernelUnderTest& kernel, const KernelCase& c) {
 }
 
 Verdict determinism(const KernelUnderTest& kernel, const KernelCase& c) {
-    const KernelInputs in = fill_inputs(c);
-    const attncheck_problem p = c.problem();
-    const Call first = call_kernel(kernel, p, in, c.out_size());
+    const auto [in, p, first] = first_call(kernel, c);
     if (first.rc != 0) return unsupported(first.rc);
     // Again with out pre-filled differently (a kernel must not read its output), and once on a
     // single thread (NUMERICS.md: no dependence on the thread count for a deterministic kernel).
@@ -411,8 +437,7 @@ Verdict determinism(const KernelUnderTest& kernel, const KernelCase& c) {
 }
 
 Verdict no_oob_write(const KernelUnderTest& kernel, const KernelCase& c) {
-    const KernelInputs in = fill_inputs(c);
-    const Call r = call_kernel(kernel, c.problem(), in, c.out_size());
+    const Call r = first_call(kernel, c).call;
     if (!r.guard_violation.empty()) return Verdict::fail("kernel " + r.guard_violation);
     if (r.rc != 0) return unsupported(r.rc);
     for (std::size_t at = 0; at < r.out.size(); ++at)
@@ -423,8 +448,7 @@ Verdict no_oob_write(const KernelUnderTest& kernel, const KernelCase& c) {
 }
 
 Verdict inputs_unchanged(const KernelUnderTest& kernel, const KernelCase& c) {
-    const KernelInputs in = fill_inputs(c);
-    const Call r = call_kernel(kernel, c.problem(), in, c.out_size());
+    const Call r = first_call(kernel, c).call;
     if (!r.input_change.empty()) return Verdict::fail("kernel modified its input: " + r.input_change);
     if (r.rc != 0) return unsupported(r.rc);
     return Verdict::pass();

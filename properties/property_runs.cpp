@@ -1,9 +1,26 @@
-// properties/property_runs.cpp — see property_runs.hpp.
+// properties/property_runs.cpp — run_kernel_property() and run_decoder_property(): a property's
+// generator, the input-spread tags and the exception guard around its check.
 #include "properties/property_runs.hpp"
+
+#include <exception>
+#include <string>
 
 #include <rapidcheck.h>
 
 namespace attncheck::properties {
+namespace {
+
+// A check that throws fails its case, with the exception's message.
+template <class Check>
+Verdict exception_is_failure(Check check) {
+    try {
+        return check();
+    } catch (const std::exception& e) {
+        return Verdict::fail(std::string("exception: ") + e.what());
+    }
+}
+
+}  // namespace
 
 PropertyResult run_kernel_property(const KernelProperty& prop, const KernelUnderTest& k, const RunParams& params,
                                    const Progress& progress, const WorkerChannel* channel) {
@@ -24,11 +41,7 @@ PropertyResult run_kernel_property(const KernelProperty& prop, const KernelUnder
             RC_CLASSIFY(!c.kv_valid_len.empty(), "padded");
             RC_CLASSIFY(!c.causal, "not causal");
             RC_CLASSIFY(c.kv_len > 64 || c.head_dim > 32 || c.value_dim > 32 || c.q_len > 64, "large shapes");
-            try {
-                return prop.check(k, c);
-            } catch (const std::exception& e) {
-                return Verdict::fail(std::string("exception: ") + e.what());
-            }
+            return exception_is_failure([&] { return prop.check(k, c); });
         },
         params, progress);
 }
@@ -46,11 +59,7 @@ PropertyResult run_decoder_property(const DecoderProperty& prop, const DecoderUn
             RC_CLASSIFY(c.tokens_len == 1, "T 1");
             RC_CLASSIFY(c.config.n_heads > 1, "heads > 1");
             RC_CLASSIFY(c.config.d_model >= 64, "large model");
-            try {
-                return prop.check(d, c);
-            } catch (const std::exception& e) {
-                return Verdict::fail(std::string("exception: ") + e.what());
-            }
+            return exception_is_failure([&] { return prop.check(d, c); });
         },
         params, progress);
 }

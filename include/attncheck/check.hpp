@@ -1,4 +1,4 @@
-// attncheck/check.hpp — check an attention kernel with one call, from your own test (issue 6).
+// attncheck/check.hpp — check an attention kernel with one call, from your own test.
 //
 //     #include <attncheck/check.hpp>
 //     TEST_CASE("my kernel passes attncheck") {
@@ -77,12 +77,5 @@ struct CheckReport {
 // and for a null fn.
 CheckReport check_kernel(attncheck_kernel_fn fn, const std::string& name,
                          const CheckOptions& options = CheckOptions::from_environment());
-
-// The names the zoo colleague's proposal used (properties/kernel_lib.hpp): both spellings work.
-namespace properties {
-using attncheck::CheckOptions;
-using attncheck::CheckReport;
-using attncheck::check_kernel;
-}  // namespace properties
 
 }  // namespace attncheck

@@ -12,6 +12,7 @@
 
 #include "attncheck/kernel_abi.h"
 #include "attncheck/model.hpp"
+#include "attncheck/problem.hpp"
 #include "attncheck/tolerance.hpp"
 #include "reference/attention.hpp"
 #include "reference/decoder.hpp"
@@ -73,21 +74,17 @@ struct Problem {
 Problem random_problem(std::mt19937_64& rng, bool pow2_scale) {
     auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
     Problem r;
-    attncheck_problem& p = r.p;
-    p.abi_version = ATTNCHECK_ABI_VERSION;
-    p.batch = pick(1, 2);
-    p.heads = pick(1, 2);
-    p.q_len = pick(1, 9);
-    p.kv_len = pick(1, 40);
-    p.head_dim = pick(1, 70);
-    p.value_dim = pick(1, 9);
-    p.q_offset = pick(0, 3);
-    p.causal = pick(0, 1);
-    p.scale = pow2_scale ? std::ldexp(1.0f, -pick(0, 3)) : float(1.0 / std::sqrt(double(p.head_dim)));
+    // Drawn in the order written (a braced list is evaluated left to right).
+    attncheck::ProblemShape shape{.batch = pick(1, 2), .heads = pick(1, 2), .q_len = pick(1, 9), .kv_len = pick(1, 40),
+                                  .head_dim = pick(1, 70), .value_dim = pick(1, 9), .q_offset = pick(0, 3),
+                                  .causal = pick(0, 1) == 1};
+    shape.scale = pow2_scale ? std::ldexp(1.0f, -pick(0, 3)) : float(1.0 / std::sqrt(double(shape.head_dim)));
     if (pick(0, 1)) {
-        for (int b = 0; b < p.batch; ++b) r.valid.push_back(pick(0, p.kv_len));
-        p.kv_valid_len = r.valid.data();
+        for (int b = 0; b < shape.batch; ++b) r.valid.push_back(pick(0, shape.kv_len));
+        shape.kv_valid_len = r.valid.data();
     }
+    r.p = attncheck::make_problem(shape);
+    const attncheck_problem& p = r.p;
     std::normal_distribution<double> normal(0.0, pick(0, 3) == 0 ? 4.0 : 1.0);
     r.q.resize(std::size_t(p.batch) * p.heads * p.q_len * p.head_dim);
     r.k.resize(std::size_t(p.batch) * p.heads * p.kv_len * p.head_dim);
@@ -195,25 +192,13 @@ TEST_CASE("attention_bounded admits correct float32 evaluations in other orders 
 TEST_CASE("DecoderBound: its value is the float64 decoder and float32 reference decoders stay within it",
           "[tolerance][bound][decoder]") {
     using attncheck::ModelConfig;
-    std::vector<ModelConfig> configs;
-    ModelConfig tiny;  // d = 2: where version 1 raised false alarms
-    tiny.vocab_size = 2;
-    tiny.d_model = 2;
-    tiny.n_heads = 2;
-    tiny.d_ff = 2;
-    tiny.n_layers = 1;
-    tiny.max_len = 4;
-    tiny.norm = attncheck::Norm::pre;
-    tiny.positional = attncheck::Positional::learned;
-    configs.push_back(tiny);
-    ModelConfig cross = ModelConfig{};
-    cross.cross_attention = true;
-    cross.activation = attncheck::Activation::gelu;
-    configs.push_back(cross);
-    ModelConfig tanh_post = ModelConfig{};
-    tanh_post.activation = attncheck::Activation::gelu_tanh;
-    tanh_post.embed_scale_sqrt_d = false;
-    configs.push_back(tanh_post);
+    const std::vector<ModelConfig> configs = {
+        // d = 2: where version 1 raised false alarms.
+        {.vocab_size = 2, .d_model = 2, .n_heads = 2, .d_ff = 2, .n_layers = 1, .max_len = 4,
+         .norm = attncheck::Norm::pre, .positional = attncheck::Positional::learned},
+        {.cross_attention = true, .activation = attncheck::Activation::gelu},
+        {.activation = attncheck::Activation::gelu_tanh, .embed_scale_sqrt_d = false},
+    };
     double worst = 0;
     for (std::size_t ci = 0; ci < configs.size(); ++ci)
         for (std::uint64_t seed = 1; seed <= 6; ++seed) {

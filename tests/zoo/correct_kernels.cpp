@@ -197,6 +197,22 @@ void split_kv_row(const Row& r) {
     }
 }
 
+// The forward-order second half of (e) and (f): p_j = exp_fn(score_j - m) and their sum, both
+// in key order, then out = (sum_j p_j v_j) / sum.
+template <class Exp>
+void softmax_times_values(const Row& r, std::vector<float>& p, float m, Exp exp_fn) {
+    float sum = 0.0f;
+    for (float& x : p) {
+        x = exp_fn(x - m);
+        sum += x;
+    }
+    for (Index c = 0; c < r.Dv; ++c) {
+        float acc = 0.0f;
+        for (Index j = 0; j < r.n; ++j) acc += p[std::size_t(j)] * r.val(j, c);
+        r.o[c] = acc / sum;
+    }
+}
+
 // (e) The scale folded into q (q' = scale * q rounded to float32) before the dot products, as
 // fused kernels do: one more rounding per score.
 void prescaled_q_row(const Row& r) {
@@ -210,16 +226,7 @@ void prescaled_q_row(const Row& r) {
         p[std::size_t(j)] = dot;
         m = std::max(m, dot);
     }
-    float sum = 0.0f;
-    for (float& x : p) {
-        x = std::exp(x - m);
-        sum += x;
-    }
-    for (Index c = 0; c < r.Dv; ++c) {
-        float acc = 0.0f;
-        for (Index j = 0; j < r.n; ++j) acc += p[std::size_t(j)] * r.val(j, c);
-        r.o[c] = acc / sum;
-    }
+    softmax_times_values(r, p, m, [](float x) { return std::exp(x); });
 }
 
 // (f) exp2 with log2(e) folded into the scale (scores in base 2, float32 scale * log2 e), as
@@ -234,16 +241,7 @@ void exp2_row(const Row& r) {
         p[std::size_t(j)] = dot * scale_log2e;
         m = std::max(m, p[std::size_t(j)]);
     }
-    float sum = 0.0f;
-    for (float& x : p) {
-        x = std::exp2(x - m);
-        sum += x;
-    }
-    for (Index c = 0; c < r.Dv; ++c) {
-        float acc = 0.0f;
-        for (Index j = 0; j < r.n; ++j) acc += p[std::size_t(j)] * r.val(j, c);
-        r.o[c] = acc / sum;
-    }
+    softmax_times_values(r, p, m, [](float x) { return std::exp2(x); });
 }
 
 // (g) Everything in float64, rounded to float32 once at the end: the most accurate a float32
@@ -299,49 +297,26 @@ void fma_pairwise_row(const Row& r) {
     }
 }
 
-}  // namespace
+// The ABI entry point of the kernel whose rows `row` computes.
+template <void (*row)(const Row&)>
+int rows_kernel(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
+    return run_rows(p, q, k, v, out, row);
+}
 
-extern "C" {
-int attncheck_correct_reversed(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
-    return run_rows(p, q, k, v, out, reversed_row);
-}
-int attncheck_correct_blocked(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
-    return run_rows(p, q, k, v, out, blocked_row);
-}
-int attncheck_correct_online(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
-    return run_rows(p, q, k, v, out, online_row);
-}
-int attncheck_correct_split_kv(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
-    return run_rows(p, q, k, v, out, split_kv_row);
-}
-int attncheck_correct_prescaled_q(const attncheck_problem* p, const float* q, const float* k, const float* v,
-                                  float* out) {
-    return run_rows(p, q, k, v, out, prescaled_q_row);
-}
-int attncheck_correct_exp2(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
-    return run_rows(p, q, k, v, out, exp2_row);
-}
-int attncheck_correct_float64(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
-    return run_rows(p, q, k, v, out, float64_row);
-}
-int attncheck_correct_fma_pairwise(const attncheck_problem* p, const float* q, const float* k, const float* v,
-                                   float* out) {
-    return run_rows(p, q, k, v, out, fma_pairwise_row);
-}
-}
+}  // namespace
 
 namespace attncheck::zoo {
 
 const std::vector<CorrectKernel>& correct_kernels() {
     static const std::vector<CorrectKernel> all = {
-        {"reversed", attncheck_correct_reversed, "two-pass, every sum from the last term to the first"},
-        {"blocked", attncheck_correct_blocked, "8-lane dot products, 16-key tiles of partial sums"},
-        {"online", attncheck_correct_online, "one-pass online softmax with rescaling"},
-        {"split_kv", attncheck_correct_split_kv, "2-4 key chunks merged by log-sum-exp rescaling"},
-        {"prescaled_q", attncheck_correct_prescaled_q, "scale folded into q before the dot products"},
-        {"exp2", attncheck_correct_exp2, "exp2 with log2(e) folded into the scale"},
-        {"float64", attncheck_correct_float64, "float64 throughout, rounded to float32 once"},
-        {"fma_pairwise", attncheck_correct_fma_pairwise, "FMA pairwise dot products, FMA P V, reciprocal"},
+        {"reversed", rows_kernel<reversed_row>, "two-pass, every sum from the last term to the first"},
+        {"blocked", rows_kernel<blocked_row>, "8-lane dot products, 16-key tiles of partial sums"},
+        {"online", rows_kernel<online_row>, "one-pass online softmax with rescaling"},
+        {"split_kv", rows_kernel<split_kv_row>, "2-4 key chunks merged by log-sum-exp rescaling"},
+        {"prescaled_q", rows_kernel<prescaled_q_row>, "scale folded into q before the dot products"},
+        {"exp2", rows_kernel<exp2_row>, "exp2 with log2(e) folded into the scale"},
+        {"float64", rows_kernel<float64_row>, "float64 throughout, rounded to float32 once"},
+        {"fma_pairwise", rows_kernel<fma_pairwise_row>, "FMA pairwise dot products, FMA P V, reciprocal"},
     };
     return all;
 }

@@ -17,17 +17,6 @@
 
 #include "attncheck/kernel_abi.h"
 
-extern "C" {
-int attncheck_correct_reversed(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out);
-int attncheck_correct_blocked(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out);
-int attncheck_correct_online(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out);
-int attncheck_correct_split_kv(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out);
-int attncheck_correct_prescaled_q(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out);
-int attncheck_correct_exp2(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out);
-int attncheck_correct_float64(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out);
-int attncheck_correct_fma_pairwise(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out);
-}
-
 namespace attncheck::zoo {
 
 struct CorrectKernel {
@@ -36,7 +25,7 @@ struct CorrectKernel {
     std::string how;   // what makes its float32 evaluation different
 };
 
-// Every correct kernel above, in declaration order.
+// Every correct kernel, (a) to (h) of correct_kernels.cpp.
 const std::vector<CorrectKernel>& correct_kernels();
 
 }  // namespace attncheck::zoo

@@ -1,5 +1,5 @@
 // tests/zoo/kernel_lib_test.cpp — loading a kernel from a shared library: the happy path, and a
-// clear InputError for each way it goes wrong (issue 6).
+// clear InputError for each way it goes wrong, and the refusal of an unknown abi_version.
 #include <catch2/catch.hpp>
 
 #include <fstream>
@@ -7,7 +7,9 @@
 
 #include "attncheck/error.hpp"
 #include "properties/kernel_lib.hpp"
+#include "properties/kernel_properties.hpp"
 #include "properties/mutants.hpp"
+#include "properties/property_runs.hpp"
 #include "zoo_check.hpp"
 
 using namespace attncheck::properties;
@@ -64,16 +66,24 @@ TEST_CASE("a missing file, a directory, a non-library and a missing symbol are c
     CHECK_THROWS_AS(load_kernel_library("", "k"), attncheck::InputError);
 }
 
-TEST_CASE("the ABI probe: a kernel that refuses version 2 passes, one that accepts it is reported") {
+// Refusing an unknown per-call abi_version is the kernel property abi_version, the path
+// `attncheck fuzz --kernel-lib` runs (inside its worker) on every loaded kernel.
+TEST_CASE("abi_version: a loaded kernel that refuses an unknown version passes, one that accepts it fails") {
+    const auto abi_version = [](attncheck_kernel_fn fn) {
+        for (const KernelProperty& prop : kernel_properties())
+            if (prop.name == "abi_version") return run_kernel_property(prop, KernelUnderTest{"k", fn, false}, {1, 20});
+        FAIL("no property abi_version");
+        return PropertyResult{};
+    };
     const LoadedKernel lk = load_kernel_library(ZOO_LIB_NOVERSION, "zoo_naive_kernel");
-    const AbiProbe good = probe_abi_refusal(lk.fn);
-    CHECK(good.refused);
-    CHECK(good.message.empty());
+    const PropertyResult good = abi_version(lk.fn);
+    INFO(good.message);
+    CHECK(good.status == Status::pass);
 
     const LoadedKernel sloppy = load_kernel_library(ZOO_LIB_NOVERSION, "zoo_sloppy_kernel");
-    const AbiProbe bad = probe_abi_refusal(sloppy.fn);
-    CHECK_FALSE(bad.refused);
-    CHECK_THAT(bad.message, Contains("accepted abi_version = 2"));
+    const PropertyResult bad = abi_version(sloppy.fn);
+    CHECK(bad.status == Status::fail);
+    CHECK_THAT(bad.message, Contains("accepted abi_version 2 (returned 0)"));
 
-    CHECK(probe_abi_refusal(mutant_base_kernel()).refused);
+    CHECK(abi_version(mutant_base_kernel()).status == Status::pass);
 }

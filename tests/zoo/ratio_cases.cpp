@@ -1,4 +1,5 @@
-// tests/zoo/ratio_cases.cpp — see ratio_cases.hpp.
+// tests/zoo/ratio_cases.cpp — the suite's random kernel and decoder cases drawn by (seed, index),
+// and the test ratios of kernels and decoders on them (ratio_cases.hpp).
 #include "tests/zoo/ratio_cases.hpp"
 
 #include <mutex>

@@ -5,8 +5,8 @@
  *   ZOO_ABI_FUNCTION=N   exports `int32_t attncheck_abi_version(void)` returning N
  *   (neither)            declares no version (allowed)
  * Each exports `zoo_naive_kernel` (correct, refuses unknown ABI versions) and
- * `zoo_sloppy_kernel` (correct on version 1 but also accepts any other version: the probe's
- * target). Dimension legend: B, H, Tq, Tk, Dk, Dv as in attncheck/kernel_abi.h. */
+ * `zoo_sloppy_kernel` (correct on version 1 but also accepts any other version: the
+ * property abi_version's target). Dimension legend: B, H, Tq, Tk, Dk, Dv as in attncheck/kernel_abi.h. */
 #include <math.h>
 #include <stddef.h>
 

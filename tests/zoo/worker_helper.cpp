@@ -2,7 +2,7 @@
 //
 // `zoo_worker_helper MODE` announces cases on the channel (properties/isolation.hpp) and then
 // misbehaves the way a kernel under test can:
-//   ok         cases 0..2, one result message, exit 0
+//   ok         cases 0..2, output on stdout, exit 0
 //   exit3      case 0, exit code 3
 //   segv       cases 0, 1, then a null-pointer write during case 1
 //   abort      case 0, then abort()
@@ -11,7 +11,7 @@
 //   grandchild starts a child that sleeps 60 s holding the pipes, then exits 0
 //   noisy      writes 1 MiB to stderr, then exits 0
 //   sanitizer  prints an AddressSanitizer-style error line, exits 1
-//   env        sends whether the channel is active, exits 0
+//   env        announces a case, exits 0 when the channel is active (4 when not)
 #include <unistd.h>
 
 #include <csignal>
@@ -38,14 +38,12 @@ int main(int argc, char** argv) {
     const std::string mode = argv[1];
     const WorkerChannel ch = WorkerChannel::from_environment();
     if (mode == "env") {
-        ch.send(ch.active() ? R"({"active":true})" : R"({"active":false})");
-        return 0;
+        ch.announce_case("env", 0, 1);
+        return ch.active() ? 0 : 4;
     }
     if (mode == "ok") {
         for (int c = 0; c < 3; ++c) ch.announce_case("agreement", c, 1000 + c, "replay-me " + std::to_string(c));
         std::printf("some output on stdout\n");
-        ch.send(R"({"event":"result","property":"agreement","passed":true})");
-        ch.send("not json at all");
         return 0;
     }
     if (mode == "exit3") {

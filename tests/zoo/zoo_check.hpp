@@ -10,6 +10,7 @@
 // Dimension legend: B = batch, H = heads, Tq = q_len, Tk = kv_len, Dk = head_dim, Dv = value_dim.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -19,9 +20,7 @@
 
 #include "attncheck/kernel_abi.h"
 #include "attncheck/tolerance.hpp"
-#include "reference/attention.hpp"
 #include "reference/error_bound.hpp"
-#include "properties/kernel_properties.hpp"
 
 namespace zoo_test {
 
