@@ -194,7 +194,8 @@ void pv_dispatch(int nv, float* const* o_rows, const float* alpha, bool scale_o,
 }
 
 // One micro-block of R query rows (block-local indices lr0 .. lr0+R-1, absolute row i0 + lr)
-// against one key tile [t0, t0 + nk): scores, online softmax update, P V.
+// against one key tile [t0, t0 + nk): scores, online softmax update, P V. ~80 lines on purpose:
+// the R x 4 score accumulators stay in registers from the FMA chain to the softmax.
 template <int R>
 void micro_tile(const Head& hd, const Shape& sh, std::int64_t i0, int lr0, std::int64_t t0, int nk,
                 const float* kt, Scratch& s) {

@@ -99,9 +99,11 @@ T activate(Activation a, T x) {
     return x;  // unreachable: every enumerator is handled above
 }
 
-// The sinusoidal table of MODEL.md §decoder 1 (model/positions.hpp: computed in double), rounded
-// to T once, so that the float reference does not add its own error in the angles to the
-// baseline.                                                                   -> pos [n, d]
+// The sinusoidal table of MODEL.md §decoder 1, rows 0 .. n-1:
+//   pos[p, 2i] = sin(p / 10000^(2i/d)),  pos[p, 2i+1] = cos(p / 10000^(2i/d)).
+// Computed in double by model/positions.hpp (the optimized decoder's table too), rounded to T
+// once, so that the float reference does not add its own error in the angles to the baseline.
+//                                                                             -> pos [n, d]
 template <class T>
 xt::xtensor<T, 2> sinusoidal_positions(std::size_t n, std::size_t d) {
     const std::vector<double> table = attncheck::sinusoidal_positions(n, d);  // [n, d]
