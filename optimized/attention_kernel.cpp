@@ -45,8 +45,8 @@
 // scores), the per-row max/rescale and the half-masked diagonal tiles. A decode step at
 // kv_len 4096 streams K and V at ~65-70% of the measured DRAM read bandwidth.
 //
-// Vectorization: 16-float vectors, AVX-512 intrinsics when __AVX512F__ is defined, otherwise a
-// portable 16-float struct the compiler vectorizes (same algorithm, same tiling).
+// Vectorization: 16-float vectors (vec16.hpp), AVX-512 intrinsics when __AVX512F__ is defined,
+// otherwise a portable 16-float struct the compiler vectorizes (same algorithm, same tiling).
 //
 // Contraction: g++ contracts a * b + c into an FMA by default in C++ (-ffp-contract=fast, even
 // with -std=c++20), and whether it does depends on inlining, so the same source line could round
@@ -75,143 +75,15 @@
 
 #include "attncheck/kernel_abi.h"
 #include "attncheck/kernels.hpp"
-
-#if defined(__AVX512F__) || defined(__SSE__)
-#include <immintrin.h>
-#endif
+#include "optimized/key_tile.hpp"
+#include "optimized/vec16.hpp"
 
 namespace attncheck::optimized::attention_detail {
 namespace {
 
-constexpr int kLanes = 16;
 constexpr int kTileVecs = kTileKeys / kLanes;  // 4
 constexpr int kDvBlockVecs = 4;                // output columns per P V pass: 64
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 static_assert(kTileKeys % kLanes == 0 && kChunkKeys % kTileKeys == 0);
-
-// ---------------------------------------------------------------------------------------------
-// 16-float vectors.
-#if defined(__AVX512F__)
-struct vf {
-    __m512 r;
-};
-inline __mmask16 first_n(int n) {  // lanes 0 .. n-1, n in [0, 16]
-    return n >= kLanes ? __mmask16(0xFFFF) : __mmask16((1u << std::max(n, 0)) - 1u);
-}
-inline vf vzero() { return {_mm512_setzero_ps()}; }
-inline vf vset1(float x) { return {_mm512_set1_ps(x)}; }
-inline vf vload(const float* p) { return {_mm512_loadu_ps(p)}; }
-inline vf vload_n(const float* p, int n) { return {_mm512_maskz_loadu_ps(first_n(n), p)}; }
-inline void vstore(float* p, vf a) { _mm512_storeu_ps(p, a.r); }
-inline void vstore_n(float* p, vf a, int n) { _mm512_mask_storeu_ps(p, first_n(n), a.r); }
-inline vf vfma(vf a, vf b, vf c) { return {_mm512_fmadd_ps(a.r, b.r, c.r)}; }  // a*b + c
-inline vf vmul(vf a, vf b) { return {_mm512_mul_ps(a.r, b.r)}; }
-inline vf vadd(vf a, vf b) { return {_mm512_add_ps(a.r, b.r)}; }
-inline vf vsub(vf a, vf b) { return {_mm512_sub_ps(a.r, b.r)}; }
-inline vf vdiv(vf a, vf b) { return {_mm512_div_ps(a.r, b.r)}; }
-inline vf vmax(vf a, vf b) { return {_mm512_max_ps(a.r, b.r)}; }
-// Lanes >= n replaced by -inf (the mask of keys past a row's last visible key).
-inline vf vmask_after(vf a, int n) {
-    return {_mm512_mask_mov_ps(_mm512_set1_ps(kNegInf), first_n(n), a.r)};
-}
-inline float vreduce_max(vf a) { return _mm512_reduce_max_ps(a.r); }
-inline float vreduce_add(vf a) { return _mm512_reduce_add_ps(a.r); }
-
-// exp(x) for x <= 0: n = round(x / ln2), r = x - n ln2 (Cody-Waite, |r| <= ln2/2), degree-7
-// Taylor polynomial (truncation error r^8/8! < 0.05 ulp) by Horner with FMA, then scalef
-// (2^n with correct underflow). Measured: max 0.93 ulp, rms 0.30 ulp over [-87, 0] against
-// exp in double (glibc's expf: rms 0.29 ulp); the test demands <= 2 ulp.
-inline vf vexp(vf x) {
-    // Clamp -inf (and anything whose exp rounds to 0) to -104 so that r stays finite:
-    // exp(-104) ~ 6.8e-46 < half the smallest subnormal, so the result is exactly 0.
-    // max_ps returns its second operand when either is NaN, so NaN propagates.
-    const __m512 xc = _mm512_max_ps(_mm512_set1_ps(-104.0f), x.r);
-    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);  // n * ln2_hi is exact
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return {_mm512_scalef_ps(p, n)};
-}
-#else
-struct vf {
-    float r[kLanes];
-};
-inline vf vzero() { return vf{}; }
-inline vf vset1(float x) {
-    vf a;
-    for (int l = 0; l < kLanes; ++l) a.r[l] = x;
-    return a;
-}
-inline vf vload(const float* p) {
-    vf a;
-    for (int l = 0; l < kLanes; ++l) a.r[l] = p[l];
-    return a;
-}
-inline vf vload_n(const float* p, int n) {
-    vf a{};
-    for (int l = 0; l < std::min(n, kLanes); ++l) a.r[l] = p[l];
-    return a;
-}
-inline void vstore(float* p, vf a) {
-    for (int l = 0; l < kLanes; ++l) p[l] = a.r[l];
-}
-inline void vstore_n(float* p, vf a, int n) {
-    for (int l = 0; l < std::min(n, kLanes); ++l) p[l] = a.r[l];
-}
-#define ATTNCHECK_LANEWISE(name, expr)             \
-    inline vf name(vf a, vf b) {                   \
-        vf c;                                      \
-        for (int l = 0; l < kLanes; ++l) c.r[l] = expr; \
-        return c;                                  \
-    }
-ATTNCHECK_LANEWISE(vmul, a.r[l] * b.r[l])
-ATTNCHECK_LANEWISE(vadd, a.r[l] + b.r[l])
-ATTNCHECK_LANEWISE(vsub, a.r[l] - b.r[l])
-ATTNCHECK_LANEWISE(vdiv, a.r[l] / b.r[l])
-ATTNCHECK_LANEWISE(vmax, (std::isnan(a.r[l]) || std::isnan(b.r[l])) ? b.r[l] : std::max(a.r[l], b.r[l]))
-#undef ATTNCHECK_LANEWISE
-inline vf vfma(vf a, vf b, vf c) {
-    vf d;
-    for (int l = 0; l < kLanes; ++l) d.r[l] = std::fma(a.r[l], b.r[l], c.r[l]);
-    return d;
-}
-inline vf vmask_after(vf a, int n) {  // a select on every lane, like the AVX-512 blend
-    vf b;
-    for (int l = 0; l < kLanes; ++l) b.r[l] = l < n ? a.r[l] : kNegInf;
-    return b;
-}
-inline float vreduce_max(vf a) {
-    float m = a.r[0];
-    for (int l = 1; l < kLanes; ++l) m = std::max(m, a.r[l]);
-    return m;
-}
-inline float vreduce_add(vf a) {  // the same pairwise tree on every call
-    for (int w = kLanes / 2; w >= 1; w /= 2)
-        for (int l = 0; l < w; ++l) a.r[l] = a.r[l] + a.r[l + w];
-    return a.r[0];
-}
-// The portable path uses the C library's exp (correctly rounded or within 1 ulp in glibc).
-inline vf vexp(vf x) {
-    vf y;
-    for (int l = 0; l < kLanes; ++l) y.r[l] = std::exp(x.r[l]);
-    return y;
-}
-#endif
-
-// exp of one scalar through the same vector routine, so that scalar and vector uses agree.
-inline float sexp(float x) {
-    float tmp[kLanes];
-    vstore(tmp, vexp(vset1(x)));
-    return tmp[0];
-}
 
 // ---------------------------------------------------------------------------------------------
 // One (sequence, head) of the problem.
@@ -277,68 +149,6 @@ bool reserve_thread_scratch(std::int64_t Dk, std::int64_t Dv, bool& failed) {
     }
 }
 
-// Software prefetch of n contiguous floats into L2 (one request per 64-byte line).
-inline void prefetch_rows(const float* p, std::int64_t n) {
-#if defined(__AVX512F__) || defined(__SSE__)
-    for (std::int64_t i = 0; i < n; i += 16) _mm_prefetch(reinterpret_cast<const char*>(p + i), _MM_HINT_T1);
-#else
-    (void)p, (void)n;
-#endif
-}
-
-// Kt[c, jj] = k[t0 + jj, c] for jj < nk, 0 for nk <= jj < 64 (keys past the last visible one
-// are never read: they may be padding garbage).
-void pack_key_tile(const float* k, std::int64_t Dk, std::int64_t t0, int nk, float* kt) {
-    const float* src = k + t0 * Dk;
-#if defined(__AVX512F__)
-    // 16 keys x 16 columns at a time through an in-register transpose (64 shuffles per 256
-    // floats instead of 256 scalar stores): a decode step packs every tile it reads, so this is
-    // on its critical path. Missing keys and columns are zero (masked loads never read past
-    // the last key or the row's end).
-    for (int jj0 = 0; jj0 < kTileKeys; jj0 += kLanes)
-        for (std::int64_t c0 = 0; c0 < Dk; c0 += kLanes) {
-            const int ncol = int(std::min<std::int64_t>(kLanes, Dk - c0));
-            const __mmask16 colmask = first_n(ncol);
-            __m512 r[16], t[16];
-            for (int i = 0; i < 16; ++i)
-                r[i] = jj0 + i < nk ? _mm512_maskz_loadu_ps(colmask, src + (jj0 + i) * Dk + c0)
-                                    : _mm512_setzero_ps();
-            for (int i = 0; i < 16; i += 2) {
-                t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-                t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-            }
-            for (int g = 0; g < 16; g += 4) {  // per 4 rows: u0..u3 = columns 4k+0 .. 4k+3
-                const __m512d a0 = _mm512_castps_pd(t[g]), a1 = _mm512_castps_pd(t[g + 1]);
-                const __m512d a2 = _mm512_castps_pd(t[g + 2]), a3 = _mm512_castps_pd(t[g + 3]);
-                r[g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, a2));
-                r[g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, a2));
-                r[g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, a3));
-                r[g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, a3));
-            }
-            for (int m = 0; m < 4; ++m) {  // gather 128-bit lanes: column 4k+m from 4 row groups
-                const __m512 v0 = _mm512_shuffle_f32x4(r[m], r[4 + m], 0x88);
-                const __m512 w0 = _mm512_shuffle_f32x4(r[m], r[4 + m], 0xDD);
-                const __m512 v1 = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0x88);
-                const __m512 w1 = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0xDD);
-                const __m512 col[4] = {_mm512_shuffle_f32x4(v0, v1, 0x88),
-                                       _mm512_shuffle_f32x4(w0, w1, 0x88),
-                                       _mm512_shuffle_f32x4(v0, v1, 0xDD),
-                                       _mm512_shuffle_f32x4(w0, w1, 0xDD)};
-                for (int kq = 0; kq < 4; ++kq) {
-                    const int c = 4 * kq + m;
-                    if (c < ncol) _mm512_storeu_ps(kt + (c0 + c) * kTileKeys + jj0, col[kq]);
-                }
-            }
-        }
-#else
-    for (int jj = 0; jj < nk; ++jj)
-        for (std::int64_t c = 0; c < Dk; ++c) kt[c * kTileKeys + jj] = src[jj * Dk + c];
-    if (nk < kTileKeys)
-        for (std::int64_t c = 0; c < Dk; ++c)
-            std::fill(kt + c * kTileKeys + nk, kt + (c + 1) * kTileKeys, 0.0f);
-#endif
-}
-
 // o[r, :] = o[r, :] * alpha[r] (when scale_o) + sum_{j in [j0, j1)} p[r, j] * v[j, :], for the
 // R rows, over NV vectors of output columns starting at column dv0 (the last has `last_n`
 // lanes). Keys are added in ascending order, one FMA each.
@@ -384,7 +194,8 @@ void pv_dispatch(int nv, float* const* o_rows, const float* alpha, bool scale_o,
 }
 
 // One micro-block of R query rows (block-local indices lr0 .. lr0+R-1, absolute row i0 + lr)
-// against one key tile [t0, t0 + nk): scores, online softmax update, P V.
+// against one key tile [t0, t0 + nk): scores, online softmax update, P V. ~80 lines on purpose:
+// the R x 4 score accumulators stay in registers from the FMA chain to the softmax.
 template <int R>
 void micro_tile(const Head& hd, const Shape& sh, std::int64_t i0, int lr0, std::int64_t t0, int nk,
                 const float* kt, Scratch& s) {
@@ -554,140 +365,174 @@ thread_local std::vector<float> t_partials;
 // (the size of k itself; nothing proportional to Tq * Tk).
 thread_local std::vector<float> t_packed;
 
-int run(const attncheck_problem& p, const float* q, const float* k, const float* v, float* out) {
-    const std::int64_t B = p.batch, H = p.heads;
-    Shape base{p.q_len, p.kv_len, p.head_dim, p.value_dim, p.q_offset, p.causal != 0, p.scale};
-    const std::int64_t n_qblocks = (base.Tq + kQueryBlock - 1) / kQueryBlock;
-    const std::int64_t n_chunks_max = (base.Tk + kChunkKeys - 1) / kChunkKeys;
+// One call of the kernel: its problem, its tensors and the sizes every work split uses.
+struct Call {
+    const attncheck_problem& p;
+    const float* q;
+    const float* k;
+    const float* v;
+    float* out;
+    Shape base;                  // valid_last not set: per head, see head_at()
+    std::int64_t B, H;
+    std::int64_t n_qblocks;      // query blocks per (sequence, head)
+    std::int64_t n_chunks_max;   // key chunks of kv_len
 
-    auto head_at = [&](std::int64_t bh, Shape& sh) {
-        const std::int64_t b = bh / H;
+    Call(const attncheck_problem& p_, const float* q_, const float* k_, const float* v_, float* out_)
+        : p(p_), q(q_), k(k_), v(v_), out(out_),
+          base{p_.q_len, p_.kv_len, p_.head_dim, p_.value_dim, p_.q_offset, p_.causal != 0, p_.scale},
+          B(p_.batch), H(p_.heads), n_qblocks((base.Tq + kQueryBlock - 1) / kQueryBlock),
+          n_chunks_max((base.Tk + kChunkKeys - 1) / kChunkKeys) {}
+
+    // Keys of sequence b that are not padding.
+    std::int64_t valid(std::int64_t b) const { return p.kv_valid_len ? p.kv_valid_len[b] : base.Tk; }
+    // (sequence, head) number bh: its tensors, and its shape in sh.
+    Head head_at(std::int64_t bh, Shape& sh) const {
         Head hd{q + bh * base.Tq * base.Dk, k + bh * base.Tk * base.Dk, v + bh * base.Tk * base.Dv,
-                out + bh * base.Tq * base.Dv, p.kv_valid_len ? p.kv_valid_len[b] : base.Tk};
+                out + bh * base.Tq * base.Dv, valid(bh / H)};
         sh = base;
         sh.valid_last = hd.valid - 1;
         return hd;
-    };
-
-    bool failed = false;  // an allocation failed on some thread (no exception crosses OpenMP)
-    // Split the keys of a single query block across threads only when there are too few
-    // (sequence, head) tasks to keep the threads busy: splitting costs a second OpenMP region
-    // (the merge) and its wake-ups, which a decode step over 8 heads on 2 threads does not need.
-    // Either way the bits are the same (see the determinism note at the top).
-    const std::int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-    const bool split = n_qblocks == 1 && n_chunks_max > 1 && B * H < 2 * threads;
-    if (!split) {
-        // With several query blocks per head every key tile is used by several tasks: pack
-        // each once, up front, instead of once per query block (packing is a transpose, about
-        // as costly as a sixth of a tile's arithmetic for one 64-row block).
-        const std::int64_t n_tiles = (base.Tk + kTileKeys - 1) / kTileKeys;
-        const std::size_t tile_floats = std::size_t(base.Dk) * kTileKeys;
-        float* packed = nullptr;
-        if (n_qblocks > 1) {
-            t_packed.resize(std::size_t(B * H * n_tiles) * tile_floats);  // may throw: caught
-            packed = t_packed.data();
-#pragma omp parallel for schedule(static)
-            for (std::int64_t t = 0; t < B * H * n_tiles; ++t) {
-                const std::int64_t bh = t / n_tiles, t0 = (t % n_tiles) * kTileKeys;
-                // Keys past the last row's last visible key (padding, or the future of a causal
-                // call) are never used: don't read them.
-                const std::int64_t valid = p.kv_valid_len ? p.kv_valid_len[bh / H] : base.Tk;
-                const std::int64_t used = base.causal ? std::min(valid, base.q_offset + base.Tq) : valid;
-                const int nk = int(std::clamp<std::int64_t>(used - t0, 0, kTileKeys));
-                if (nk > 0)  // a tile of padding only is never used
-                    pack_key_tile(k + bh * base.Tk * base.Dk, base.Dk, t0, nk,
-                                  packed + std::size_t(t) * tile_floats);
-            }
-        }
-        const std::int64_t tasks = B * H * n_qblocks;
-#pragma omp parallel
-        {
-            const bool ready = reserve_thread_scratch(base.Dk, base.Dv, failed);
-#pragma omp for schedule(dynamic, 1)
-        for (std::int64_t t = 0; t < tasks; ++t) {
-            if (!ready) continue;
-            Scratch& s = t_scratch;
-            const std::int64_t bh = t / n_qblocks;
-            const std::int64_t qb = n_qblocks - 1 - t % n_qblocks;  // long causal blocks first
-            Shape sh;
-            Head hd = head_at(bh, sh);
-            if (packed) hd.kt_packed = packed + std::size_t(bh * n_tiles) * tile_floats;
-            const std::int64_t i0 = qb * kQueryBlock;
-            const int nr = int(std::min<std::int64_t>(kQueryBlock, sh.Tq - i0));
-            const std::size_t Dv = std::size_t(sh.Dv);
-            std::fill(s.o_tot.begin(), s.o_tot.begin() + std::ptrdiff_t(std::size_t(nr) * Dv), 0.0f);
-            std::fill(s.m_tot.begin(), s.m_tot.begin() + nr, kNegInf);
-            std::fill(s.l_tot.begin(), s.l_tot.begin() + nr, 0.0f);
-            const std::int64_t nch = chunks_for(sh.last_key(i0 + nr - 1));
-            for (std::int64_t c = 0; c < nch; ++c) {
-                process_chunk(hd, sh, i0, nr, c, s);
-                for (int r = 0; r < nr; ++r)
-                    merge_partial(s.m[r], s.lsum[r], s.o.data() + r * Dv, s.m_tot[r], s.l_tot[r],
-                                  s.o_tot.data() + r * Dv, sh.Dv);
-            }
-            for (int r = 0; r < nr; ++r)
-                finalize_row(s.o_tot.data() + r * Dv, s.l_tot[r], hd.out + (i0 + r) * sh.Dv, sh.Dv);
-        }
-        }  // omp parallel
-        return failed ? ATTNCHECK_UNSUPPORTED : ATTNCHECK_OK;
     }
+};
 
-    // Split: one query block (nr rows), chunks across threads. Partial layout per task:
-    // [nr, Dv] accumulator, then [nr] max, then [nr] sum.
-    const int nr = int(base.Tq);
-    const std::size_t per_task = std::size_t(nr) * (std::size_t(base.Dv) + 2);
-    const std::int64_t tasks = B * H * n_chunks_max;
-    t_partials.resize(std::size_t(tasks) * per_task);  // may throw: caught by the caller
-    float* partials = t_partials.data();
+// Runs task(t, scratch) for t in [0, n) on an OpenMP team. Every thread of the team sizes its
+// scratch first (reserve_thread_scratch), whether or not the schedule then hands it a task; a
+// thread whose allocation failed sets `failed` and runs no task. Dynamic: one task at a time,
+// for tasks of uneven cost; otherwise a static schedule.
+template <bool Dynamic, class Task>
+void for_each_task(std::int64_t n, const Shape& base, bool& failed, Task&& task) {
 #pragma omp parallel
     {
         const bool ready = reserve_thread_scratch(base.Dk, base.Dv, failed);
+        if constexpr (Dynamic) {
 #pragma omp for schedule(dynamic, 1)
-    for (std::int64_t t = 0; t < tasks; ++t) {
-        if (!ready) continue;
-        Scratch& s = t_scratch;
-        const std::int64_t bh = t / n_chunks_max, c = t % n_chunks_max;
+            for (std::int64_t t = 0; t < n; ++t)
+                if (ready) task(t, t_scratch);
+        } else {
+#pragma omp for schedule(static)
+            for (std::int64_t t = 0; t < n; ++t)
+                if (ready) task(t, t_scratch);
+        }
+    }  // omp parallel
+}
+
+// The running (m, l, o) of rows [0, nr) before their first chunk: nothing seen.
+void reset_totals(Scratch& s, int nr, std::size_t Dv) {
+    std::fill(s.o_tot.begin(), s.o_tot.begin() + std::ptrdiff_t(std::size_t(nr) * Dv), 0.0f);
+    std::fill(s.m_tot.begin(), s.m_tot.begin() + nr, kNegInf);
+    std::fill(s.l_tot.begin(), s.l_tot.begin() + nr, 0.0f);
+}
+
+// Merges one chunk's partials of rows [0, nr) (max m_c [nr], sum l_c [nr], accumulator
+// o_c [nr, Dv]) into the running totals of s.
+void merge_rows(Scratch& s, int nr, const float* m_c, const float* l_c, const float* o_c, std::size_t Dv) {
+    for (int r = 0; r < nr; ++r)
+        merge_partial(m_c[r], l_c[r], o_c + std::size_t(r) * Dv, s.m_tot[std::size_t(r)], s.l_tot[std::size_t(r)],
+                      s.o_tot.data() + std::size_t(r) * Dv, std::int64_t(Dv));
+}
+
+// out [nr, Dv] = the running totals of rows [0, nr), normalized.
+void finalize_rows(const Scratch& s, int nr, float* out, std::size_t Dv) {
+    for (int r = 0; r < nr; ++r)
+        finalize_row(s.o_tot.data() + std::size_t(r) * Dv, s.l_tot[std::size_t(r)], out + std::size_t(r) * Dv,
+                     std::int64_t(Dv));
+}
+
+// With several query blocks per head every key tile is used by several tasks: packs each once,
+// up front, into t_packed [B*H, n_tiles, Dk, 64] (packing is a transpose, about as costly as a
+// sixth of a tile's arithmetic for one 64-row block). May throw (caught by the caller).
+float* pack_all_key_tiles(const Call& c, std::int64_t n_tiles, std::size_t tile_floats) {
+    t_packed.resize(std::size_t(c.B * c.H * n_tiles) * tile_floats);
+    float* packed = t_packed.data();
+#pragma omp parallel for schedule(static)
+    for (std::int64_t t = 0; t < c.B * c.H * n_tiles; ++t) {
+        const std::int64_t bh = t / n_tiles, t0 = (t % n_tiles) * kTileKeys;
+        // Keys past the last row's last visible key (padding, or the future of a causal call)
+        // are never used: don't read them.
+        const std::int64_t valid = c.valid(bh / c.H);
+        const std::int64_t used = c.base.causal ? std::min(valid, c.base.q_offset + c.base.Tq) : valid;
+        const int nk = int(std::clamp<std::int64_t>(used - t0, 0, kTileKeys));
+        if (nk > 0)  // a tile of padding only is never used
+            pack_key_tile(c.k + bh * c.base.Tk * c.base.Dk, c.base.Dk, t0, nk, packed + std::size_t(t) * tile_floats);
+    }
+    return packed;
+}
+
+// Tasks (sequence, head, query block), each walking its chunks in order on one thread.
+int run_query_blocks(const Call& c) {
+    const std::int64_t n_tiles = (c.base.Tk + kTileKeys - 1) / kTileKeys;
+    const std::size_t tile_floats = std::size_t(c.base.Dk) * kTileKeys;
+    float* packed = c.n_qblocks > 1 ? pack_all_key_tiles(c, n_tiles, tile_floats) : nullptr;
+    const std::int64_t tasks = c.B * c.H * c.n_qblocks;
+    bool failed = false;  // an allocation failed on some thread (no exception crosses OpenMP)
+    for_each_task<true>(tasks, c.base, failed, [&](std::int64_t t, Scratch& s) {
+        const std::int64_t bh = t / c.n_qblocks;
+        const std::int64_t qb = c.n_qblocks - 1 - t % c.n_qblocks;  // long causal blocks first
         Shape sh;
-        const Head hd = head_at(bh, sh);
-        float* part = partials + std::size_t(t) * per_task;
+        Head hd = c.head_at(bh, sh);
+        if (packed) hd.kt_packed = packed + std::size_t(bh * n_tiles) * tile_floats;
+        const std::int64_t i0 = qb * kQueryBlock;
+        const int nr = int(std::min<std::int64_t>(kQueryBlock, sh.Tq - i0));
         const std::size_t Dv = std::size_t(sh.Dv);
-        if (c < chunks_for(sh.last_key(nr - 1))) {
-            process_chunk(hd, sh, 0, nr, c, s);
+        reset_totals(s, nr, Dv);
+        const std::int64_t nch = chunks_for(sh.last_key(i0 + nr - 1));
+        for (std::int64_t ch = 0; ch < nch; ++ch) {
+            process_chunk(hd, sh, i0, nr, ch, s);
+            merge_rows(s, nr, s.m.data(), s.lsum.data(), s.o.data(), Dv);
+        }
+        finalize_rows(s, nr, hd.out + i0 * sh.Dv, Dv);
+    });
+    return failed ? ATTNCHECK_UNSUPPORTED : ATTNCHECK_OK;
+}
+
+// One query block (all Tq rows), its chunks across threads: tasks (sequence, head, chunk) write
+// partials, then a second loop merges each head's partials in chunk order. Partial layout per
+// task: [nr, Dv] accumulator, then [nr] max, then [nr] sum. May throw (caught by the caller).
+int run_split_chunks(const Call& c) {
+    const int nr = int(c.base.Tq);
+    const std::size_t Dv = std::size_t(c.base.Dv);
+    const std::size_t per_task = std::size_t(nr) * (Dv + 2);
+    const std::int64_t tasks = c.B * c.H * c.n_chunks_max;
+    t_partials.resize(std::size_t(tasks) * per_task);
+    float* partials = t_partials.data();
+    bool failed = false;  // an allocation failed on some thread (no exception crosses OpenMP)
+    for_each_task<true>(tasks, c.base, failed, [&](std::int64_t t, Scratch& s) {
+        const std::int64_t bh = t / c.n_chunks_max, ch = t % c.n_chunks_max;
+        Shape sh;
+        const Head hd = c.head_at(bh, sh);
+        float* part = partials + std::size_t(t) * per_task;
+        if (ch < chunks_for(sh.last_key(nr - 1))) {
+            process_chunk(hd, sh, 0, nr, ch, s);
             std::copy(s.o.begin(), s.o.begin() + std::ptrdiff_t(std::size_t(nr) * Dv), part);
             std::copy(s.m.begin(), s.m.begin() + nr, part + std::size_t(nr) * Dv);
             std::copy(s.lsum.begin(), s.lsum.begin() + nr, part + std::size_t(nr) * Dv + std::size_t(nr));
         } else {  // past every row's last key: an empty partial
             std::fill(part + std::size_t(nr) * Dv, part + std::size_t(nr) * Dv + std::size_t(nr), kNegInf);
         }
-    }
-    }  // omp parallel
+    });
     if (failed) return ATTNCHECK_UNSUPPORTED;
-#pragma omp parallel
-    {
-        const bool ready = reserve_thread_scratch(base.Dk, base.Dv, failed);
-#pragma omp for schedule(static)
-    for (std::int64_t bh = 0; bh < B * H; ++bh) {
-        if (!ready) continue;
-        Scratch& s = t_scratch;
+    for_each_task<false>(c.B * c.H, c.base, failed, [&](std::int64_t bh, Scratch& s) {
         Shape sh;
-        const Head hd = head_at(bh, sh);
-        const std::size_t Dv = std::size_t(sh.Dv);
-        std::fill(s.o_tot.begin(), s.o_tot.begin() + std::ptrdiff_t(std::size_t(nr) * Dv), 0.0f);
-        std::fill(s.m_tot.begin(), s.m_tot.begin() + nr, kNegInf);
-        std::fill(s.l_tot.begin(), s.l_tot.begin() + nr, 0.0f);
-        for (std::int64_t c = 0; c < n_chunks_max; ++c) {
-            const float* part = partials + std::size_t(bh * n_chunks_max + c) * per_task;
-            for (int r = 0; r < nr; ++r)
-                merge_partial(part[std::size_t(nr) * Dv + std::size_t(r)],
-                              part[std::size_t(nr) * Dv + std::size_t(nr) + std::size_t(r)],
-                              part + std::size_t(r) * Dv, s.m_tot[r], s.l_tot[r],
-                              s.o_tot.data() + std::size_t(r) * Dv, sh.Dv);
+        const Head hd = c.head_at(bh, sh);
+        reset_totals(s, nr, Dv);
+        for (std::int64_t ch = 0; ch < c.n_chunks_max; ++ch) {
+            const float* part = partials + std::size_t(bh * c.n_chunks_max + ch) * per_task;
+            merge_rows(s, nr, part + std::size_t(nr) * Dv, part + std::size_t(nr) * Dv + std::size_t(nr), part, Dv);
         }
-        for (int r = 0; r < nr; ++r)
-            finalize_row(s.o_tot.data() + std::size_t(r) * Dv, s.l_tot[r], hd.out + r * sh.Dv, sh.Dv);
-    }
-    }  // omp parallel
+        finalize_rows(s, nr, hd.out, Dv);
+    });
     return failed ? ATTNCHECK_UNSUPPORTED : ATTNCHECK_OK;
+}
+
+int run(const attncheck_problem& p, const float* q, const float* k, const float* v, float* out) {
+    const Call c(p, q, k, v, out);
+    // Split the keys of a single query block across threads only when there are too few
+    // (sequence, head) tasks to keep the threads busy: splitting costs a second OpenMP region
+    // (the merge) and its wake-ups, which a decode step over 8 heads on 2 threads does not need.
+    // Either way the bits are the same (see the determinism note at the top).
+    const std::int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+    const bool split = c.n_qblocks == 1 && c.n_chunks_max > 1 && c.B * c.H < 2 * threads;
+    return split ? run_split_chunks(c) : run_query_blocks(c);
 }
 
 // True when every element count (and its byte size) fits in int64 / size_t, so no index wraps.
@@ -706,14 +551,6 @@ void exp_nonpositive(const float* x, float* y, std::size_t n) {
     std::size_t i = 0;
     for (; i + kLanes <= n; i += kLanes) vstore(y + i, vexp(vload(x + i)));
     if (i < n) vstore_n(y + i, vexp(vload_n(x + i, int(n - i))), int(n - i));
-}
-
-bool uses_avx512() {
-#if defined(__AVX512F__)
-    return true;
-#else
-    return false;
-#endif
 }
 
 }  // namespace attncheck::optimized::attention_detail

@@ -30,7 +30,4 @@ inline constexpr int kMicroRows = 6;
 // error is below FLT_MIN * 2^-22. exp(0) is exactly 1, exp(-inf) exactly 0, NaN stays NaN.
 void exp_nonpositive(const float* x, float* y, std::size_t n);
 
-// True when this build uses the AVX-512 path (false: the portable fallback).
-bool uses_avx512();
-
 }  // namespace attncheck::optimized::attention_detail

@@ -24,18 +24,34 @@ namespace attncheck::optimized {
 
 struct PackedWeights;  // weights laid out for the matrix products, made once at load time
 
+// An attention kernel and what the decoder may assume about it beyond kernel_abi.h.
+struct AttentionKernel {
+    attncheck_kernel_fn fn = attncheck_optimized_kernel;
+    // The kernel never reads a key or value row past the last one visible to the call's last
+    // query row, so a causal call costs no more with kv_len = N than with kv_len = q_offset +
+    // q_len, and rows past the visible ones may hold anything. A session then passes a layer's
+    // whole cache [H, N, dk] in one call for all heads (kv_len N, q_offset pos). Without it,
+    // one call per head on the exact incremental problem of KERNEL_ABI.md (kv_len = pos + n).
+    // A correct kernel sees the same visible keys either way; the built-in kernel gives the same
+    // bits either way (tests/optimized/decoder_test.cpp).
+    bool reads_only_visible_keys = true;
+};
+
 class Decoder {
 public:
     // Validates the model (InputError) and packs its weights. The kernel is used for every
-    // attention call (self and cross, prefill and steps).
-    explicit Decoder(const Model& model, attncheck_kernel_fn kernel = attncheck_optimized_kernel);
+    // attention call (self and cross, prefill and steps). InputError for a null kernel.
+    explicit Decoder(const Model& model, AttentionKernel kernel = {});
+    // A plain kernel function declares nothing beyond kernel_abi.h, except the built-in
+    // attncheck_optimized_kernel itself, which reads only visible keys (as with the default).
+    Decoder(const Model& model, attncheck_kernel_fn kernel);
     ~Decoder();
     Decoder(Decoder&&) noexcept;
     Decoder& operator=(Decoder&&) noexcept;
 
     const ModelConfig& config() const;
-    attncheck_kernel_fn kernel() const;
-    void set_kernel(attncheck_kernel_fn kernel);
+    attncheck_kernel_fn kernel() const { return kernel_.fn; }
+    const AttentionKernel& attention_kernel() const { return kernel_; }
     // For a kernel whose convention is NaN on a row with no visible key (PyTorch's; the ABI's is
     // 0): the decoder sets such rows to 0 after every call, as a framework's wrapper of that
     // kernel does, so the rest of the decoder sees the ABI's convention. Off by default.
@@ -62,7 +78,7 @@ public:
 
 private:
     std::unique_ptr<PackedWeights> packed_;
-    attncheck_kernel_fn kernel_;
+    AttentionKernel kernel_;
     bool zero_empty_rows_ = false;
 };
 

@@ -31,6 +31,7 @@
 
 #include "attncheck/error.hpp"
 #include "attncheck/model.hpp"
+#include "model/positions.hpp"
 #include "reference/attention.hpp"
 
 namespace attncheck::reference {
@@ -100,19 +101,13 @@ T activate(Activation a, T x) {
 
 // The sinusoidal table of MODEL.md §decoder 1, rows 0 .. n-1:
 //   pos[p, 2i] = sin(p / 10000^(2i/d)),  pos[p, 2i+1] = cos(p / 10000^(2i/d)).
-// Computed in double whatever T is, then rounded to T once, so that the float reference does
-// not add its own error in the angles to the baseline. For odd d the last column is a sine
-// with no cosine partner.                                                   -> pos [n, d]
+// Computed in double by model/positions.hpp (the optimized decoder's table too), rounded to T
+// once, so that the float reference does not add its own error in the angles to the baseline.
+//                                                                             -> pos [n, d]
 template <class T>
 xt::xtensor<T, 2> sinusoidal_positions(std::size_t n, std::size_t d) {
-    xt::xtensor<T, 2> pos = xt::zeros<T>({n, d});  // [n, d]
-    for (std::size_t p = 0; p < n; ++p)
-        for (std::size_t even = 0; even < d; even += 2) {  // even = 2i
-            const double angle = double(p) / std::pow(10000.0, double(even) / double(d));
-            pos(p, even) = T(std::sin(angle));
-            if (even + 1 < d) pos(p, even + 1) = T(std::cos(angle));
-        }
-    return pos;
+    const std::vector<double> table = attncheck::sinusoidal_positions(n, d);  // [n, d]
+    return xt::cast<T>(xt::adapt(table.data(), table.size(), xt::no_ownership(), std::vector<std::size_t>{n, d}));
 }
 
 // ---------------------------------------------------------------------------------------------

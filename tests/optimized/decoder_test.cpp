@@ -1,5 +1,5 @@
-// tests/optimized/decoder_test.cpp — the optimized decoder (optimized/decoder.hpp) and its matrix
-// products (optimized/gemm.hpp).
+// tests/optimized/decoder_test.cpp — the optimized decoder (optimized/decoder.hpp); its matrix
+// products are tested in gemm_test.cpp.
 //
 // Accuracy: every decoder result is compared with reference::Decoder<double> (the oracle) with
 // reference::Decoder<float> as the float32 baseline, through check_agreement() of
@@ -8,8 +8,7 @@
 // teacher-forced, step by step, in chunks of several sizes, in a BatchSession and in
 // forward_batch.
 //
-// Exact properties (bitwise): linear() equals the plain triple loop with the same order of
-// operations on odd sizes; results do not depend on the thread count; truncate then re-step
+// Exact properties (bitwise): results do not depend on the thread count; truncate then re-step
 // equals a fresh session fed the same history; step() allocates nothing (counted by the global
 // operator new replaced below, which only counts while a test asks it to).
 //
@@ -29,7 +28,6 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
-#include <omp.h>
 
 #include "attncheck/error.hpp"
 #include "attncheck/kernels.hpp"
@@ -39,6 +37,7 @@
 #include "optimized/gemm.hpp"
 #include "reference/decoder.hpp"
 #include "reference/error_bound.hpp"
+#include "tests/optimized/thread_count.hpp"
 
 // ---------------------------------------------------------------------------------------------
 // Allocation counting: the replaced global operator new counts while g_counting is set.
@@ -79,12 +78,7 @@ using optimized::BatchSession;
 using optimized::Decoder;
 using optimized::Session;
 
-// Restores the OpenMP thread count at scope exit.
-struct ThreadCount {
-    int saved = omp_get_max_threads();
-    explicit ThreadCount(int n) { omp_set_num_threads(n); }
-    ~ThreadCount() { omp_set_num_threads(saved); }
-};
+using testing::ThreadCount;
 
 // A plain attention kernel that allocates nothing (the reference kernel uses xtensor
 // temporaries), so that the allocation test measures the decoder alone. Two passes per row:
@@ -139,14 +133,7 @@ std::string describe(const ModelConfig& c) {
 // Odd sizes on purpose: d = 24 is not a multiple of the 32-column panel, dk = 8, f = 40 and
 // V = 37 leave ragged last panels.
 ModelConfig small_config() {
-    ModelConfig c;
-    c.vocab_size = 37;
-    c.d_model = 24;
-    c.n_heads = 3;
-    c.d_ff = 40;
-    c.n_layers = 2;
-    c.max_len = 24;
-    return c;
+    return {.vocab_size = 37, .d_model = 24, .n_heads = 3, .d_ff = 40, .n_layers = 2, .max_len = 24};
 }
 
 std::vector<ModelConfig> all_configs(const ModelConfig& base) {
@@ -212,90 +199,6 @@ void require_agrees(const std::vector<float>& candidate, const Expected& e, std:
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
-// Matrix products
-// ---------------------------------------------------------------------------------------------
-
-TEST_CASE("linear() equals the plain loop bitwise on odd sizes", "[optimized][gemm]") {
-    const std::uint64_t seed = 20240601;
-    std::mt19937_64 rng(seed);
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    // Sizes straddle every edge: 1, the micro-kernel's 12 rows, the GEMV limit 4, the 32-column
-    // panel, the 144-row block and the 256-deep K block.
-    for (int m : {1, 2, 3, 4, 5, 7, 12, 13, 33, 100, 150})
-        for (int n : {1, 7, 32, 33, 100, 300})
-            for (int k : {1, 7, 33, 100, 257})
-                for (Activation32 act : {Activation32::none, Activation32::relu, Activation32::gelu, Activation32::gelu_tanh})
-                    for (int with_residual : {0, 1}) {
-                        if (with_residual && act != Activation32::none && act != Activation32::relu) continue;
-                        const int ldx = k + 3, ldy = n + 5;  // strided rows: the ld arguments are honoured
-                        std::vector<float> w(std::size_t(n) * k), b(static_cast<std::size_t>(n)), x(std::size_t(m) * ldx),
-                            r(std::size_t(m) * ldy);
-                        for (auto* v : {&w, &b, &x, &r})
-                            for (float& e : *v) e = u(rng);
-                        const auto W = optimized::pack_weights(w.data(), n, k, b.data());
-                        std::vector<float> got(r), want(r);  // start from the residual: in place
-                        const float* res = with_residual ? got.data() : nullptr;
-                        optimized::linear(W, x.data(), m, ldx, got.data(), ldy, act, res, ldy);
-                        optimized::linear_naive(w.data(), b.data(), n, k, x.data(), m, ldx, want.data(), ldy, act,
-                                                with_residual ? r.data() : nullptr, ldy);
-                        for (int i = 0; i < m; ++i)
-                            for (int j = 0; j < ldy; ++j) {
-                                const std::size_t e = std::size_t(i) * ldy + std::size_t(j);
-                                if (got[e] != want[e]) {
-                                    FAIL_CHECK("M=" << m << " N=" << n << " K=" << k << " act=" << int(act)
-                                                    << " residual=" << with_residual << " seed=" << seed << ": y[" << i
-                                                    << "," << j << "] = " << got[e] << ", plain loop " << want[e]
-                                                    << (j >= n ? " (past N: must be untouched)" : ""));
-                                    return;
-                                }
-                            }
-                    }
-}
-
-TEST_CASE("linear() without bias, several weights concatenated", "[optimized][gemm]") {
-    std::mt19937_64 rng(7);
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    const int k = 45, m = 17;
-    std::vector<float> w1(10 * k), w2(27 * k), b1(10), x(std::size_t(m) * k);
-    for (auto* v : {&w1, &w2, &b1, &x})
-        for (float& e : *v) e = u(rng);
-    // Part 2 has no bias: its columns get bias 0, which must not change anything.
-    const auto W = optimized::pack_weights({{w1.data(), 10, b1.data()}, {w2.data(), 27, nullptr}}, k);
-    REQUIRE(W.n == 37);
-    std::vector<float> got(std::size_t(m) * 37), want1(std::size_t(m) * 10), want2(std::size_t(m) * 27);
-    optimized::linear(W, x.data(), m, k, got.data(), 37);
-    optimized::linear_naive(w1.data(), b1.data(), 10, k, x.data(), m, k, want1.data(), 10);
-    std::vector<float> zero(27, 0.0f);
-    optimized::linear_naive(w2.data(), zero.data(), 27, k, x.data(), m, k, want2.data(), 27);
-    for (int i = 0; i < m; ++i) {
-        for (int j = 0; j < 10; ++j) REQUIRE(got[std::size_t(i) * 37 + j] == want1[std::size_t(i) * 10 + j]);
-        for (int j = 0; j < 27; ++j) REQUIRE(got[std::size_t(i) * 37 + 10 + j] == want2[std::size_t(i) * 27 + j]);
-    }
-}
-
-TEST_CASE("linear() is bitwise the same on 1 and 2 threads", "[optimized][gemm][threads]") {
-    std::mt19937_64 rng(99);
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    for (auto [m, n, k] : {std::tuple{1, 300, 200}, {3, 300, 200}, {200, 700, 300}, {500, 64, 600}}) {
-        std::vector<float> w(std::size_t(n) * k), b(static_cast<std::size_t>(n)), x(std::size_t(m) * k);
-        for (auto* v : {&w, &b, &x})
-            for (float& e : *v) e = u(rng);
-        const auto W = optimized::pack_weights(w.data(), n, k, b.data());
-        std::vector<float> y1(std::size_t(m) * n), y2(y1.size());
-        {
-            ThreadCount t(1);
-            optimized::linear(W, x.data(), m, k, y1.data(), n, Activation32::gelu);
-        }
-        {
-            ThreadCount t(2);
-            optimized::linear(W, x.data(), m, k, y2.data(), n, Activation32::gelu);
-        }
-        INFO("M=" << m << " N=" << n << " K=" << k);
-        REQUIRE(y1 == y2);
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
 // The decoder against the float64 reference, every configuration
 // ---------------------------------------------------------------------------------------------
 
@@ -344,13 +247,7 @@ TEST_CASE("teacher-forced, step-by-step and chunked logits agree with the float6
 }
 
 TEST_CASE("a wider model (several panels, GEMM row blocks) agrees with the reference", "[optimized][decoder]") {
-    ModelConfig c;
-    c.vocab_size = 300;
-    c.d_model = 96;
-    c.n_heads = 4;
-    c.d_ff = 200;
-    c.n_layers = 2;
-    c.max_len = 160;
+    ModelConfig c{.vocab_size = 300, .d_model = 96, .n_heads = 4, .d_ff = 200, .n_layers = 2, .max_len = 160};
     for (Norm norm : {Norm::post, Norm::pre}) {
         c.norm = norm;
         c.cross_attention = norm == Norm::pre;
@@ -537,16 +434,8 @@ TEST_CASE("passing max_len is an InputError", "[optimized][session]") {
 }
 
 TEST_CASE("results are bitwise the same on 1 and 2 threads", "[optimized][decoder][threads]") {
-    ModelConfig c;
-    c.vocab_size = 300;
-    c.d_model = 64;
-    c.n_heads = 4;
-    c.d_ff = 128;
-    c.n_layers = 2;
-    c.max_len = 200;
-    c.cross_attention = true;
-    c.norm = Norm::pre;
-    c.activation = Activation::gelu;
+    const ModelConfig c{.vocab_size = 300, .d_model = 64, .n_heads = 4, .d_ff = 128, .n_layers = 2, .max_len = 200,
+                        .norm = Norm::pre, .cross_attention = true, .activation = Activation::gelu};
     const Model model = init_model(c, 8);
     std::mt19937_64 rng(8);
     const auto tokens = random_tokens(rng, 180, c.vocab_size);
@@ -572,9 +461,9 @@ TEST_CASE("results are bitwise the same on 1 and 2 threads", "[optimized][decode
         }
 }
 
-// The built-in kernel behind a different function pointer: the decoder cannot recognise it, so
-// it takes the general path (one kernel call per head with kv_len = pos + n, one OpenMP region
-// per product) that every foreign kernel gets.
+// The built-in kernel behind a different function pointer: passed as a plain function it declares
+// nothing, so the decoder takes the general path (one kernel call per head with kv_len = pos + n,
+// one OpenMP region per product) that every foreign kernel gets.
 extern "C" int forwarding_kernel(const attncheck_problem* p, const float* q, const float* k, const float* v,
                                  float* out) {
     return attncheck_optimized_kernel(p, q, k, v, out);
@@ -594,7 +483,7 @@ TEST_CASE("the built-in kernel's fast paths equal the general path bitwise", "[o
     std::mt19937_64 rng(12);
     const auto tokens = random_tokens(rng, 120, c.vocab_size);
     const auto mem = c.cross_attention ? random_memory(rng, c, 6, 5) : std::nullopt;
-    auto run = [&](attncheck_kernel_fn kernel, int threads) {
+    auto run = [&](optimized::AttentionKernel kernel, int threads) {
         ThreadCount t(threads);
         const Decoder dec(model, kernel);
         Session s(dec, mem);
@@ -606,9 +495,12 @@ TEST_CASE("the built-in kernel's fast paths equal the general path bitwise", "[o
         }
         return out;
     };
-    const auto general = run(forwarding_kernel, 2);
+    const auto general = run({.fn = forwarding_kernel, .reads_only_visible_keys = false}, 2);
+    // The default kernel, and a foreign function that declares the capability, take the fast path.
+    const optimized::AttentionKernel declared{.fn = forwarding_kernel, .reads_only_visible_keys = true};
+    for (const optimized::AttentionKernel& kernel : {optimized::AttentionKernel{}, declared})
     for (int threads : {1, 2, 3}) {
-        const auto fast = run(attncheck_optimized_kernel, threads);
+        const auto fast = run(kernel, threads);
         REQUIRE(fast.size() == general.size());
         for (std::size_t i = 0; i < fast.size(); ++i)
             if (fast[i] != general[i]) {
@@ -617,6 +509,37 @@ TEST_CASE("the built-in kernel's fast paths equal the general path bitwise", "[o
                                  << ", general path " << general[i]);
             }
     }
+}
+
+// The built-in kernel, counting its calls.
+std::atomic<int> g_kernel_calls{0};
+extern "C" int counting_kernel(const attncheck_problem* p, const float* q, const float* k, const float* v,
+                               float* out) {
+    g_kernel_calls.fetch_add(1);
+    return attncheck_optimized_kernel(p, q, k, v, out);
+}
+
+TEST_CASE("a kernel that reads only visible keys gets one call per layer in a step, others one per head",
+          "[optimized][session]") {
+    const ModelConfig c = small_config();  // 3 heads, 2 layers, no cross-attention
+    const Model model = init_model(c, 3);
+    auto calls_in_a_step = [&](const Decoder& dec) {
+        Session s(dec);
+        s.step(1);
+        g_kernel_calls = 0;
+        s.step(2);
+        return g_kernel_calls.load();
+    };
+    CHECK(calls_in_a_step(Decoder(model, {.fn = counting_kernel, .reads_only_visible_keys = true})) == c.n_layers);
+    CHECK(calls_in_a_step(Decoder(model, {.fn = counting_kernel, .reads_only_visible_keys = false})) ==
+          c.n_layers * c.n_heads);
+    // A plain function declares nothing, except the built-in kernel itself; the default is the
+    // built-in kernel with the capability.
+    CHECK(calls_in_a_step(Decoder(model, counting_kernel)) == c.n_layers * c.n_heads);
+    CHECK_FALSE(Decoder(model, counting_kernel).attention_kernel().reads_only_visible_keys);
+    CHECK(Decoder(model, attncheck_optimized_kernel).attention_kernel().reads_only_visible_keys);
+    CHECK(Decoder(model).attention_kernel().fn == attncheck_optimized_kernel);
+    CHECK(Decoder(model).attention_kernel().reads_only_visible_keys);
 }
 
 TEST_CASE("a kernel that refuses raises KernelError naming the problem", "[optimized][decoder]") {

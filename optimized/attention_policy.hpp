@@ -1,0 +1,147 @@
+// optimized/attention_policy.hpp — how the decoder's rows meet the attention kernel: the three
+// policies run_layers() takes (a teacher-forced batch, a chunk of one sequence at a cache
+// position, a step of a batch of sequences) and the cross-attention memory they read.
+//
+// Everything except attention is row-wise, so the policies only differ in how they lay Q, K, V
+// out for the kernel ABI ([B, H, T, dk]) and which problem they pass:
+//
+//   teacher-forced batch  q, k, v scattered to [B, H, Tmax, dk]; one call: causal,
+//                         q_offset 0, kv_valid_len = T_b (null for a single sequence)
+//   session chunk/step    K/V appended to the cache [H, N, dk], no copy of the cache per step.
+//                         A kernel that reads only visible keys (AttentionKernel): one call for
+//                         all heads, the cache layer passed as k, v [1, H, N, dk]: q_len n,
+//                         kv_len N, q_offset pos, causal (the mask hides positions >= pos+n,
+//                         which such a kernel never reads). Any other kernel: one call per head
+//                         (batch 1, heads 1), q_len n, kv_len pos+n, q_offset pos, causal, each
+//                         head's cache being a contiguous [pos+n, dk] prefix (the exact
+//                         incremental problem of KERNEL_ABI.md, with no work on unused rows).
+//   batch step            caches [B, H, N, dk]; one call for all: q_len 1, kv_len N, no causal
+//                         flag, kv_valid_len = pos_b + 1 (the rows past a sequence's position
+//                         are padding: zero at start, stale but finite after a truncate/reset).
+//   cross-attention       memory K/V computed once per call or session into [B, H, S, dk];
+//                         causal 0, kv_valid_len = the memory's valid_len.
+//
+// Dimension legend: d = d_model, H = heads, dk = d/H, L = layers, N = max_len, S = memory
+// rows, B = sequences, M = rows of a call, T = tokens of a sequence.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "attncheck/kernel_abi.h"
+#include "attncheck/model.hpp"
+#include "optimized/decoder.hpp"
+#include "optimized/weights.hpp"
+
+namespace attncheck::optimized {
+
+// The kernel of a decoder as its attention calls use it.
+struct KernelRef {
+    attncheck_kernel_fn fn;
+    bool reads_only_visible_keys;  // AttentionKernel::reads_only_visible_keys
+    bool zero_empty_rows;          // Decoder::set_zero_empty_rows
+};
+KernelRef kernel_of(const Decoder& decoder);
+
+// One sequence's cross-attention memory: K and V [H, S, dk] of every layer at layer_stride
+// (all null and 0 for a model without cross-attention).
+struct MemoryView {
+    const float* k = nullptr;
+    const float* v = nullptr;
+    std::size_t layer_stride = 0;
+    int S = 0;
+    const int32_t* valid = nullptr;  // -> the memory's valid_len
+};
+
+// Cross-attention memory of B sequences, all layers: [L, B, H, Smax, dk] for K and V.
+struct MemoryCache {
+    int S = 0;                     // Smax (0: no cross-attention)
+    std::vector<float> k, v;       // [L, B, H, S, dk]
+    std::vector<int32_t> valid;    // [B] memory valid_len
+    std::size_t seq_stride = 0;    // H * S * dk
+    std::size_t layer_stride = 0;  // B * seq_stride
+    // Computes K and V of every memory in every layer (nothing without cross-attention).
+    void build(const PackedWeights& P, const std::vector<const Memory*>& mems);
+    const float* k_at(int l, int b) const { return k.data() + std::size_t(l) * layer_stride + std::size_t(b) * seq_stride; }
+    const float* v_at(int l, int b) const { return v.data() + std::size_t(l) * layer_stride + std::size_t(b) * seq_stride; }
+    MemoryView sequence(int b) const;
+};
+
+// The memories of a call, checked against the model (InputError): none, or one per sequence.
+// Empty for a model without cross-attention.
+std::vector<const Memory*> checked_memories(const ModelConfig& c, const std::vector<std::optional<Memory>>& memories,
+                                            std::size_t batch);
+
+// Teacher-forced batch: B whole sequences, rows of sequence b at row0[b] .. row0[b]+T_b-1.
+struct TeacherAttention {
+    const PackedWeights& P;
+    KernelRef kernel;
+    const MemoryCache& mem;
+    std::vector<int> row0, len;        // [B]
+    std::vector<int32_t> valid;        // [B] = len
+    int Tmax = 0;
+    bool padded = false;               // some sequence shorter than Tmax
+    std::vector<float> qh, kh, vh, oh;  // [B, H, Tmax, dk]; the cross-attention reuses qh/oh
+
+    // Lays the sequences out one after the other (rows() rows) and sizes the ABI buffers.
+    TeacherAttention(const PackedWeights& P, KernelRef kernel, const MemoryCache& mem,
+                     const std::vector<std::vector<int>>& tokens);
+    int rows() const { return row0.empty() ? 0 : row0.back() + len.back(); }
+    void self(int l, const float* qkv, float* att);
+    void cross(int l, const float* q, float* att);
+
+private:
+    std::size_t at(int b, int hh, int t) const;
+    void scatter(const float* src, std::size_t ld, int col0, std::vector<float>& dst) const;
+    void gather(float* att) const;
+};
+
+// One sequence's cache: K and V of every layer, [L, H, N, dk] at a layer stride (a BatchSession
+// puts B of them side by side, so its layer stride is B * H * N * dk).
+struct CacheView {
+    float* k = nullptr;
+    float* v = nullptr;
+    std::size_t layer_stride = 0;
+    std::size_t head_stride = 0;  // N * dk
+};
+// Sequence b of caches k, v [L, batch, H, N, dk].
+CacheView sequence_cache(const ModelConfig& c, float* k, float* v, int batch, int b);
+
+// n rows of one sequence at cache positions pos .. pos+n-1 (a chunk of a prefill, or a step).
+struct ChunkAttention {
+    const PackedWeights& P;
+    KernelRef kernel;
+    CacheView cache;
+    MemoryView mem;
+    int pos = 0;          // cache position of the first row
+    int n = 0;            // rows
+    float* qh = nullptr;  // [H, n, dk] scratch (n > 1 only)
+    float* oh = nullptr;  // [H, n, dk] scratch (n > 1 only)
+
+    void self(int l, const float* qkv, float* att);
+    void cross(int l, const float* q, float* att);
+
+private:
+    void gather(float* att) const;
+};
+
+// One row per sequence, each at its own position: caches [L, B, H, N, dk], one kernel call for
+// the whole batch with kv_len = N and kv_valid_len = pos_b + 1.
+struct BatchStepAttention {
+    const PackedWeights& P;
+    KernelRef kernel;
+    float* k_cache;
+    float* v_cache;
+    const MemoryCache& mem;
+    const int32_t* valid;  // [B] pos_b + 1
+    const int* pos;        // [B]
+    int B;
+    float* qh;  // [B, H, 1, dk] = [B, d]
+
+    void self(int l, const float* qkv, float* att);
+    void cross(int l, const float* q, float* att);
+};
+
+}  // namespace attncheck::optimized

@@ -1,0 +1,78 @@
+// optimized/key_tile.hpp — moving keys into the attention kernel's tiles (attention_kernel.cpp):
+// the transpose of a tile of keys into Kt [Dk, 64], and the prefetch of the next tile.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "optimized/attention_kernel.hpp"
+#include "optimized/vec16.hpp"
+
+namespace attncheck::optimized::attention_detail {
+// Internal linkage, as for the rest of the kernel's pieces: only attention_kernel.cpp includes this.
+namespace {
+
+// Software prefetch of n contiguous floats into L2 (one request per 64-byte line).
+inline void prefetch_rows(const float* p, std::int64_t n) {
+#if defined(__AVX512F__) || defined(__SSE__)
+    for (std::int64_t i = 0; i < n; i += 16) _mm_prefetch(reinterpret_cast<const char*>(p + i), _MM_HINT_T1);
+#else
+    (void)p, (void)n;
+#endif
+}
+
+// Kt[c, jj] = k[t0 + jj, c] for jj < nk, 0 for nk <= jj < 64 (keys past the last visible one
+// are never read: they may be padding garbage).
+void pack_key_tile(const float* k, std::int64_t Dk, std::int64_t t0, int nk, float* kt) {
+    const float* src = k + t0 * Dk;
+#if defined(__AVX512F__)
+    // 16 keys x 16 columns at a time through an in-register transpose (64 shuffles per 256
+    // floats instead of 256 scalar stores): a decode step packs every tile it reads, so this is
+    // on its critical path. Missing keys and columns are zero (masked loads never read past
+    // the last key or the row's end).
+    for (int jj0 = 0; jj0 < kTileKeys; jj0 += kLanes)
+        for (std::int64_t c0 = 0; c0 < Dk; c0 += kLanes) {
+            const int ncol = int(std::min<std::int64_t>(kLanes, Dk - c0));
+            const __mmask16 colmask = first_n(ncol);
+            __m512 r[16], t[16];
+            for (int i = 0; i < 16; ++i)
+                r[i] = jj0 + i < nk ? _mm512_maskz_loadu_ps(colmask, src + (jj0 + i) * Dk + c0)
+                                    : _mm512_setzero_ps();
+            for (int i = 0; i < 16; i += 2) {
+                t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+                t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+            }
+            for (int g = 0; g < 16; g += 4) {  // per 4 rows: u0..u3 = columns 4k+0 .. 4k+3
+                const __m512d a0 = _mm512_castps_pd(t[g]), a1 = _mm512_castps_pd(t[g + 1]);
+                const __m512d a2 = _mm512_castps_pd(t[g + 2]), a3 = _mm512_castps_pd(t[g + 3]);
+                r[g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a0, a2));
+                r[g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a0, a2));
+                r[g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(a1, a3));
+                r[g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(a1, a3));
+            }
+            for (int m = 0; m < 4; ++m) {  // gather 128-bit lanes: column 4k+m from 4 row groups
+                const __m512 v0 = _mm512_shuffle_f32x4(r[m], r[4 + m], 0x88);
+                const __m512 w0 = _mm512_shuffle_f32x4(r[m], r[4 + m], 0xDD);
+                const __m512 v1 = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0x88);
+                const __m512 w1 = _mm512_shuffle_f32x4(r[8 + m], r[12 + m], 0xDD);
+                const __m512 col[4] = {_mm512_shuffle_f32x4(v0, v1, 0x88),
+                                       _mm512_shuffle_f32x4(w0, w1, 0x88),
+                                       _mm512_shuffle_f32x4(v0, v1, 0xDD),
+                                       _mm512_shuffle_f32x4(w0, w1, 0xDD)};
+                for (int kq = 0; kq < 4; ++kq) {
+                    const int c = 4 * kq + m;
+                    if (c < ncol) _mm512_storeu_ps(kt + (c0 + c) * kTileKeys + jj0, col[kq]);
+                }
+            }
+        }
+#else
+    for (int jj = 0; jj < nk; ++jj)
+        for (std::int64_t c = 0; c < Dk; ++c) kt[c * kTileKeys + jj] = src[jj * Dk + c];
+    if (nk < kTileKeys)
+        for (std::int64_t c = 0; c < Dk; ++c)
+            std::fill(kt + c * kTileKeys + nk, kt + (c + 1) * kTileKeys, 0.0f);
+#endif
+}
+
+}  // namespace
+}  // namespace attncheck::optimized::attention_detail

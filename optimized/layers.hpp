@@ -1,0 +1,100 @@
+// optimized/layers.hpp — the decoder's layer stack: run_layers() over M rows of the target
+// stream, its row scratch (RowBuffers) and LayerNorm.
+//
+// Everything here is row-wise except attention, which run_layers() leaves to a policy that
+// knows where the rows sit (attention_policy.hpp): the same stack serves a teacher-forced
+// batch, a chunk of one sequence at a cache position and a step of a batch of sequences.
+//
+// Dimension legend: d = d_model, f = d_ff, L = layers, M = rows of a call.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "attncheck/model.hpp"
+#include "optimized/gemm.hpp"
+#include "optimized/weights.hpp"
+
+namespace attncheck::optimized {
+
+// LayerNorm of MODEL.md (biased variance), rows of x [m, d] -> y [m, d]; y may alias x.
+// Statistics in double (see layers.cpp), the same bits wherever a row is computed.
+void layer_norm(const float* x, int m, int d, const Norm32& n, double eps, float* y);
+
+// Row scratch of the layer stack for up to `rows` rows.
+struct RowBuffers {
+    int rows = 0;
+    std::vector<float> h;    // [M, d]  LN(x) (pre-norm) or the sublayer output before LN (post)
+    std::vector<float> qkv;  // [M, 3d]
+    std::vector<float> q;    // [M, d]  cross-attention queries
+    std::vector<float> att;  // [M, d]  attention output, heads concatenated
+    std::vector<float> hid;  // [M, f]
+    void resize(const ModelConfig& c, int m) {
+        if (m <= rows) return;
+        rows = m;
+        const std::size_t M = std::size_t(m), d = std::size_t(c.d_model);
+        h.assign(M * d, 0.0f);
+        qkv.assign(M * 3 * d, 0.0f);
+        q.assign(M * d, 0.0f);
+        att.assign(M * d, 0.0f);
+        hid.assign(M * std::size_t(c.d_ff), 0.0f);
+    }
+};
+
+// The L layers and the final norm over x [M, d] in place (MODEL.md §One decoder layer).
+//   post: x = LN(x + F(x))     pre: x = x + F(LN(x))
+// Attn provides self(l, qkv [M, 3d], att [M, d]) and cross(l, q [M, d], att [M, d]).
+template <class Attn>
+void run_layers(const PackedWeights& P, int M, float* x, RowBuffers& B, Attn& attn) {
+    const ModelConfig& c = P.config;
+    const int d = c.d_model, f = c.d_ff;
+    const bool pre = c.norm == Norm::pre;
+    float* h = B.h.data();
+    // One sublayer: in = pre ? LN(x) : x; y = F(in) ; x = pre ? x + y : LN(x + y). F ends with a
+    // linear layer `out` whose input body(in) returns [M, out_k] and whose residual is fused into
+    // its epilogue.
+    auto sublayer = [&](const Norm32& ln, auto&& body, const PackedMatrix& out, int out_k) {
+        const float* in = x;
+        if (pre) {
+            layer_norm(x, M, d, ln, c.ln_eps, h);
+            in = h;
+        }
+        const float* o_in = body(in);
+        if (pre) {
+            linear(out, o_in, M, out_k, x, d, Activation32::none, x, d);  // x += F
+        } else {
+            linear(out, o_in, M, out_k, h, d, Activation32::none, x, d);  // h = x + F
+            layer_norm(h, M, d, ln, c.ln_eps, x);
+        }
+    };
+    for (int l = 0; l < c.n_layers; ++l) {
+        const LayerWeights& W = P.layers[std::size_t(l)];
+        sublayer(
+            W.norm_self,
+            [&](const float* in) -> const float* {
+                linear(W.qkv, in, M, d, B.qkv.data(), 3 * d);
+                attn.self(l, B.qkv.data(), B.att.data());
+                return B.att.data();
+            },
+            W.o, d);
+        if (c.cross_attention)
+            sublayer(
+                W.norm_cross,
+                [&](const float* in) -> const float* {
+                    linear(W.cross_q, in, M, d, B.q.data(), d);
+                    attn.cross(l, B.q.data(), B.att.data());
+                    return B.att.data();
+                },
+                W.cross_o, d);
+        sublayer(
+            W.norm_ffn,
+            [&](const float* in) -> const float* {
+                linear(W.fc1, in, M, d, B.hid.data(), f, P.act);
+                return B.hid.data();
+            },
+            W.fc2, f);
+    }
+    if (pre) layer_norm(x, M, d, P.final_norm, c.ln_eps, x);
+}
+
+}  // namespace attncheck::optimized
