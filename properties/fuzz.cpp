@@ -38,12 +38,11 @@
 #include "attncheck/declaration.hpp"
 #include "attncheck/error.hpp"
 #include "attncheck/isa.hpp"
-#include "attncheck/kernels.hpp"
+#include "kernels/registry.hpp"
 #include "properties/decoder_properties.hpp"
 #include "properties/isolation.hpp"
 #include "properties/kernel_lib.hpp"
 #include "properties/kernel_properties.hpp"
-#include "properties/mutants.hpp"
 #include "properties/property_runs.hpp"
 #include "properties/runner.hpp"
 
@@ -798,10 +797,8 @@ int run_mutants(const Options& o, std::uint64_t seed, std::vector<Row>& rows, nl
     // The wild types first: the correct kernels the mutants derive from must pass everything,
     // or a "kill" would prove nothing.
     bool controls_ok = true;
-    for (const auto& [name, fn] : {std::pair<std::string, attncheck_kernel_fn>{"zoo_base", mutant_base_kernel()},
-                                   {"zoo_online_base", mutant_online_base_kernel()}}) {
-        run_kernel_subject(o, seed, KernelUnderTest{name, fn, true}, "control", rows, line);
-    }
+    for (const KernelEntry* base : kernels_of(KernelRole::zoo_base))
+        run_kernel_subject(o, seed, KernelUnderTest{base->name, base->fn, true}, "control", rows, line);
     for (const Row& r : rows)
         if (r.kind == "control" && r.result.status != Status::pass) controls_ok = false;
 
@@ -810,7 +807,9 @@ int run_mutants(const Options& o, std::uint64_t seed, std::vector<Row>& rows, nl
               << std::setw(8) << "cases" << "also killed by\n";
     int survivors = 0;
     std::vector<int> kill_cases;
-    for (const Mutant& m : mutant_kernels()) {
+    const std::vector<const KernelEntry*> mutants = kernels_of(KernelRole::mutant);
+    for (const KernelEntry* mp : mutants) {
+        const KernelEntry& m = *mp;
         std::vector<Row> mine;
         run_kernel_subject(o, seed, KernelUnderTest{m.name, m.fn, true}, "mutant", mine, line);
         const Row* best = nullptr;
@@ -843,7 +842,7 @@ int run_mutants(const Options& o, std::uint64_t seed, std::vector<Row>& rows, nl
     const double median = kill_cases.empty() ? 0
                           : kill_cases.size() % 2 ? kill_cases[kill_cases.size() / 2]
                                                   : 0.5 * (kill_cases[kill_cases.size() / 2 - 1] + kill_cases[kill_cases.size() / 2]);
-    std::cout << "\n" << mutant_kernels().size() - std::size_t(survivors) << " of " << mutant_kernels().size()
+    std::cout << "\n" << mutants.size() - std::size_t(survivors) << " of " << mutants.size()
               << " mutants killed; median cases to the first kill: " << median << "\n";
     json_out["median_cases_to_kill"] = median;
     if (!controls_ok) {
@@ -915,13 +914,10 @@ int fuzz_main(const std::vector<std::string>& args) {
         // Resolve the kernels before running anything: a typo is bad usage, not a failure.
         std::vector<KernelUnderTest> kernels;
         for (const std::string& name : o.kernels) {
-            if (const KernelEntry* e = find_builtin_kernel(name)) kernels.push_back({e->name, e->fn, true});
-            else if (const Mutant* m = find_mutant(name)) kernels.push_back({m->name, m->fn, true});
-            else if (name == "zoo_base") kernels.push_back({name, mutant_base_kernel(), true});
-            else if (name == "zoo_online_base") kernels.push_back({name, mutant_online_base_kernel(), true});
+            if (const KernelEntry* e = find_kernel(name)) kernels.push_back({e->name, e->fn, true});
             else {
                 std::string known;
-                for (const auto& e : builtin_kernels()) known += " " + e.name;
+                for (const KernelEntry* e : kernels_of(KernelRole::builtin)) known += " " + e->name;
                 std::cerr << "attncheck fuzz: --kernel " << name << ": no such kernel (built-ins:" << known
                           << "; or a mutant name from --mutants)\n";
                 return 2;
@@ -932,11 +928,10 @@ int fuzz_main(const std::vector<std::string>& args) {
         if (!o.kernel_lib.empty()) declared = declaration_of(load_kernel_library(o.kernel_lib, o.symbol), o).to_string();
         const bool everything = !o.mutants && !o.kernel_flag && o.kernel_lib.empty() && !o.decoder;
         if (everything)
-            for (const auto& e : builtin_kernels()) kernels.push_back({e.name, e.fn, true});
+            for (const KernelEntry* e : kernels_of(KernelRole::builtin)) kernels.push_back({e->name, e->fn, true});
         // A built-in's registry declaration, then the flags' items over it.
         for (auto& k : kernels) {
-            const KernelEntry* e = find_builtin_kernel(k.name);
-            k.declaration = KernelDeclaration::parse(e ? e->declaration : "");
+            k.declaration = KernelDeclaration::parse(find_kernel(k.name)->declaration);
             k.declaration.apply(o.declare);
         }
 

@@ -7,7 +7,7 @@
 
 #include "attncheck/error.hpp"
 #include "properties/kernel_lib.hpp"
-#include "properties/mutants.hpp"
+#include "kernels/registry.hpp"
 #include "zoo_check.hpp"
 
 using namespace attncheck::properties;
@@ -75,5 +75,5 @@ TEST_CASE("the ABI probe: a kernel that refuses version 2 passes, one that accep
     CHECK_FALSE(bad.refused);
     CHECK_THAT(bad.message, Contains("accepted abi_version = 2"));
 
-    CHECK(probe_abi_refusal(mutant_base_kernel()).refused);
+    CHECK(probe_abi_refusal(attncheck::find_kernel("zoo_base")->fn).refused);
 }
