@@ -138,8 +138,6 @@ std::string seconds_text(double s) {
     return t.str();
 }
 
-// Prints one failed row. `seen` maps a counterexample already printed to where it was, so that
-// several properties failing on the same shrunk case print it once.
 void print_failure(std::ostream& os, const Row& r, std::map<std::string, std::string>& seen) {
     const PropertyResult& p = r.result;
     os << p.property << " " << to_string(p.status) << " on " << to_string(r.kind) << " " << r.subject;
@@ -161,7 +159,6 @@ void print_failure(std::ostream& os, const Row& r, std::map<std::string, std::st
     os << "  ran on: " << isa_line() << "\n\n";
 }
 
-// The properties skipped after a kernel crashed or hung, on one line.
 void print_skipped(std::ostream& os, const std::vector<Row>& rows) {
     std::string names, why;
     int n = 0;
@@ -387,7 +384,6 @@ std::string unwritable(const std::string& path) {
     return "";
 }
 
-// Writes text to path; false (errno set) when any part of it could not be written.
 bool write_file(const std::string& path, const std::string& text) {
     std::ofstream f(path);
     f << text;

@@ -1,6 +1,6 @@
-// tests/zoo/mutants_test.cpp — the zoo is well formed: the correct bases pass, and every mutant
-// is observable through the ABI (issue 4: "a mutant equivalent to the correct kernel is not a
-// mutant"). Uses the independent checker of zoo_check.hpp, not the property suite.
+// tests/zoo/mutants_test.cpp — the zoo of kernels/mutants.cpp is well formed: the correct bases
+// pass, and every mutant is observable through the ABI (a mutant equivalent to the correct kernel
+// is not a mutant). Uses the independent checker of zoo_check.hpp, not the property suite.
 #include <catch2/catch.hpp>
 
 #include <set>
