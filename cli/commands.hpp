@@ -3,7 +3,9 @@
 // Each add_*_command() adds its CLI11 subcommand (options, help text) to the app and returns the
 // function that runs it once the command line has parsed. A runner returns the process exit code
 // (0 success, 1 a check failed) and reports bad input by throwing attncheck::InputError, which
-// main() turns into exit code 2 and a message on stderr: no subcommand prints errors itself.
+// main() turns into exit code 2 and a message on stderr. The one exception is `fuzz`, whose run
+// finds usage errors of its own (an unknown kernel, a selection that runs nothing): it prints
+// every usage error it finds as "attncheck fuzz: ..." and returns 2.
 #pragma once
 
 #include <functional>
@@ -21,7 +23,6 @@ Command add_init_command(CLI::App& app);
 Command add_logits_command(CLI::App& app);
 Command add_generate_command(CLI::App& app);
 Command add_explain_command(CLI::App& app);
-// `fuzz` parses nothing itself: everything after the word `fuzz` goes to properties::fuzz_main.
 Command add_fuzz_command(CLI::App& app);
 
 }  // namespace attncheck::cli

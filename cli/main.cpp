@@ -21,7 +21,6 @@
 #include "attncheck/isa.hpp"
 #include "cli/commands.hpp"
 #include "optimized/decoder.hpp"
-#include "properties/fuzz.hpp"
 
 namespace {
 
@@ -34,12 +33,6 @@ int fail(const std::string& message) {
 }
 
 int run(int argc, char** argv) {
-    // `attncheck fuzz ...`: pass every later argument verbatim (a `--` included) to the fuzz
-    // driver, without letting CLI11 see them. The fuzz subcommand below is still registered so
-    // that it is listed by --help and reached the same way by any other spelling.
-    if (argc >= 2 && std::string(argv[1]) == "fuzz")
-        return attncheck::properties::fuzz_main(std::vector<std::string>(argv + 2, argv + argc));
-
     CLI::App app{"attncheck: verification and property testing of masked (causal) multi-head "
                  "attention in transformer decoders",
                  "attncheck"};

@@ -10,7 +10,7 @@
 #                                              properties/..., ...), for code that goes deeper than
 #                                              the one-call check; on the include path as
 #                                              "reference/attention.hpp" like in the source tree
-#   lib/libattncheck_{model,reference,optimized,properties}.a
+#   lib/libattncheck_{model,reference,optimized,kernels,properties}.a
 #   lib/cmake/attncheck/                       attncheckConfig.cmake, its version file, and the
 #                                              exported targets, namespace attncheck::
 # An outside project writes
@@ -53,9 +53,9 @@ target_include_directories(attncheck_abi INTERFACE
   $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
 add_library(attncheck::abi ALIAS attncheck_abi)
 
-# Exported names: attncheck::abi, ::model, ::reference, ::optimized, ::properties, ::flags and the
+# Exported names: attncheck::abi, ::model, ::reference, ::optimized, ::kernels, ::properties, ::flags and the
 # executable attncheck::attncheck.
-foreach(_module abi model reference optimized properties flags)
+foreach(_module abi model reference optimized kernels properties flags)
   set_target_properties(attncheck_${_module} PROPERTIES EXPORT_NAME ${_module})
 endforeach()
 
@@ -65,7 +65,7 @@ install(TARGETS attncheck_abi attncheck
   EXPORT attncheckAbiTargets
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(TARGETS attncheck_flags attncheck_model attncheck_reference attncheck_optimized
-                attncheck_properties
+                attncheck_kernels attncheck_properties
   EXPORT attncheckTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
@@ -74,7 +74,7 @@ install(DIRECTORY ${_attncheck_root}/include/attncheck
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
   FILES_MATCHING PATTERN "*.h" PATTERN "*.hpp")
 install(DIRECTORY ${_attncheck_root}/model ${_attncheck_root}/reference
-                  ${_attncheck_root}/optimized ${_attncheck_root}/properties
+                  ${_attncheck_root}/optimized ${_attncheck_root}/kernels ${_attncheck_root}/properties
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/attncheck/internal
   FILES_MATCHING PATTERN "*.hpp" PATTERN "*.h")
 

@@ -1,6 +1,6 @@
 // properties/property_runs.hpp — one property against one subject (a kernel or a decoder) at a
 // seed and budget: the generator, the input-spread tags and the exception guard around a check.
-// Shared by `attncheck fuzz` (properties/fuzz.cpp) and the one-call check_kernel()
+// Shared by `attncheck fuzz` (properties/fuzz_run.cpp) and the one-call check_kernel()
 // (properties/check.cpp), so that both run exactly the same cases for the same seed.
 #pragma once
 

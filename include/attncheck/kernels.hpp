@@ -1,11 +1,8 @@
-// attncheck/kernels.hpp — the built-in attention kernels, by registry name.
+// attncheck/kernels.hpp — the built-in attention kernels' C entry points.
 //
-// Every kernel here follows attncheck/kernel_abi.h. The registry is what `attncheck fuzz`
-// iterates over and what `--kernel NAME` looks up.
+// Both follow attncheck/kernel_abi.h. The registry that names them (with the mutant zoo) is
+// kernels/registry.hpp: what `attncheck fuzz` iterates over and `--kernel NAME` looks up.
 #pragma once
-
-#include <string>
-#include <vector>
 
 #include "attncheck/kernel_abi.h"
 #include "attncheck/problem.hpp"
@@ -21,21 +18,3 @@ int attncheck_reference_kernel(const attncheck_problem* p, const float* q, const
 int attncheck_optimized_kernel(const attncheck_problem* p, const float* q, const float* k,
                                const float* v, float* out);
 }
-
-namespace attncheck {
-
-struct KernelEntry {
-    std::string name;
-    attncheck_kernel_fn fn;
-    std::string description;
-    // What the kernel declares (attncheck/declaration.hpp); "": every problem, empty rows 0,
-    // deterministic (both built-ins).
-    std::string declaration;
-};
-
-// reference, optimized (in that order).
-const std::vector<KernelEntry>& builtin_kernels();
-// nullptr when there is no built-in kernel of that name.
-const KernelEntry* find_builtin_kernel(const std::string& name);
-
-}  // namespace attncheck

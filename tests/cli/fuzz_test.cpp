@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attncheck/check.hpp"
+#include "attncheck/isa.hpp"
 #include "properties/kernel_lib.hpp"
 #include "run_cli.hpp"
 
@@ -63,6 +64,79 @@ struct ScopedEnv {
 };
 
 }  // namespace
+
+TEST_CASE("fuzz: flags and exit codes", "[cli][fuzz]") {
+    TempDir dir;
+    CHECK(run_cli(dir, {"fuzz", "--help"}).code == 0);
+    const Result list = run_cli(dir, {"fuzz", "--list"});
+    CHECK(list.code == 0);
+    CHECK(list.out.find("kernel-level properties:\n  agreement") != std::string::npos);
+    CHECK(list.out.find("decoder-level properties:\n") != std::string::npos);
+    // Bad usage, refused before the run starts, with the words that name the problem.
+    struct Bad {
+        std::vector<std::string> args;
+        std::string words;
+    };
+    const std::vector<Bad> bad = {
+        {{"--bogus"}, "--bogus"},
+        {{"--property", "no_such_property"}, "--property no_such_property: no such property"},
+        {{"--kernel", "no_such_kernel"}, "--kernel no_such_kernel: no such kernel"},
+        {{"--cases", "0"}, "--cases 0: expected an integer in [1, 100000000]"},
+        {{"--seed", "-3"}, "--seed -3: expected a non-negative integer"},
+        {{"--timeout", "0"}, "--timeout 0: expected seconds"},
+        {{"--level", "both"}, "--level both: expected kernel or decoder"},
+        {{"--decoder", "optimized"}, "only 'reference'"},
+        {{"--kernel-lib", "/nonexistent/lib.so", "--symbol", "k"}, "/nonexistent/lib.so"},
+        {{"--kernel-lib", "x.so"}, "--kernel-lib needs --symbol NAME"},
+        {{"--symbol", "k"}, "--symbol needs --kernel-lib PATH"},
+        {{"--mutants", "--kernel", "reference"}, "does not combine"},
+        {{"--mutants", "--junit", "r.xml"}, "--junit does not combine with --mutants"},
+        {{"--cases"}, "--cases"},
+    };
+    for (const Bad& b : bad) {
+        const Result r = run_cli(dir, std::vector<std::string>{"fuzz"} + b.args);
+        INFO(b.words << "\n" << r.describe());
+        CHECK(r.code == 2);
+        CHECK(r.err.find(b.words) != std::string::npos);
+        CHECK(r.out.find("attncheck fuzz: seed") == std::string::npos);
+    }
+
+    // Repeated --kernel adds up; a single-valued flag given twice takes its last value.
+    const std::string json = dir.file("r.json");
+    run_ok(dir, {"fuzz", "--kernel", "reference", "--kernel", "zoo_base", "--property", "determinism", "--level",
+                 "kernel", "--cases", "9", "--cases", "5", "--seed", "1", "--json", json});
+    const nlohmann::json j = read_json(json);
+    REQUIRE(j["results"].size() == 2);
+    CHECK(j["results"][0]["subject"] == "reference");
+    CHECK(j["results"][1]["subject"] == "zoo_base");
+    CHECK(j["results"][0]["status"] == "pass");
+    CHECK(j["results"][0]["cases"] == 5);
+    CHECK(j["isa"] == attncheck::isa_line());
+
+    // A mutant through --kernel fails with exit 1, and the report names the code path it ran on
+    // (a verdict near a bound depends on it).
+    const Result mutant =
+        run_cli(dir, {"fuzz", "--kernel", "diagonal_masked", "--property", "agreement", "--cases", "50", "--seed", "1"});
+    INFO(mutant.describe());
+    CHECK(mutant.code == 1);
+    CHECK(mutant.out.find("attncheck fuzz: seed 1; " + attncheck::isa_line()) != std::string::npos);
+    CHECK(mutant.out.find("  ran on: " + attncheck::isa_line()) != std::string::npos);
+}
+
+TEST_CASE("fuzz's declaration flags apply in the order given", "[cli][fuzz][declaration]") {
+    TempDir dir;
+    // The later item wins: zero, then nan declared for the reference kernel (which writes zeros).
+    const Result r = run_cli(dir, {"fuzz", "--kernel", "reference", "--declare", "empty_rows=zero", "--empty-rows", "nan",
+                                   "--property", "empty_rows", "--cases", "20", "--seed", "1"});
+    INFO(r.describe());
+    CHECK(r.code == 1);
+    CHECK(r.out.find("replay: attncheck fuzz --kernel reference --declare 'empty_rows=zero; empty_rows=nan' "
+                     "--property empty_rows") != std::string::npos);
+    const Result back = run_cli(dir, {"fuzz", "--kernel", "reference", "--empty-rows", "nan", "--declare",
+                                      "empty_rows=zero", "--property", "empty_rows", "--cases", "20", "--seed", "1"});
+    INFO(back.describe());
+    CHECK(back.code == 0);
+}
 
 TEST_CASE("fuzz checks its --json and --junit files before the run", "[cli][fuzz]") {
     TempDir dir;

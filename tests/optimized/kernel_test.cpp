@@ -29,6 +29,7 @@
 #include <omp.h>
 
 #include "attncheck/kernels.hpp"
+#include "kernels/registry.hpp"
 #include "attncheck/problem.hpp"
 #include "attncheck/tolerance.hpp"
 #include "optimized/attention_kernel.hpp"
@@ -135,16 +136,18 @@ struct ThreadCountGuard {
 }  // namespace
 
 TEST_CASE("optimized kernel is registered beside the reference", "[kernel][registry]") {
-    const auto& ks = attncheck::builtin_kernels();
+    using attncheck::KernelRole;
+    const auto ks = attncheck::kernels_of(KernelRole::builtin);
     REQUIRE(ks.size() == 2);
-    CHECK(ks[0].name == "reference");
-    CHECK(ks[0].fn == &attncheck_reference_kernel);
-    CHECK(ks[1].name == "optimized");
-    CHECK(ks[1].fn == &attncheck_optimized_kernel);
-    for (const auto& e : ks) CHECK_FALSE(e.description.empty());
-    REQUIRE(attncheck::find_builtin_kernel("optimized") != nullptr);
-    CHECK(attncheck::find_builtin_kernel("optimized")->fn == &attncheck_optimized_kernel);
-    CHECK(attncheck::find_builtin_kernel("no-such-kernel") == nullptr);
+    CHECK(ks[0]->name == "reference");
+    CHECK(ks[0]->fn == &attncheck_reference_kernel);
+    CHECK(ks[1]->name == "optimized");
+    CHECK(ks[1]->fn == &attncheck_optimized_kernel);
+    for (const auto* e : ks) CHECK_FALSE(e->description.empty());
+    REQUIRE(attncheck::find_kernel("optimized", KernelRole::builtin) != nullptr);
+    CHECK(attncheck::find_kernel("optimized", KernelRole::builtin)->fn == &attncheck_optimized_kernel);
+    CHECK(attncheck::find_kernel("no-such-kernel") == nullptr);
+    CHECK(attncheck::find_kernel("zoo_base", KernelRole::builtin) == nullptr);
 }
 
 TEST_CASE("vectorized exp is within 2 ulp and exact at 0 and -inf", "[kernel][exp]") {

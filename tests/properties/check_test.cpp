@@ -7,10 +7,10 @@
 
 #include "attncheck/check.hpp"
 #include "attncheck/kernels.hpp"
+#include "kernels/registry.hpp"
 #include "properties/decoder_properties.hpp"
 #include "properties/kernel_case.hpp"
 #include "properties/kernel_properties.hpp"
-#include "properties/mutants.hpp"
 #include "properties/runner.hpp"
 
 using namespace attncheck;
@@ -29,7 +29,7 @@ TEST_CASE("check_kernel passes a correct kernel and reports every property", "[c
 }
 
 TEST_CASE("check_kernel fails a mutant with a shrunk case and a replay line", "[check]") {
-    const Mutant* m = find_mutant("missing_scale");
+    const KernelEntry* m = find_kernel("missing_scale", KernelRole::mutant);
     REQUIRE(m);
     CheckOptions o;
     o.cases = 50;
@@ -95,7 +95,7 @@ TEST_CASE("the large tier reaches tile edges, long decode contexts and wide head
 }
 
 TEST_CASE("batch_session catches a kernel that ignores kv_valid_len inside the decoder", "[check][decoder]") {
-    const Mutant* m = find_mutant("padding_ignored");
+    const KernelEntry* m = find_kernel("padding_ignored", KernelRole::mutant);
     REQUIRE(m);
     const DecoderProperty* prop = nullptr;
     for (const auto& p : decoder_properties())

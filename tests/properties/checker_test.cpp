@@ -1,19 +1,9 @@
 // tests/properties/checker_test.cpp — the checker and its reports, checked on kernels whose
 // faults we know: a failure is found, shrunk, printed with the element and the replay line,
-// replays identically from its seed; "unsupported" is counted and never hides everything; the
-// fuzz driver's flags and exit codes.
+// replays identically from its seed; "unsupported" is counted and never hides everything.
 #include <catch2/catch.hpp>
 
-#include <cstdio>
-#include <fstream>
-#include <iostream>
-#include <sstream>
-
-#include <nlohmann/json.hpp>
-
-#include "attncheck/isa.hpp"
 #include "attncheck/kernels.hpp"
-#include "properties/fuzz.hpp"
 #include "properties/kernel_properties.hpp"
 #include "properties/runner.hpp"
 
@@ -112,37 +102,4 @@ TEST_CASE("the built-in kernels pass the abi_version refusal and a refusing kern
     CHECK(run("abi_version", attncheck_reference_kernel).status == Status::pass);
     // A kernel that refuses everything also refuses abi_version 2: that property alone passes.
     CHECK(run("abi_version", refuses_everything).status == Status::pass);
-}
-
-TEST_CASE("attncheck fuzz: flags and exit codes", "[checker][fuzz]") {
-    CHECK(fuzz_main({"--help"}) == 0);
-    CHECK(fuzz_main({"--list"}) == 0);
-    CHECK(fuzz_main({"--bogus"}) == 2);
-    CHECK(fuzz_main({"--property", "no_such_property"}) == 2);
-    CHECK(fuzz_main({"--kernel", "no_such_kernel"}) == 2);
-    CHECK(fuzz_main({"--cases", "0"}) == 2);
-    CHECK(fuzz_main({"--seed", "-3"}) == 2);
-    CHECK(fuzz_main({"--kernel-lib", "/nonexistent/lib.so", "--symbol", "k"}) == 2);
-    CHECK(fuzz_main({"--mutants", "--kernel", "reference"}) == 2);
-
-    const std::string json = "properties_checker_test.json";
-    CHECK(fuzz_main({"--kernel", "reference", "--property", "determinism", "--cases", "5", "--seed", "1", "--json", json}) == 0);
-    std::ifstream in(json);
-    nlohmann::json j;
-    in >> j;
-    REQUIRE(j["results"].size() == 1);
-    CHECK(j["results"][0]["status"] == "pass");
-    CHECK(j["results"][0]["cases"] == 5);
-    CHECK(j["isa"] == attncheck::isa_line());
-    std::remove(json.c_str());
-
-    // A mutant through --kernel fails with exit 1, and the report names the code path it ran on
-    // (a verdict near a bound depends on it).
-    std::ostringstream report;
-    std::streambuf* const saved = std::cout.rdbuf(report.rdbuf());
-    const int code = fuzz_main({"--kernel", "diagonal_masked", "--property", "agreement", "--cases", "50", "--seed", "1"});
-    std::cout.rdbuf(saved);
-    CHECK(code == 1);
-    CHECK(report.str().find("attncheck fuzz: seed 1; " + attncheck::isa_line()) != std::string::npos);
-    CHECK(report.str().find("  ran on: " + attncheck::isa_line()) != std::string::npos);
 }

@@ -4,10 +4,9 @@
 
 #include <algorithm>
 
-#include "attncheck/kernels.hpp"
+#include "kernels/registry.hpp"
 #include "properties/decoder_properties.hpp"
 #include "properties/kernel_properties.hpp"
-#include "properties/mutants.hpp"
 #include "properties/runner.hpp"
 #include "tests/properties/ci_params.hpp"
 
@@ -35,10 +34,10 @@ std::string report(const PropertyResult& r, const std::string& subject) {
 
 TEST_CASE("the built-in kernels pass every kernel property", "[properties]") {
     const RunParams params = test::ci_params(150);
-    for (const KernelEntry& e : builtin_kernels())
+    for (const KernelEntry* e : kernels_of(KernelRole::builtin))
         for (const KernelProperty& prop : kernel_properties()) {
-            const PropertyResult r = run(prop, KernelUnderTest{e.name, e.fn, true}, params);
-            INFO(report(r, e.name));
+            const PropertyResult r = run(prop, KernelUnderTest{e->name, e->fn, true}, params);
+            INFO(report(r, e->name));
             CHECK(r.status == Status::pass);
             CHECK(r.cases == params.cases);
             CHECK(r.unsupported == 0);  // the built-ins support every valid problem
@@ -47,11 +46,10 @@ TEST_CASE("the built-in kernels pass every kernel property", "[properties]") {
 
 TEST_CASE("the zoo's correct base kernels pass every kernel property", "[properties][zoo]") {
     const RunParams params = test::ci_params(150);
-    for (const auto& [name, fn] : {std::pair<const char*, attncheck_kernel_fn>{"zoo_base", mutant_base_kernel()},
-                                   {"zoo_online_base", mutant_online_base_kernel()}})
+    for (const KernelEntry* base : kernels_of(KernelRole::zoo_base))
         for (const KernelProperty& prop : kernel_properties()) {
-            const PropertyResult r = run(prop, KernelUnderTest{name, fn, true}, params);
-            INFO(report(r, name));
+            const PropertyResult r = run(prop, KernelUnderTest{base->name, base->fn, true}, params);
+            INFO(report(r, base->name));
             CHECK(r.status == Status::pass);
         }
 }
@@ -59,7 +57,7 @@ TEST_CASE("the zoo's correct base kernels pass every kernel property", "[propert
 TEST_CASE("the reference and optimized decoders pass every decoder property", "[properties][decoder]") {
     const RunParams params = test::ci_params(15);
     std::vector<DecoderUnderTest> decoders = {{"reference", nullptr}};
-    for (const KernelEntry& e : builtin_kernels()) decoders.push_back({"optimized[" + e.name + "]", e.fn});
+    for (const KernelEntry* e : kernels_of(KernelRole::builtin)) decoders.push_back({"optimized[" + e->name + "]", e->fn});
     for (const DecoderUnderTest& d : decoders)
         for (const DecoderProperty& prop : decoder_properties()) {
             if (prop.optimized_only && !d.optimized()) continue;
@@ -76,12 +74,12 @@ TEST_CASE("every mutant is killed by some kernel property within the default bud
     // mutant's properties run only until the first one kills it.
     const RunParams ci = test::ci_params(300);
     const RunParams params{ci.seed, std::max(ci.cases, 300)};
-    REQUIRE(mutant_kernels().size() >= 12);
-    for (const Mutant& m : mutant_kernels()) {
+    REQUIRE(kernels_of(KernelRole::mutant).size() >= 12);
+    for (const KernelEntry* m : kernels_of(KernelRole::mutant)) {
         int first_kill = 0;
         std::string by;
         for (const KernelProperty& prop : kernel_properties()) {
-            const PropertyResult r = run(prop, KernelUnderTest{m.name, m.fn, true}, params);
+            const PropertyResult r = run(prop, KernelUnderTest{m->name, m->fn, true}, params);
             CHECK(r.status != Status::error);
             if (r.status == Status::fail && (first_kill == 0 || r.failed_at < first_kill)) {
                 first_kill = r.failed_at;
@@ -89,7 +87,7 @@ TEST_CASE("every mutant is killed by some kernel property within the default bud
             }
             if (first_kill > 0) break;
         }
-        INFO("mutant " << m.name << " (" << m.bug << "): killed by " << (by.empty() ? "nothing" : by)
+        INFO("mutant " << m->name << " (" << m->bug << "): killed by " << (by.empty() ? "nothing" : by)
                        << " after " << first_kill << " cases");
         CHECK(first_kill > 0);
     }

@@ -1,53 +1,58 @@
-// tests/zoo/mutants_test.cpp — the zoo is well formed: the correct bases pass, and every mutant
-// is observable through the ABI (issue 4: "a mutant equivalent to the correct kernel is not a
-// mutant"). Uses the independent checker of zoo_check.hpp, not the property suite.
+// tests/zoo/mutants_test.cpp — the zoo of kernels/mutants.cpp is well formed: the correct bases
+// pass, and every mutant is observable through the ABI (a mutant equivalent to the correct kernel
+// is not a mutant). Uses the independent checker of zoo_check.hpp, not the property suite.
 #include <catch2/catch.hpp>
 
 #include <set>
 
-#include "properties/mutants.hpp"
+#include "kernels/registry.hpp"
 #include "zoo_check.hpp"
 
-using namespace attncheck::properties;
+using namespace attncheck;
 using namespace zoo_test;
 
 TEST_CASE("the zoo has at least 14 uniquely named mutants, each with a one-line bug") {
-    const auto& zoo = mutant_kernels();
+    const auto zoo = kernels_of(KernelRole::mutant);
     CHECK(zoo.size() >= 14);
     std::set<std::string> names;
-    for (const Mutant& m : zoo) {
-        INFO(m.name);
-        CHECK(names.insert(m.name).second);
-        CHECK(m.fn != nullptr);
-        CHECK(!m.bug.empty());
-        CHECK(m.bug.find('\n') == std::string::npos);
-        CHECK(find_mutant(m.name) == &m);
+    for (const KernelEntry* m : zoo) {
+        INFO(m->name);
+        CHECK(names.insert(m->name).second);
+        CHECK(m->fn != nullptr);
+        CHECK(!m->bug.empty());
+        CHECK(m->bug.find('\n') == std::string::npos);
+        CHECK(find_kernel(m->name) == m);
+        CHECK(find_kernel(m->name, KernelRole::mutant) == m);
+        CHECK(find_kernel(m->name, KernelRole::builtin) == nullptr);
     }
-    CHECK(find_mutant("no such mutant") == nullptr);
+    CHECK(find_kernel("no such mutant") == nullptr);
+    // Every name in the registry is unique across roles (a name selects one kernel).
+    std::set<std::string> all;
+    for (const KernelEntry& e : kernel_registry()) CHECK(all.insert(e.name).second);
 }
 
 TEST_CASE("the correct bases agree with the reference on every witness problem and seed") {
-    for (attncheck_kernel_fn base : {mutant_base_kernel(), mutant_online_base_kernel()})
+    REQUIRE(kernels_of(KernelRole::zoo_base).size() == 2);
+    for (const KernelEntry* base : kernels_of(KernelRole::zoo_base))
         for (const Problem& pr : witness_problems())
             for (std::uint32_t seed = 1; seed <= 20; ++seed) {
-                const zoo_test::Verdict v = check_once(base, make_inputs(pr, seed));
-                INFO((base == mutant_base_kernel() ? "two-pass" : "online") << " base, problem "
-                     << pr.name << ", seed " << seed << ": " << v.why);
+                const zoo_test::Verdict v = check_once(base->fn, make_inputs(pr, seed));
+                INFO(base->name << ", problem " << pr.name << ", seed " << seed << ": " << v.why);
                 CHECK_FALSE(v.flagged);
             }
 }
 
 TEST_CASE("every mutant is observable: some witness problem exposes it") {
-    for (const Mutant& m : mutant_kernels()) {
+    for (const KernelEntry* m : kernels_of(KernelRole::mutant)) {
         std::string caught_by;
         for (const Problem& pr : witness_problems()) {
-            const zoo_test::Verdict v = check_once(m.fn, make_inputs(pr, 1));
+            const zoo_test::Verdict v = check_once(m->fn, make_inputs(pr, 1));
             if (v.flagged) {
                 caught_by = pr.name + ": " + v.why;
                 break;
             }
         }
-        INFO("mutant " << m.name << " (" << m.bug << ")" << (caught_by.empty() ? " not caught" : " caught by " + caught_by));
+        INFO("mutant " << m->name << " (" << m->bug << ")" << (caught_by.empty() ? " not caught" : " caught by " + caught_by));
         CHECK(!caught_by.empty());
     }
 }
@@ -55,16 +60,16 @@ TEST_CASE("every mutant is observable: some witness problem exposes it") {
 TEST_CASE("mutants refuse malformed problems like the built-in kernels (unsupported never hides a bug)") {
     Inputs in = make_inputs(witness_problems()[0], 3);
     std::vector<float> out(4096 + 64, 0.0f);
-    for (const Mutant& m : mutant_kernels()) {
-        INFO(m.name);
+    for (const KernelEntry* m : kernels_of(KernelRole::mutant)) {
+        INFO(m->name);
         attncheck_problem p = in.p;
         p.abi_version = 2;
-        CHECK(m.fn(&p, in.q.data(), in.k.data(), in.v.data(), out.data()) != ATTNCHECK_OK);
+        CHECK(m->fn(&p, in.q.data(), in.k.data(), in.v.data(), out.data()) != ATTNCHECK_OK);
         p = in.p;
         p.q_offset = -1;
-        CHECK(m.fn(&p, in.q.data(), in.k.data(), in.v.data(), out.data()) != ATTNCHECK_OK);
+        CHECK(m->fn(&p, in.q.data(), in.k.data(), in.v.data(), out.data()) != ATTNCHECK_OK);
         p = in.p;
         p.head_dim = 0;
-        CHECK(m.fn(&p, in.q.data(), in.k.data(), in.v.data(), out.data()) != ATTNCHECK_OK);
+        CHECK(m->fn(&p, in.q.data(), in.k.data(), in.v.data(), out.data()) != ATTNCHECK_OK);
     }
 }

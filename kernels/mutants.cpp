@@ -1,13 +1,29 @@
-// properties/mutants.cpp — the mutant zoo (see mutants.hpp for what it is for).
+// kernels/mutants.cpp — the mutant zoo: deliberately broken attention kernels, each the zoo's
+// correct textbook kernel with exactly ONE bug that kernel authors really ship.
 //
-// One textbook kernel, templated on a Bug: Bug::none is the correct kernel (two-pass masked
-// softmax with max-subtraction, in float32, like reference/attention.hpp), and each other value
-// switches on exactly one deviation at the one place a real kernel gets it wrong. Keeping every
-// mutant a one-line `if constexpr` away from the same correct code is what makes "exactly one
-// bug" true by construction, and lets a reader diff a mutant against the base at a glance.
+// Quick start for adding a mutant:
+//   1. Add a value to `enum class Bug` below and switch on its one deviation with an
+//      `if constexpr (bug == Bug::your_bug)` at the one place a real kernel gets it wrong in
+//      textbook_kernel (or write a kernel of its own beside online_kernel if the bug needs
+//      another algorithm).
+//   2. Add its entry to zoo_entries() at the end of this file: mutant("your_bug",
+//      textbook_kernel<Bug::your_bug>, "one line: what is wrong"). The name is what reports and
+//      `--kernel NAME` use; keep the existing names as they are.
+//   3. Build and run `attncheck fuzz --mutants`: every mutant must be killed (exit 0), and
+//      `ctest -R zoo` checks that some witness problem exposes it (tests/zoo/mutants_test.cpp).
+//      A mutant no property kills is a gap in the properties (or a bug not observable through
+//      the ABI, which is not a mutant).
+//
+// Why the zoo exists: a property suite that passes every correct kernel proves nothing until it
+// also fails broken ones. The bugs come from real kernels (masking alignment, softmax stability,
+// padding, strides, memory safety, precision, determinism), not tuned to the properties: each is
+// observable through the ABI as a black box. Bug::none is the correct kernel (two-pass masked
+// softmax with max-subtraction, in float32, like reference/attention.hpp); keeping every mutant
+// a one-line `if constexpr` away from the same correct code makes "exactly one bug" true by
+// construction, and lets a reader diff a mutant against the base at a glance.
 //
 // Dimension legend: B = batch, H = heads, Tq = q_len, Tk = kv_len, Dk = head_dim, Dv = value_dim.
-#include "properties/mutants.hpp"
+#include "kernels/mutants.hpp"
 
 #include <atomic>
 #include <cmath>
@@ -17,9 +33,9 @@
 #include <limits>
 #include <vector>
 
-#include "attncheck/kernels.hpp"
+#include "attncheck/problem.hpp"
 
-namespace attncheck::properties {
+namespace attncheck {
 namespace {
 
 enum class Bug {
@@ -66,6 +82,8 @@ float round_to_bf16(float x) {
 // Calls of the nondeterministic mutant so far (process-wide, like a kernel's hidden state).
 std::atomic<std::uint64_t> g_nondeterministic_calls{0};
 
+// One function with every bug a line away from the correct code: split, the diff against the
+// base would no longer be visible at a glance.
 template <Bug bug>
 int textbook_kernel(const attncheck_problem* p, const float* q, const float* k, const float* v,
                     float* out) {
@@ -246,72 +264,75 @@ int online_kernel(const attncheck_problem* p, const float* q, const float* k, co
     return ATTNCHECK_OK;
 }
 
+// A mutant's registry entry; `writes_out_of_bounds`: it writes outside out (call it only with
+// guard elements after out, or in an isolated worker).
+KernelEntry mutant(std::string name, attncheck_kernel_fn fn, std::string bug, bool writes_out_of_bounds = false) {
+    const bool online = fn == online_kernel<false>;
+    return {std::move(name), fn, online ? "zoo_online_base with one bug" : "zoo_base with one bug", KernelRole::mutant,
+            "", writes_out_of_bounds, std::move(bug)};
+}
+
 }  // namespace
 
-const std::vector<Mutant>& mutant_kernels() {
-    static const std::vector<Mutant> zoo = {
-        {"causal_ignores_q_offset", textbook_kernel<Bug::causal_ignores_q_offset>,
-         "causal mask aligned to query row i instead of its position q_offset + i (breaks decode and chunked prefill)"},
-        {"diagonal_masked", textbook_kernel<Bug::diagonal_masked>,
-         "causal mask uses j < q_offset + i: a query cannot see its own key"},
-        {"future_peek", textbook_kernel<Bug::future_peek>,
-         "causal mask uses j <= q_offset + i + 1: every query sees one key of the future"},
-        {"causal_bottom_right", textbook_kernel<Bug::causal_bottom_right>,
-         "causal mask aligned to the end of the keys (q_offset taken as kv_len - q_len) instead of q_offset"},
-        {"missing_scale", textbook_kernel<Bug::missing_scale>,
-         "scale never applied: softmax of raw q.k"},
-        {"scale_twice", textbook_kernel<Bug::scale_twice>,
-         "scale applied twice (caller pre-scaled q and the kernel scales again): softmax of scale^2 q.k"},
-        {"no_max_subtraction", textbook_kernel<Bug::no_max_subtraction>,
-         "softmax without subtracting the row max: exp overflows to inf and the row becomes NaN on large scores"},
-        {"exp2_without_log2e", textbook_kernel<Bug::exp2_without_log2e>,
-         "exp2 used for exp without folding log2(e) into the scale: softmax at the wrong temperature"},
-        {"mask_after_softmax", textbook_kernel<Bug::mask_after_softmax>,
-         "softmax over all keys, then masked weights zeroed without renormalising: rows sum to less than 1"},
-        {"nan_on_empty_row", textbook_kernel<Bug::nan_on_empty_row>,
-         "a row with no visible key (all padding) computes exp(-inf - -inf)/0 = NaN instead of zeros"},
-        {"padding_ignored", textbook_kernel<Bug::padding_ignored>,
-         "kv_valid_len ignored: padded keys and values are attended to"},
-        {"padding_from_first_sequence", textbook_kernel<Bug::padding_from_first_sequence>,
-         "kv_valid_len[0] used for every sequence of the batch instead of kv_valid_len[b]"},
-        {"heads_mixed", textbook_kernel<Bug::heads_mixed>,
-         "keys and values of head h read from head (h + 1) % H"},
-        {"batch_head_transposed", textbook_kernel<Bug::batch_head_transposed>,
-         "k and v indexed as [H, B, ...] (h * B + b) instead of [B, H, ...] (b * H + h)"},
-        {"drops_last_key", textbook_kernel<Bug::drops_last_key>,
-         "key loop bound kv_len - 1: the last key is never attended to"},
-        {"drops_last_value_column", textbook_kernel<Bug::drops_last_value_column>,
-         "output column loop bound value_dim - 1: the last column of out is never written"},
-        {"probs_bf16", textbook_kernel<Bug::probs_bf16>,
-         "probabilities rounded to bfloat16 before P.V: errors of ~0.4% of each weight"},
-        {"online_rescale_forgotten", online_kernel<false>,
-         "online softmax over key tiles of 2 forgets to rescale the accumulator when the running max grows"},
-        {"accumulates_into_out", textbook_kernel<Bug::accumulates_into_out>,
-         "adds the result into out instead of overwriting it (assumes the caller zeroed out)"},
-        {"input_modified", textbook_kernel<Bug::input_modified>,
-         "scales q in place (q *= scale) and leaves the caller's q modified"},
-        {"oob_write", textbook_kernel<Bug::oob_write>,
-         "writes one float past the end of out (out[B*H*Tq*Dv])", /*writes_out_of_bounds=*/true},
-        {"nondeterministic", textbook_kernel<Bug::nondeterministic>,
-         "every other call moves each output by one ulp (hidden global state): same call, different bits"},
-        {"tile_edge_key_dropped", textbook_kernel<Bug::tile_edge_key_dropped>,
-         "the first key of every 64-key tile after the first (j = 64, 128, ...) is skipped: only Tk > 64 shows it"},
-        {"split_k_chunk_lost", textbook_kernel<Bug::split_k_chunk_lost>,
-         "a split-K decode (Tq <= 64) over 512-key chunks drops chunk 0 in the merge: only Tk > 512 shows it"},
-        {"lane_remainder_dropped", textbook_kernel<Bug::lane_remainder_dropped>,
-         "the 16-lane dot-product path for head_dim >= 64 drops the head_dim % 16 tail columns"},
+std::vector<KernelEntry> zoo_entries() {
+    return {
+        {"zoo_base", textbook_kernel<Bug::none>,
+         "the zoo's correct textbook kernel: two-pass masked softmax with max-subtraction, float32",
+         KernelRole::zoo_base, "", false, ""},
+        {"zoo_online_base", online_kernel<true>,
+         "the zoo's correct streaming kernel: online softmax over key tiles of 2, float32", KernelRole::zoo_base, "",
+         false, ""},
+        mutant("causal_ignores_q_offset", textbook_kernel<Bug::causal_ignores_q_offset>,
+               "causal mask aligned to query row i instead of its position q_offset + i (breaks decode and chunked prefill)"),
+        mutant("diagonal_masked", textbook_kernel<Bug::diagonal_masked>,
+               "causal mask uses j < q_offset + i: a query cannot see its own key"),
+        mutant("future_peek", textbook_kernel<Bug::future_peek>,
+               "causal mask uses j <= q_offset + i + 1: every query sees one key of the future"),
+        mutant("causal_bottom_right", textbook_kernel<Bug::causal_bottom_right>,
+               "causal mask aligned to the end of the keys (q_offset taken as kv_len - q_len) instead of q_offset"),
+        mutant("missing_scale", textbook_kernel<Bug::missing_scale>,
+               "scale never applied: softmax of raw q.k"),
+        mutant("scale_twice", textbook_kernel<Bug::scale_twice>,
+               "scale applied twice (caller pre-scaled q and the kernel scales again): softmax of scale^2 q.k"),
+        mutant("no_max_subtraction", textbook_kernel<Bug::no_max_subtraction>,
+               "softmax without subtracting the row max: exp overflows to inf and the row becomes NaN on large scores"),
+        mutant("exp2_without_log2e", textbook_kernel<Bug::exp2_without_log2e>,
+               "exp2 used for exp without folding log2(e) into the scale: softmax at the wrong temperature"),
+        mutant("mask_after_softmax", textbook_kernel<Bug::mask_after_softmax>,
+               "softmax over all keys, then masked weights zeroed without renormalising: rows sum to less than 1"),
+        mutant("nan_on_empty_row", textbook_kernel<Bug::nan_on_empty_row>,
+               "a row with no visible key (all padding) computes exp(-inf - -inf)/0 = NaN instead of zeros"),
+        mutant("padding_ignored", textbook_kernel<Bug::padding_ignored>,
+               "kv_valid_len ignored: padded keys and values are attended to"),
+        mutant("padding_from_first_sequence", textbook_kernel<Bug::padding_from_first_sequence>,
+               "kv_valid_len[0] used for every sequence of the batch instead of kv_valid_len[b]"),
+        mutant("heads_mixed", textbook_kernel<Bug::heads_mixed>,
+               "keys and values of head h read from head (h + 1) % H"),
+        mutant("batch_head_transposed", textbook_kernel<Bug::batch_head_transposed>,
+               "k and v indexed as [H, B, ...] (h * B + b) instead of [B, H, ...] (b * H + h)"),
+        mutant("drops_last_key", textbook_kernel<Bug::drops_last_key>,
+               "key loop bound kv_len - 1: the last key is never attended to"),
+        mutant("drops_last_value_column", textbook_kernel<Bug::drops_last_value_column>,
+               "output column loop bound value_dim - 1: the last column of out is never written"),
+        mutant("probs_bf16", textbook_kernel<Bug::probs_bf16>,
+               "probabilities rounded to bfloat16 before P.V: errors of ~0.4% of each weight"),
+        mutant("online_rescale_forgotten", online_kernel<false>,
+               "online softmax over key tiles of 2 forgets to rescale the accumulator when the running max grows"),
+        mutant("accumulates_into_out", textbook_kernel<Bug::accumulates_into_out>,
+               "adds the result into out instead of overwriting it (assumes the caller zeroed out)"),
+        mutant("input_modified", textbook_kernel<Bug::input_modified>,
+               "scales q in place (q *= scale) and leaves the caller's q modified"),
+        mutant("oob_write", textbook_kernel<Bug::oob_write>,
+               "writes one float past the end of out (out[B*H*Tq*Dv])", /*writes_out_of_bounds=*/true),
+        mutant("nondeterministic", textbook_kernel<Bug::nondeterministic>,
+               "every other call moves each output by one ulp (hidden global state): same call, different bits"),
+        mutant("tile_edge_key_dropped", textbook_kernel<Bug::tile_edge_key_dropped>,
+               "the first key of every 64-key tile after the first (j = 64, 128, ...) is skipped: only Tk > 64 shows it"),
+        mutant("split_k_chunk_lost", textbook_kernel<Bug::split_k_chunk_lost>,
+               "a split-K decode (Tq <= 64) over 512-key chunks drops chunk 0 in the merge: only Tk > 512 shows it"),
+        mutant("lane_remainder_dropped", textbook_kernel<Bug::lane_remainder_dropped>,
+               "the 16-lane dot-product path for head_dim >= 64 drops the head_dim % 16 tail columns"),
     };
-    return zoo;
 }
 
-const Mutant* find_mutant(const std::string& name) {
-    for (const Mutant& m : mutant_kernels())
-        if (m.name == name) return &m;
-    return nullptr;
-}
-
-attncheck_kernel_fn mutant_base_kernel() { return textbook_kernel<Bug::none>; }
-
-attncheck_kernel_fn mutant_online_base_kernel() { return online_kernel<true>; }
-
-}  // namespace attncheck::properties
+}  // namespace attncheck

@@ -1,0 +1,45 @@
+// kernels/registry.hpp — every attention kernel attncheck knows by name: the built-in kernels,
+// the mutant zoo's correct base kernels and its mutants, in one registry with one lookup.
+//
+// The names are stable: they appear in reports and on the command line (`attncheck fuzz
+// --kernel NAME`). Every kernel follows attncheck/kernel_abi.h (a mutant except for its one bug).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attncheck/kernel_abi.h"
+#include "attncheck/kernels.hpp"
+
+namespace attncheck {
+
+enum class KernelRole {
+    builtin,   // the kernels attncheck ships (reference, optimized): `attncheck fuzz` runs them
+    zoo_base,  // a correct kernel the mutants derive from: must pass every property
+    mutant,    // a zoo base with one deliberate bug: some property must fail it
+};
+const char* to_string(KernelRole role);
+
+struct KernelEntry {
+    std::string name;
+    attncheck_kernel_fn fn;
+    std::string description;
+    KernelRole role;
+    // What the kernel declares (attncheck/declaration.hpp); "": every problem, empty rows 0,
+    // deterministic.
+    std::string declaration;
+    // True for a kernel that writes outside out: call it only with guard elements after out (or
+    // in an isolated worker).
+    bool writes_out_of_bounds = false;
+    std::string bug;  // a mutant's one bug, in one line; "" for a correct kernel
+};
+
+// Every kernel: the built-ins, the zoo's bases, the mutants (each group in a fixed order).
+const std::vector<KernelEntry>& kernel_registry();
+// The kernel of that name (of that role, when given); nullptr when there is none.
+const KernelEntry* find_kernel(const std::string& name, std::optional<KernelRole> role = std::nullopt);
+// The kernels of one role, in registry order.
+std::vector<const KernelEntry*> kernels_of(KernelRole role);
+
+}  // namespace attncheck

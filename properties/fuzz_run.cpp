@@ -1,0 +1,134 @@
+// properties/fuzz_run.cpp — the budgets, the progress line and the subject runs of `attncheck
+// fuzz` (properties/fuzz_run.hpp).
+#include "properties/fuzz_run.hpp"
+
+#include <unistd.h>
+
+#include <rapidcheck.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <iostream>
+
+#include "properties/property_runs.hpp"
+
+namespace attncheck::properties {
+
+const char* to_string(Level level) {
+    switch (level) {
+        case Level::all: return "all";
+        case Level::kernel: return "kernel";
+        case Level::decoder: return "decoder";
+    }
+    return "?";
+}
+
+void quiet_rapidcheck_configuration() {
+    std::streambuf* err = std::cerr.rdbuf(nullptr);
+    (void)rc::detail::configuration();
+    std::cerr.rdbuf(err);
+}
+
+std::uint64_t run_seed(const FuzzOptions& o) {
+    return o.seed.value_or(std::uint64_t(std::chrono::system_clock::now().time_since_epoch().count()) % 1000000007ull);
+}
+
+std::string progress_label(RowKind kind, const std::string& subject, const std::string& property) {
+    std::string label = "[";
+    label += to_string(kind);
+    label += " " + subject + "] " + property;
+    return label;
+}
+
+ProgressLine::ProgressLine(bool forced) : tty_(isatty(2) != 0), on_(tty_ || forced) {}
+
+Progress ProgressLine::track(const std::string& label, int total) {
+    if (!on_) return {};
+    return [this, label, total](int done) {
+        show(label + " " + std::to_string(done) + "/" + std::to_string(total), done == total);
+    };
+}
+
+void ProgressLine::show(const std::string& text, bool force) {
+    if (!on_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (!force && now - last_ < (tty_ ? std::chrono::milliseconds(100) : std::chrono::milliseconds(1000))) return;
+    last_ = now;
+    if (tty_) std::fprintf(stderr, "\r\033[K%s", text.c_str());
+    else std::fprintf(stderr, "%s\n", text.c_str());
+    std::fflush(stderr);
+}
+
+void ProgressLine::clear() {
+    if (tty_) std::fprintf(stderr, "\r\033[K");
+}
+
+bool selected(const FuzzOptions& o, const std::string& property) {
+    return o.properties.empty() || std::find(o.properties.begin(), o.properties.end(), property) != o.properties.end();
+}
+
+int kernel_cases(const FuzzOptions& o) { return o.cases.value_or(kDefaultKernelCases); }
+int decoder_cases(const FuzzOptions& o) { return o.cases.value_or(kDefaultDecoderCases); }
+
+int decoder_cases(const FuzzOptions& o, bool kernel_failed, int& capped_from) {
+    capped_from = 0;
+    if (o.cases || !kernel_failed || kDefaultDecoderCases <= kCappedDecoderCases) return decoder_cases(o);
+    capped_from = kDefaultDecoderCases;
+    return kCappedDecoderCases;
+}
+
+RunParams run_params(const FuzzOptions& o, std::uint64_t seed, int cases) { return RunParams{seed, cases, o.shrink_time_s}; }
+
+std::string declare_flag(const FuzzOptions& o) { return o.declare.empty() ? "" : " --declare '" + o.declare + "'"; }
+
+KernelDeclaration declaration_of(const LoadedKernel& lk, const FuzzOptions& o) {
+    KernelDeclaration d = KernelDeclaration::parse(lk.declaration);
+    d.apply(o.declare);
+    return d;
+}
+
+void run_kernel_subject(const FuzzOptions& o, std::uint64_t seed, const KernelUnderTest& k, RowKind kind,
+                        std::vector<Row>& rows, ProgressLine& line, const WorkerChannel* channel) {
+    if (o.level == Level::decoder) return;
+    for (const KernelProperty& prop : kernel_properties()) {
+        if (!selected(o, prop.name)) continue;
+        const RunParams params = run_params(o, seed, kernel_cases(o));
+        Row row{kind, k.name, "--kernel " + k.name + declare_flag(o), params, {}};
+        row.result = run_kernel_property(prop, k, params, line.track(progress_label(kind, k.name, prop.name), params.cases), channel);
+        line.clear();
+        rows.push_back(std::move(row));
+    }
+}
+
+void run_decoder_subject(const FuzzOptions& o, const RunParams& params, int capped_from, const DecoderUnderTest& d,
+                         const std::string& flag, std::vector<Row>& rows, ProgressLine& line,
+                         const WorkerChannel* channel) {
+    if (o.level == Level::kernel) return;
+    for (const DecoderProperty& prop : decoder_properties()) {
+        if (!selected(o, prop.name) || (prop.optimized_only && !d.optimized())) continue;
+        Row row{RowKind::decoder, d.name, flag, params, {}};
+        row.capped_from = capped_from;
+        row.result = run_decoder_property(prop, d, params, line.track(progress_label(RowKind::decoder, d.name, prop.name), params.cases),
+                                          channel);
+        line.clear();
+        rows.push_back(std::move(row));
+    }
+}
+
+bool kernel_failed(const std::vector<Row>& rows, const std::string& kernel) {
+    for (const Row& r : rows)
+        if (r.kind == RowKind::kernel && r.subject == kernel && r.result.status != Status::pass) return true;
+    return false;
+}
+
+int planned_runs(const FuzzOptions& o, int kernel_subjects, bool reference_decoder, int optimized_decoders) {
+    int n = 0;
+    if (o.level != Level::decoder)
+        for (const auto& p : kernel_properties()) n += selected(o, p.name) ? kernel_subjects : 0;
+    if (o.level != Level::kernel)
+        for (const auto& p : decoder_properties())
+            if (selected(o, p.name)) n += optimized_decoders + (reference_decoder && !p.optimized_only ? 1 : 0);
+    return n;
+}
+
+}  // namespace attncheck::properties

@@ -1,0 +1,77 @@
+// properties/fuzz_run.hpp — the pieces `attncheck fuzz` runs with (properties/fuzz.cpp, and the
+// --kernel-lib workers of properties/fuzz_library.cpp): the budgets, the progress line, and the
+// properties of one subject run into report rows.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attncheck/declaration.hpp"
+#include "properties/decoder_properties.hpp"
+#include "properties/fuzz.hpp"
+#include "properties/fuzz_report.hpp"
+#include "properties/isolation.hpp"
+#include "properties/kernel_lib.hpp"
+#include "properties/kernel_properties.hpp"
+
+namespace attncheck::properties {
+
+// The progress line: "[kernel optimized] causality 120/300" on stderr, rewritten in place on a
+// terminal (at most every 100 ms); with --progress and no terminal, a plain line at most every
+// second (a CI log keeps every line).
+class ProgressLine {
+public:
+    explicit ProgressLine(bool forced = false);
+    Progress track(const std::string& label, int total);
+    // Any other state of the run ("... shrinking case 17, step 4").
+    void show(const std::string& text, bool force = false);
+    void clear();
+
+private:
+    bool tty_, on_;
+    std::chrono::steady_clock::time_point last_{};
+};
+
+// RapidCheck prints "Using configuration: seed=..." when it first loads its global
+// configuration; the run's seed is the one that matters (printed by the run), so this loads it
+// quietly. Called first by run_fuzz and run_fuzz_worker.
+void quiet_rapidcheck_configuration();
+// The run's seed: --seed (or ATTNCHECK_SEED), else time-based.
+std::uint64_t run_seed(const FuzzOptions& o);
+
+// "[kernel optimized] causality": what the progress line and a worker's verdict line start with.
+std::string progress_label(RowKind kind, const std::string& subject, const std::string& property);
+
+// Whether the options select the property (no --property selects every one).
+bool selected(const FuzzOptions& o, const std::string& property);
+int kernel_cases(const FuzzOptions& o);
+int decoder_cases(const FuzzOptions& o);
+// The decoder-level budget for a kernel; `kernel_failed`: it already failed at kernel level.
+// Sets `capped_from` when the budget was lowered for that reason.
+int decoder_cases(const FuzzOptions& o, bool kernel_failed, int& capped_from);
+RunParams run_params(const FuzzOptions& o, std::uint64_t seed, int cases);
+// The declaration flags of the run, for its replay lines: " --declare '...'" or "".
+std::string declare_flag(const FuzzOptions& o);
+// What a --kernel-lib kernel declares: its exported <symbol>_declaration, then the flags' items.
+KernelDeclaration declaration_of(const LoadedKernel& lk, const FuzzOptions& o);
+
+// The selected kernel-level properties of kernel k, appended to rows as `kind` rows.
+void run_kernel_subject(const FuzzOptions& o, std::uint64_t seed, const KernelUnderTest& k, RowKind kind,
+                        std::vector<Row>& rows, ProgressLine& line, const WorkerChannel* channel = nullptr);
+// The selected decoder-level properties of decoder d; `flag` selects it in the replay lines.
+void run_decoder_subject(const FuzzOptions& o, const RunParams& params, int capped_from, const DecoderUnderTest& d,
+                         const std::string& flag, std::vector<Row>& rows, ProgressLine& line,
+                         const WorkerChannel* channel = nullptr);
+// Whether `kernel` failed (or was not checked on) some kernel-level property in rows.
+bool kernel_failed(const std::vector<Row>& rows, const std::string& kernel);
+// How many property runs the options select: 0 is bad usage (a run that checks nothing must not
+// say "all passed").
+int planned_runs(const FuzzOptions& o, int kernel_subjects, bool reference_decoder, int optimized_decoders);
+
+// --kernel-lib in a worker per property (properties/fuzz_library.cpp): a crash or hang costs that
+// property only. Prints each property's verdict as it finishes, with progress on stderr.
+void run_library_isolated(const FuzzOptions& o, std::uint64_t seed, std::vector<Row>& rows);
+
+}  // namespace attncheck::properties
