@@ -1,4 +1,4 @@
-# cmake/install.cmake — `cmake --install` and the attncheck CMake package (issue 6).
+# cmake/install.cmake — `cmake --install` and the attncheck CMake package.
 #
 # Included from the top-level CMakeLists.txt after every target exists:
 #     include(cmake/install.cmake)
@@ -11,6 +11,8 @@
 #                                              the one-call check; on the include path as
 #                                              "reference/attention.hpp" like in the source tree
 #   lib/libattncheck_{model,reference,optimized,kernels,properties}.a
+#   share/doc/attncheck/                       the contracts: KERNEL_ABI.md (what kernel_abi.h
+#                                              means), MODEL.md, NUMERICS.md
 #   lib/cmake/attncheck/                       attncheckConfig.cmake, its version file, and the
 #                                              exported targets, namespace attncheck::
 # An outside project writes
@@ -96,3 +98,8 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/attncheckConfigVersion.cm
 install(FILES ${PROJECT_BINARY_DIR}/attncheckConfig.cmake
               ${PROJECT_BINARY_DIR}/attncheckConfigVersion.cmake
   DESTINATION ${ATTNCHECK_INSTALL_CMAKEDIR})
+
+# The contracts the headers implement, beside them for a kernel author with only the package.
+install(FILES ${_attncheck_root}/docs/spec/KERNEL_ABI.md ${_attncheck_root}/docs/spec/MODEL.md
+              ${_attncheck_root}/docs/spec/NUMERICS.md
+  DESTINATION ${CMAKE_INSTALL_DOCDIR})

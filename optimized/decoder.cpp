@@ -1,4 +1,4 @@
-// optimized/decoder.cpp — the float32 decoder of ../shared/spec/MODEL.md, fast: the Decoder
+// optimized/decoder.cpp — the float32 decoder of docs/spec/MODEL.md, fast: the Decoder
 // (teacher-forced logits of a batch, greedy generation).
 //
 // One layer stack, run_layers() (layers.hpp), serves every way of running: it takes M rows of

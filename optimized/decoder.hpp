@@ -1,6 +1,6 @@
 // optimized/decoder.hpp — the float32 OpenMP decoder with a key/value cache.
 //
-// Same semantics and model files as the reference (../shared/spec/MODEL.md), two ways to run:
+// Same semantics and model files as the reference (docs/spec/MODEL.md), two ways to run:
 // teacher-forced (all positions in one parallel pass) and incremental (a Session holding a
 // K/V cache per layer). Attention goes only through an attncheck_kernel_fn, so any kernel that
 // follows attncheck/kernel_abi.h can run inside a real decoder.

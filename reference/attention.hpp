@@ -1,7 +1,7 @@
 // reference/attention.hpp — masked scaled dot-product attention, written to be read.
 //
-// This is the specification in code of ../shared/spec/KERNEL_ABI.md's result and of the
-// attention inside every decoder layer (../shared/spec/MODEL.md). It is templated on the scalar:
+// This is the specification in code of docs/spec/KERNEL_ABI.md's result and of the
+// attention inside every decoder layer (docs/spec/MODEL.md). It is templated on the scalar:
 // T = double is the oracle every float32 candidate is measured against (NUMERICS.md), T = float
 // is the float32 baseline whose error sets the tolerance.
 //

@@ -1,4 +1,4 @@
-// reference/decoder.hpp — the transformer decoder of ../shared/spec/MODEL.md, written to be read.
+// reference/decoder.hpp — the transformer decoder of docs/spec/MODEL.md, written to be read.
 //
 // This is the specification in code. Every step cites MODEL.md ("§layer 1", "§decoder 3"); every
 // tensor carries its shape. Nothing here is fast on purpose: one plain loop per matrix product,

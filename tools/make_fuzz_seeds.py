@@ -4,7 +4,7 @@ regenerate). Seeds are small on purpose: libFuzzer mutates a 2 KB model far more
 20 KB one. Each target gets valid inputs (so the fuzzer starts deep inside the parser) and a few
 invalid ones next to the boundaries the loader checks.
 
-The model seeds follow ../shared/spec/MODEL.md's table independently of model/ (so a bug in the
+The model seeds follow docs/spec/MODEL.md's table independently of model/ (so a bug in the
 writer cannot hide the same bug in the reader). ci/fuzz.sh adds one more made by `attncheck init`.
 
 Usage: python3 tools/make_fuzz_seeds.py [libfuzzer/corpus]

@@ -1,6 +1,6 @@
 /* attncheck/kernel_abi.h — the C interface an attention kernel plugs into.
  *
- * This header is the ABI of ../shared/spec/KERNEL_ABI.md: the names, order and types of the
+ * This header is the ABI of docs/spec/KERNEL_ABI.md (installed as share/doc/attncheck/KERNEL_ABI.md): the names, order and types of the
  * fields of attncheck_problem and the signature of attncheck_kernel_fn are fixed. It is plain C
  * (C99 and C++), so a kernel written in C, C++, Rust or a GPU host wrapper can be compiled into
  * a shared library and checked without rebuilding the suite.

@@ -1,4 +1,4 @@
-// attncheck/model.hpp — the decoder's configuration and weights, as ../shared/spec/MODEL.md
+// attncheck/model.hpp — the decoder's configuration and weights, as docs/spec/MODEL.md
 // defines them, and the functions that make, load and save them.
 //
 // Dimension legend: V = vocab_size, d = d_model, h = n_heads, dk = d / h, f = d_ff,

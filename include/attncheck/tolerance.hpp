@@ -1,5 +1,5 @@
 // attncheck/tolerance.hpp — when a float32 result agrees with the float64 oracle
-// (../shared/spec/NUMERICS.md, version 2: test ratios).
+// (docs/spec/NUMERICS.md, version 2: test ratios).
 //
 // Each compared number has its own a-priori bound on the error of ANY correct float32 evaluation,
 // computed in float64 from the oracle's magnitudes (reference/error_bound.hpp: attention_bounded

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""An independent float64 NumPy implementation of the decoder of shared/spec/MODEL.md.
+"""An independent float64 NumPy implementation of the decoder of docs/spec/MODEL.md.
 
 Why it exists: the C++ reference decoder is the oracle of the whole suite, so a bug in it would
 be invisible to every comparison against it. This file was written from MODEL.md alone (not
