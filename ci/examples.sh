@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The kernel authors' path, end to end, from a clean build (issue 6): build attncheck, install
+# The kernel authors' path, end to end, from a clean build: build attncheck, install
 # it to a prefix, then build and run both examples against the INSTALLED package only:
 #   examples/outside-project  find_package(attncheck) + a Catch2 test calling check_kernel()
 #   examples/c-kernel         a plain C kernel in a shared library, checked with
