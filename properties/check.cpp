@@ -30,13 +30,6 @@ std::uint64_t parse_u64(const char* var, const std::string& text) {
     throw std::invalid_argument(std::string(var) + "=" + text + ": expected a non-negative integer");
 }
 
-bool known_property(const std::string& name) {
-    for (const auto& p : kernel_properties())
-        if (p.name == name) return true;
-    for (const auto& p : decoder_properties())
-        if (p.name == name) return true;
-    return false;
-}
 
 std::string cell(const PropertyResult& r) {
     std::ostringstream s;
@@ -81,7 +74,7 @@ CheckReport check_kernel(attncheck_kernel_fn fn, const std::string& name, const 
     if (options.cases < 1 || options.decoder_cases < 1)
         throw std::invalid_argument("check_kernel(" + name + "): cases and decoder_cases must be at least 1");
     for (const std::string& p : options.only)
-        if (!known_property(p))
+        if (!is_property(p))
             throw std::invalid_argument("check_kernel(" + name + "): no property named '" + p +
                                         "' (see `attncheck fuzz --list`)");
     const auto selected = [&](const std::string& p) {

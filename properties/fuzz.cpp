@@ -210,12 +210,5 @@ void print_property_list(std::ostream& os) {
     for (const auto& p : decoder_properties()) os << "  " << std::left << std::setw(18) << p.name << p.summary << "\n";
 }
 
-bool is_property(const std::string& name) {
-    for (const auto& p : kernel_properties())
-        if (p.name == name) return true;
-    for (const auto& p : decoder_properties())
-        if (p.name == name) return true;
-    return false;
-}
 
 }  // namespace attncheck::properties

@@ -61,7 +61,5 @@ int run_fuzz(const FuzzOptions& o);
 int run_fuzz_worker(const FuzzOptions& o);
 // --list: the properties of each level and what each catches.
 void print_property_list(std::ostream& os);
-// Whether some kernel- or decoder-level property has that name.
-bool is_property(const std::string& name);
 
 }  // namespace attncheck::properties

@@ -8,6 +8,15 @@
 #include <rapidcheck.h>
 
 namespace attncheck::properties {
+
+bool is_property(const std::string& name) {
+    for (const auto& p : kernel_properties())
+        if (p.name == name) return true;
+    for (const auto& p : decoder_properties())
+        if (p.name == name) return true;
+    return false;
+}
+
 namespace {
 
 // A check that throws fails its case, with the exception's message.

@@ -11,6 +11,9 @@
 
 namespace attncheck::properties {
 
+// Whether a kernel-level or a decoder-level property has this name.
+bool is_property(const std::string& name);
+
 // channel: in a worker process, announces every case before it runs (so a crash names it).
 PropertyResult run_kernel_property(const KernelProperty& prop, const KernelUnderTest& k, const RunParams& params,
                                    const Progress& progress = {}, const WorkerChannel* channel = nullptr);
