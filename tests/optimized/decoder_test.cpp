@@ -12,8 +12,8 @@
 // equals a fresh session fed the same history; step() allocates nothing (counted by the global
 // operator new replaced below, which only counts while a test asks it to).
 //
-// To add a configuration: extend all_configs(); every failure prints the configuration, the
-// seed and the worst element.
+// To add a configuration: extend testing::option_configs() (tests/model/model_test_util.hpp);
+// every failure prints the configuration, the seed and the worst element.
 //
 // Dimension legend: V = vocab, d = d_model, h = heads, f = d_ff, N = max_len, T = tokens,
 // S = memory rows, B = sequences, M/N/K = the matrix product's rows, outputs, reduction.
@@ -37,6 +37,7 @@
 #include "optimized/gemm.hpp"
 #include "reference/decoder.hpp"
 #include "reference/error_bound.hpp"
+#include "tests/model/model_test_util.hpp"
 #include "tests/optimized/thread_count.hpp"
 
 // ---------------------------------------------------------------------------------------------
@@ -136,26 +137,6 @@ ModelConfig small_config() {
     return {.vocab_size = 37, .d_model = 24, .n_heads = 3, .d_ff = 40, .n_layers = 2, .max_len = 24};
 }
 
-std::vector<ModelConfig> all_configs(const ModelConfig& base) {
-    std::vector<ModelConfig> out;
-    for (Norm norm : {Norm::post, Norm::pre})
-        for (bool cross : {false, true})
-            for (Positional pos : {Positional::sinusoidal, Positional::learned})
-                for (Activation act : {Activation::relu, Activation::gelu, Activation::gelu_tanh})
-                    for (bool scale : {true, false})
-                        for (bool tied : {true, false}) {
-                            ModelConfig c = base;
-                            c.norm = norm;
-                            c.cross_attention = cross;
-                            c.positional = pos;
-                            c.activation = act;
-                            c.embed_scale_sqrt_d = scale;
-                            c.tie_embeddings = tied;
-                            out.push_back(c);
-                        }
-    return out;
-}
-
 std::vector<int> random_tokens(std::mt19937_64& rng, int n, int V) {
     std::uniform_int_distribution<int> u(0, V - 1);
     std::vector<int> t(static_cast<std::size_t>(n));
@@ -207,7 +188,7 @@ TEST_CASE("teacher-forced, step-by-step and chunked logits agree with the float6
     const auto kernel = GENERATE(as<attncheck_kernel_fn>{}, attncheck_optimized_kernel, attncheck_reference_kernel);
     const std::uint64_t seed = 1234;
     int index = 0;
-    for (const ModelConfig& c : all_configs(small_config())) {
+    for (const ModelConfig& c : testing::option_configs(small_config())) {
         std::mt19937_64 rng(seed + std::uint64_t(index));
         const Model model = init_model(c, seed + std::uint64_t(index));
         ++index;
@@ -268,7 +249,7 @@ TEST_CASE("BatchSession and forward_batch agree with the reference per sequence"
     const auto kernel = GENERATE(as<attncheck_kernel_fn>{}, attncheck_optimized_kernel, attncheck_reference_kernel);
     const std::uint64_t seed = 555;
     int index = 0;
-    for (const ModelConfig& c : all_configs(small_config())) {
+    for (const ModelConfig& c : testing::option_configs(small_config())) {
         if (index++ % 5 != 0) continue;  // a spread of configurations: batches cost B references each
         std::mt19937_64 rng(seed + std::uint64_t(index));
         const Model model = init_model(c, seed + std::uint64_t(index));
@@ -320,7 +301,7 @@ TEST_CASE("BatchSession and forward_batch agree with the reference per sequence"
 TEST_CASE("generate() with the cache equals the reference's recompute-everything generation", "[optimized][decoder]") {
     const std::uint64_t seed = 31337;
     int index = 0;
-    for (const ModelConfig& c : all_configs(small_config())) {
+    for (const ModelConfig& c : testing::option_configs(small_config())) {
         if (index++ % 7 != 0) continue;
         std::mt19937_64 rng(seed + std::uint64_t(index));
         const Model model = init_model(c, seed + std::uint64_t(index));
