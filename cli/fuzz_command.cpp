@@ -17,6 +17,7 @@
 #include "attncheck/declaration.hpp"
 #include "cli/commands.hpp"
 #include "properties/fuzz.hpp"
+#include "properties/property_runs.hpp"
 
 namespace attncheck::cli {
 namespace {

@@ -56,6 +56,19 @@ TEST_CASE("the zoo's correct base kernels pass every kernel property", "[propert
     every_kernel_property_passes(KernelRole::zoo_base, /*accepts_everything=*/false);
 }
 
+TEST_CASE("the reference and optimized decoders pass every decoder property", "[properties][decoder]") {
+    const RunParams params = test::ci_params(15);
+    std::vector<DecoderUnderTest> decoders = {{"reference", nullptr}};
+    for (const KernelEntry* e : kernels_of(KernelRole::builtin)) decoders.push_back({"optimized[" + e->name + "]", e->fn});
+    for (const DecoderUnderTest& d : decoders)
+        for (const DecoderProperty& prop : decoder_properties()) {
+            if (prop.optimized_only && !d.optimized()) continue;
+            const PropertyResult r = run(prop, d, params);
+            INFO(report(r, d.name));
+            CHECK(r.status == Status::pass);
+        }
+}
+
 TEST_CASE("every mutant is killed by some kernel property within the default budget", "[properties][zoo]") {
     // The claim is "within the default budget" (300 cases per property, as `attncheck fuzz`), so a
     // smaller CI budget (ATTNCHECK_CI_CASES / RC_PARAMS) does not lower it: the mutants of the
