@@ -224,7 +224,7 @@ void add_output_options(CLI::App* sub, FuzzArgs& a) {
         ->type_name("FILE");
     sub->add_flag("--progress", a.o.progress, "Cases done per property on stderr (always shown when it is a terminal)");
     sub->add_flag("--verbose", a.o.verbose, "Print the input spread (RC_TAG) of every property that passed");
-    // The worker side of --kernel-lib (properties/isolation.hpp): not for people.
+    // The worker side of --kernel-lib (properties/isolation/isolation.hpp): not for people.
     sub->add_flag("--worker", a.worker)->group("");
     sub->add_option("--worker-out", a.o.worker_out)->group("");
 }

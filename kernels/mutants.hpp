@@ -5,7 +5,7 @@
 // some problems and only if the harness looks):
 //   - oob_write writes out[B*H*Tq*Dv], one float past the end of out: call a mutant whose entry
 //     has writes_out_of_bounds only with guard elements after out (a std::vector of exactly the
-//     right size is a heap overflow), or in an isolated worker (properties/isolation.hpp).
+//     right size is a heap overflow), or in an isolated worker (properties/isolation/isolation.hpp).
 //   - accumulates_into_out adds into out instead of overwriting it: fill out with a poison
 //     value (NaN or random) before each call; a zeroed out never shows it.
 //   - input_modified rescales q in place: visible only when scale != 1.

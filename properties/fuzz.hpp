@@ -56,7 +56,7 @@ struct FuzzOptions {
 // nothing, an unknown kernel, a --json/--junit file that cannot be written (messages on stderr,
 // as "attncheck fuzz: ...").
 int run_fuzz(const FuzzOptions& o);
-// The --kernel-lib worker (properties/isolation.hpp): one kernel from the library, in this
+// The --kernel-lib worker (properties/isolation/isolation.hpp): one kernel from the library, in this
 // process, its results as JSON to o.worker_out. 0 all passed, 1 otherwise.
 int run_fuzz_worker(const FuzzOptions& o);
 // --list: the properties of each level and what each catches.

@@ -1,5 +1,5 @@
 // properties/fuzz_library.cpp — `attncheck fuzz --kernel-lib`: a kernel from a shared library, run
-// in a worker process per property (properties/isolation.hpp describes the protocol: the worker
+// in a worker process per property (properties/isolation/isolation.hpp describes the protocol: the worker
 // is this same program started as `fuzz --worker ...`, announcing each case on a channel and
 // writing its results as JSON), and the worker's side of it.
 #include <unistd.h>

@@ -12,8 +12,8 @@
 #include "properties/decoder_properties.hpp"
 #include "properties/fuzz.hpp"
 #include "properties/fuzz_report.hpp"
-#include "properties/isolation.hpp"
-#include "properties/kernel_lib.hpp"
+#include "properties/isolation/isolation.hpp"
+#include "properties/isolation/kernel_lib.hpp"
 #include "properties/kernel_properties.hpp"
 
 namespace attncheck::properties {

@@ -5,7 +5,7 @@
 #pragma once
 
 #include "properties/decoder_properties.hpp"
-#include "properties/isolation.hpp"
+#include "properties/isolation/isolation.hpp"
 #include "properties/kernel_properties.hpp"
 #include "properties/runner.hpp"
 

@@ -18,7 +18,7 @@
 
 #include "attncheck/check.hpp"
 #include "attncheck/isa.hpp"
-#include "properties/kernel_lib.hpp"
+#include "properties/isolation/kernel_lib.hpp"
 #include "run_cli.hpp"
 
 namespace {

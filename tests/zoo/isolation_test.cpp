@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "properties/isolation.hpp"
+#include "properties/isolation/isolation.hpp"
 
 using namespace attncheck::properties;
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "attncheck/error.hpp"
-#include "properties/kernel_lib.hpp"
+#include "properties/isolation/kernel_lib.hpp"
 #include "kernels/registry.hpp"
 #include "properties/kernel_properties.hpp"
 #include "properties/property_runs.hpp"

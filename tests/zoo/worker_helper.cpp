@@ -1,6 +1,6 @@
 // tests/zoo/worker_helper.cpp — a stand-in for a worker process, for the isolation tests.
 //
-// `zoo_worker_helper MODE` announces cases on the channel (properties/isolation.hpp) and then
+// `zoo_worker_helper MODE` announces cases on the channel (properties/isolation/isolation.hpp) and then
 // misbehaves the way a kernel under test can:
 //   ok         cases 0..2, output on stdout, exit 0
 //   exit3      case 0, exit code 3
@@ -20,7 +20,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "properties/isolation.hpp"
+#include "properties/isolation/isolation.hpp"
 
 using attncheck::properties::WorkerChannel;
 

@@ -1,9 +1,9 @@
-// properties/kernel_lib.cpp — dlopen a kernel library, check its ABI version and its exported
+// properties/isolation/kernel_lib.cpp — dlopen a kernel library, check its ABI version and its exported
 // declaration (see kernel_lib.hpp).
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE 1  // dladdr1, RTLD_DL_SYMENT
 #endif
-#include "properties/kernel_lib.hpp"
+#include "properties/isolation/kernel_lib.hpp"
 
 #include <dlfcn.h>
 #include <elf.h>

@@ -1,6 +1,6 @@
-// properties/isolation.cpp — the worker process: fork + exec, a JSON-lines channel, output
+// properties/isolation/isolation.cpp — the worker process: fork + exec, a JSON-lines channel, output
 // capture, timeouts (the protocol is described at the top of isolation.hpp).
-#include "properties/isolation.hpp"
+#include "properties/isolation/isolation.hpp"
 
 #include <errno.h>
 #include <fcntl.h>

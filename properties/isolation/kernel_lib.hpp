@@ -1,4 +1,4 @@
-// properties/kernel_lib.hpp — loading a kernel author's attention kernel from a shared library
+// properties/isolation/kernel_lib.hpp — loading a kernel author's attention kernel from a shared library
 // (`attncheck fuzz --kernel-lib PATH.so --symbol NAME`).
 //
 // The library is opened with dlopen(RTLD_NOW | RTLD_LOCAL): RTLD_NOW so that an unresolved

@@ -1,4 +1,4 @@
-// properties/isolation.hpp — run untrusted work (a kernel under test) in a child process with a
+// properties/isolation/isolation.hpp — run untrusted work (a kernel under test) in a child process with a
 // timeout, and say what happened to it in words a kernel author can act on.
 //
 // A kernel under test may segfault, loop forever, write out of bounds or leak. None of that may
