@@ -60,25 +60,30 @@ PropertyResult run_property(const std::string& property, const std::function<Ver
     return run_property(property, [&](const CaseInfo&) { return one_case(); }, params, progress);
 }
 
-PropertyResult run_property(const std::string& property, const std::function<Verdict(const CaseInfo&)>& one_case,
-                            const RunParams& params, const Progress& progress) {
-    PropertyResult out;
-    out.property = property;
+namespace {
+
+// One property run as RapidCheck sees it: it calls the testable for the generated cases, and
+// after the first failure only for shrink candidates of it (the first failure is where shrinking
+// starts). Counts what the result needs and stops shrinking when the budget is spent.
+struct CaseLoop {
+    const std::function<Verdict(const CaseInfo&)>& one_case;
+    const RunParams& params;
+    CaseInfo at{};
     int unsupported = 0, notes = 0;
-    std::string first_note;
-    // RapidCheck calls the testable for the generated cases, and after the first failure only for
-    // shrink candidates of it: the first failure is where shrinking starts.
-    CaseInfo at;
+    std::string first_note{};
     bool shrinking = false;
+    bool shrink_stopped = false;
     std::chrono::steady_clock::time_point shrink_start{};
-    const auto shrink_elapsed = [&] {
+
+    double shrink_elapsed() const {
         return std::chrono::duration<double>(std::chrono::steady_clock::now() - shrink_start).count();
-    };
-    const auto testable = [&] {
+    }
+
+    void run_case() {
         if (shrinking) {
             ++at.shrink_step;
             if (params.shrink_budget_s > 0 && shrink_elapsed() >= params.shrink_budget_s) {
-                out.shrink_stopped = true;
+                shrink_stopped = true;
                 return;  // "passes": RapidCheck keeps the smallest failure it has
             }
         }
@@ -106,7 +111,60 @@ PropertyResult run_property(const std::string& property, const std::function<Ver
                 }
                 return;
         }
-    };
+    }
+};
+
+// Every case passed or was unsupported: the spread, and whether enough were supported.
+void read_success(const rc::detail::SuccessResult& success, const CaseLoop& loop, int budget, PropertyResult& out) {
+    out.cases = success.numSuccess;
+    out.unsupported = loop.unsupported;
+    out.notes = loop.notes;
+    out.note = loop.first_note;
+    for (const auto& [tags, count] : success.distribution) {
+        std::string key;
+        for (const auto& t : tags) key += (key.empty() ? "" : ", ") + t;
+        if (!key.empty()) out.spread[key] += count;
+    }
+    const int supported = out.cases - out.unsupported;
+    const int needed = std::min(kMinSupportedCases, budget);
+    if (out.cases > 0 && supported < needed) {
+        out.status = Status::not_checked;
+        out.message = "the kernel returned \"unsupported\" for " + std::to_string(out.unsupported) + " of the " +
+                      std::to_string(out.cases) + " cases: " + std::to_string(supported) +
+                      " supported, fewer than the " + std::to_string(needed) +
+                      " a verdict needs (declare what the kernel supports: the cases then fit it)";
+    } else if (out.unsupported > kWarnUnsupportedFraction * out.cases) {
+        out.warning = std::to_string(out.unsupported) + " of " + std::to_string(out.cases) +
+                      " cases unsupported (more than 20%): checked on " + std::to_string(supported) + " only";
+    }
+}
+
+// A case failed: where, the shrunk counterexample and its message (the listener's copy when the
+// shrink budget ran out, since RapidCheck's own final evaluation then "passed").
+void read_failure(const rc::detail::FailureResult& failure, const CaseLoop& loop, const ProgressListener& listener,
+                  PropertyResult& out) {
+    out.status = Status::fail;
+    out.cases = failure.numSuccess;
+    out.failed_at = failure.numSuccess + 1;
+    out.shrink_stopped = loop.shrink_stopped;
+    const bool from_listener = out.shrink_stopped && !listener.failure_message.empty();
+    out.message = from_listener ? listener.failure_message : failure.description;
+    std::ostringstream ce;
+    for (const auto& [label, value] : from_listener ? listener.failure_example : failure.counterExample) {
+        ce << "  " << label << " = " << value << "\n";
+        out.counterexample_values.emplace_back(label, value);
+    }
+    out.counterexample = ce.str();
+    out.shrink_seconds = loop.shrinking ? loop.shrink_elapsed() : 0;
+}
+
+}  // namespace
+
+PropertyResult run_property(const std::string& property, const std::function<Verdict(const CaseInfo&)>& one_case,
+                            const RunParams& params, const Progress& progress) {
+    PropertyResult out;
+    out.property = property;
+    CaseLoop loop{.one_case = one_case, .params = params};
     rc::detail::TestParams tp;
     tp.seed = params.seed;
     tp.maxSuccess = params.cases;
@@ -117,7 +175,9 @@ PropertyResult run_property(const std::string& property, const std::function<Ver
     meta.description = property;
     ProgressListener listener(progress);
     const auto t0 = std::chrono::steady_clock::now();
-    const rc::detail::TestResult result = rc::detail::checkTestable(testable, meta, tp, listener);
+    // The testable is copied by RapidCheck: it refers to the loop, which holds the state.
+    const rc::detail::TestResult result =
+        rc::detail::checkTestable([&loop] { loop.run_case(); }, meta, tp, listener);
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     rc::detail::SuccessResult success;
@@ -125,40 +185,9 @@ PropertyResult run_property(const std::string& property, const std::function<Ver
     rc::detail::GaveUpResult gave_up;
     rc::detail::Error error;
     if (result.match(success)) {
-        out.cases = success.numSuccess;
-        out.unsupported = unsupported;
-        out.notes = notes;
-        out.note = first_note;
-        for (const auto& [tags, count] : success.distribution) {
-            std::string key;
-            for (const auto& t : tags) key += (key.empty() ? "" : ", ") + t;
-            if (!key.empty()) out.spread[key] += count;
-        }
-        const int supported = out.cases - out.unsupported;
-        const int needed = std::min(kMinSupportedCases, params.cases);
-        if (out.cases > 0 && supported < needed) {
-            out.status = Status::not_checked;
-            out.message = "the kernel returned \"unsupported\" for " + std::to_string(out.unsupported) + " of the " +
-                          std::to_string(out.cases) + " cases: " + std::to_string(supported) +
-                          " supported, fewer than the " + std::to_string(needed) +
-                          " a verdict needs (declare what the kernel supports: the cases then fit it)";
-        } else if (out.unsupported > kWarnUnsupportedFraction * out.cases) {
-            out.warning = std::to_string(out.unsupported) + " of " + std::to_string(out.cases) +
-                          " cases unsupported (more than 20%): checked on " + std::to_string(supported) + " only";
-        }
+        read_success(success, loop, params.cases, out);
     } else if (result.match(failure)) {
-        out.status = Status::fail;
-        out.cases = failure.numSuccess;
-        out.failed_at = failure.numSuccess + 1;
-        const bool from_listener = out.shrink_stopped && !listener.failure_message.empty();
-        out.message = from_listener ? listener.failure_message : failure.description;
-        std::ostringstream ce;
-        for (const auto& [label, value] : from_listener ? listener.failure_example : failure.counterExample) {
-            ce << "  " << label << " = " << value << "\n";
-            out.counterexample_values.emplace_back(label, value);
-        }
-        out.counterexample = ce.str();
-        out.shrink_seconds = shrinking ? shrink_elapsed() : 0;
+        read_failure(failure, loop, listener, out);
     } else if (result.match(gave_up)) {
         out.status = Status::error;
         out.cases = gave_up.numSuccess;
