@@ -16,8 +16,8 @@
 #   ci/perf_gate.sh --against-record this build against the record, when the fingerprints match
 #                                    (same CPU model, instruction set, CPU count); else it says so
 #                                    and passes
-# Options: --pairs N (A/B process pairs, default 12), --repetitions N (per process, default 1:
-#   the process is the unit of the test, see tools/perf_gate.py),
+# Options: --pairs N (A/B process pairs, default 20), --repetitions N (per process, default 3,
+#   of which the fastest counts: the process is the unit of the test, see tools/perf_gate.py),
 #   --out DIR (default out/perf), --filter REGEX (the gated benchmarks), --baseline NAME.
 # The base commit, unless given: the newest ancestor of HEAD committed more than
 # ATTNCHECK_GATE_WINDOW_HOURS (default 3) before HEAD, i.e. the state before the latest burst of
