@@ -25,7 +25,7 @@
 #include <omp.h>
 
 #include "attncheck/model.hpp"
-#include "bench/calibration.hpp"
+#include "perf/calibration.hpp"
 #include "bench/slowdown.hpp"
 #include "optimized/decoder.hpp"
 #include "reference/decoder.hpp"
@@ -84,7 +84,7 @@ void BM_Prefill(benchmark::State& state) {
     const int T = int(state.range(0)), threads = int(state.range(1));
     const optimized::Decoder& dec = base_decoder();
     const auto tokens = tokens_for(dec.config(), T, 42);
-    const double peak = bench::fma_peak_gflops(threads);
+    const double peak = perf::fma_peak_gflops(threads);
     ThreadCount tc(threads);
     dec.forward(tokens);  // warm: caches, thread pool, scratch
     double seconds = 0;
@@ -130,7 +130,7 @@ void BM_DecodeStep(benchmark::State& state) {
     const optimized::Decoder& dec = base_decoder();
     const ModelConfig& c = dec.config();
     const auto tokens = tokens_for(c, ctx, 44);
-    const double bw = bench::dram_read_gbs();
+    const double bw = perf::dram_read_gbs();
     optimized::Session s(dec);
     s.prefill(tokens, 512);
     s.step(1);  // warm

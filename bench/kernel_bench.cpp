@@ -23,7 +23,7 @@
 #include <omp.h>
 
 #include "attncheck/kernels.hpp"
-#include "bench/calibration.hpp"
+#include "perf/calibration.hpp"
 #include "bench/slowdown.hpp"
 
 namespace {
@@ -123,11 +123,11 @@ void report(benchmark::State& state, const Problem& pr, double secs_total, int t
     state.counters["threads"] = threads;
     state.counters["us_per_call"] = per_call * 1e6;
     state.counters["gflops"] = gflops;
-    state.counters["frac_peak"] = gflops / attncheck::bench::fma_peak_gflops(threads);
+    state.counters["frac_peak"] = gflops / attncheck::perf::fma_peak_gflops(threads);
     if (decode) {
         const double gbs = pr.kv_bytes / per_call * 1e-9;
         state.counters["gbs"] = gbs;
-        state.counters["frac_bw"] = gbs / attncheck::bench::dram_read_gbs();
+        state.counters["frac_bw"] = gbs / attncheck::perf::dram_read_gbs();
     }
 }
 
@@ -135,7 +135,7 @@ void BM_AttentionPrefill(benchmark::State& state) {
     const Threads th(state.range(0));
     const int T = int(state.range(1));
     Problem& pr = problem(T, T, 0, 1);
-    attncheck::bench::fma_peak_gflops(th.n);  // calibrate outside the timed calls
+    attncheck::perf::fma_peak_gflops(th.n);  // calibrate outside the timed calls
     double secs = 0;
     for (auto _ : state) secs += run_once(attncheck::bench::optimized_kernel_under_bench(), pr, 0, true);
     g_optimized_secs[{T, T, th.n}] = secs / double(state.iterations());
@@ -151,8 +151,8 @@ void BM_AttentionDecode(benchmark::State& state) {
     const Threads th(state.range(0));
     const int Tk = int(state.range(1));
     Problem& pr = problem(1, Tk, Tk - 1, kDecodeCopies);
-    attncheck::bench::fma_peak_gflops(th.n);
-    attncheck::bench::dram_read_gbs();
+    attncheck::perf::fma_peak_gflops(th.n);
+    attncheck::perf::dram_read_gbs();
     double secs = 0;
     int c = 0;
     for (auto _ : state) secs += run_once(attncheck::bench::optimized_kernel_under_bench(), pr, c++ % kDecodeCopies, true);

@@ -7,7 +7,7 @@ packages=(
   build-essential cmake ccache git
   libxtensor-dev libxsimd-dev xtl-dev
   librapidcheck-dev catch2 libbenchmark-dev libbenchmark-tools
-  nlohmann-json3-dev libcli11-dev
+  nlohmann-json3-dev libcli11-dev libhwy-dev
   libomp-dev clang
   python3 python3-scipy python3-numpy python3-matplotlib
 )

@@ -38,7 +38,7 @@
 #include <torch/torch.h>
 
 #include "attncheck/model.hpp"
-#include "bench/calibration.hpp"
+#include "perf/calibration.hpp"
 #include "optimized/decoder.hpp"
 
 namespace {
@@ -285,7 +285,7 @@ void BM_PrefillVsTorch(benchmark::State& state) {
     state.counters["torch_tokens_per_s"] = T * n / t_torch;
     state.counters["ratio"] = t_torch / t_ours;
     use_our_threads();
-    state.counters["fma_peak_gflops"] = bench::fma_peak_gflops(g_our_threads);
+    state.counters["fma_peak_gflops"] = perf::fma_peak_gflops(g_our_threads);
 }
 BENCHMARK(BM_PrefillVsTorch)->ArgName("T")->Arg(512)->Iterations(4)->UseRealTime()
     ->Unit(benchmark::kMillisecond);
@@ -318,7 +318,7 @@ void BM_DecodeVsTorch(benchmark::State& state) {
     state.counters["torch_ms_per_token"] = t_torch / n * 1e3;
     state.counters["ratio"] = t_torch / t_ours;
     use_our_threads();
-    state.counters["dram_gbs"] = bench::dram_read_gbs();
+    state.counters["dram_gbs"] = perf::dram_read_gbs();
 }
 BENCHMARK(BM_DecodeVsTorch)->ArgName("ctx")->Arg(1024)->Iterations(40)->UseRealTime()
     ->Unit(benchmark::kMillisecond);

@@ -1,11 +1,11 @@
-// bench/calibration.hpp — the machine's limits, measured by the benchmark binary itself.
+// perf/calibration.hpp — the machine's limits, measured by the process that divides by them.
 //
 // Every "fraction of peak" and "fraction of bandwidth" counter of the benchmarks divides by
 // these, measured in the same process on the same machine, so a ratio never mixes a number
 // from a data sheet with a number from this run.
 #pragma once
 
-namespace attncheck::bench {
+namespace attncheck::perf {
 
 // fp32 FMA peak in GFLOP/s (2 flops per FMA lane) on `threads` OpenMP threads: independent
 // chains of 512-bit FMAs (256-bit, or scalar without AVX-512), enough of them to hide the FMA
@@ -13,8 +13,12 @@ namespace attncheck::bench {
 // memoized for the process.
 double fma_peak_gflops(int threads);
 
+// GFLOP/s of one timed run of `threads` threads each doing `iters` rounds of the chains above
+// (what fma_peak_gflops takes the best of).
+double fma_run(int threads, long iters);
+
 // DRAM read bandwidth in GB/s (1e9 bytes/s): all OpenMP threads stream-read a 512 MiB buffer
 // (far larger than the last-level cache), best of several passes. Memoized like the above.
 double dram_read_gbs();
 
-}  // namespace attncheck::bench
+}  // namespace attncheck::perf

@@ -1,12 +1,11 @@
-// bench/calibration.cpp — FMA peak and DRAM read bandwidth (calibration.hpp), and the
-// benchmarks BM_FmaPeak and BM_DramRead that report them as counters (gflops, gbs).
+// perf/calibration.cpp — the machine's FMA peak and DRAM read bandwidth (calibration.hpp).
 // g++ 12's AVX-512 headers initialise "undefined" vectors from themselves (_mm512_undefined_ps),
 // which -Wuninitialized reports at every intrinsic that uses one (max, roundscale, scalef,
 // reductions). The pragma must precede the first include of <immintrin.h>.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
-#include "bench/calibration.hpp"
+#include "perf/calibration.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -15,17 +14,19 @@
 #include <memory>
 #include <mutex>
 
-#include <benchmark/benchmark.h>
 #include <omp.h>
 
 #if defined(__AVX512F__) || defined(__FMA__)
 #include <immintrin.h>
 #endif
 
-namespace attncheck::bench {
+namespace attncheck::perf {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Where measured sums go, so that the compiler cannot drop the work that produced them.
+volatile float g_sink = 0;
 
 // Accumulator chains per thread. Zen 4 and recent Intel cores retire up to two FMA vectors per
 // cycle with a latency of 4 cycles: 8 chains keep the units busy; 12 leaves margin.
@@ -74,16 +75,19 @@ float fma_chains(long iters) {
 #endif
 }
 
-// GFLOP/s of one timed run of every thread doing `iters` rounds.
+}  // namespace
+
 double fma_run(int threads, long iters) {
     float sink = 0;
     const auto t0 = Clock::now();
 #pragma omp parallel num_threads(threads) reduction(+ : sink)
     sink += fma_chains(iters);
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-    benchmark::DoNotOptimize(sink);
+    g_sink = g_sink + sink;  // keeps the work observable
     return double(threads) * double(iters) * kChains * kFlopsPerFma / secs * 1e-9;
 }
+
+namespace {
 
 // Sum of a buffer, several independent vector accumulators (a read-only stream).
 float stream_sum(const float* x, std::size_t n) {
@@ -132,7 +136,7 @@ double measure_dram_read_gbs() {
             sink += stream_sum(buf.get() + lo, hi - lo);
         }
         const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-        benchmark::DoNotOptimize(sink);
+        g_sink = g_sink + sink;  // keeps the work observable
         best = std::max(best, double(kBytes) / secs * 1e-9);
     }
     return best;
@@ -161,25 +165,4 @@ double dram_read_gbs() {
     return memo;
 }
 
-}  // namespace attncheck::bench
-
-namespace {
-
-// Arg: threads (1, or 0 for all OpenMP threads). Each iteration is one timed FMA run; the
-// counter is the memoized calibration the other benchmarks divide by.
-void BM_FmaPeak(benchmark::State& state) {
-    const int threads = state.range(0) > 0 ? int(state.range(0)) : omp_get_max_threads();
-    for (auto _ : state) benchmark::DoNotOptimize(attncheck::bench::fma_run(threads, 2'000'000));
-    state.counters["threads"] = threads;
-    state.counters["gflops"] = attncheck::bench::fma_peak_gflops(threads);
-}
-BENCHMARK(BM_FmaPeak)->Arg(1)->Arg(0)->UseRealTime()->Unit(benchmark::kMillisecond);
-
-void BM_DramRead(benchmark::State& state) {
-    for (auto _ : state) benchmark::DoNotOptimize(attncheck::bench::dram_read_gbs());
-    state.counters["threads"] = omp_get_max_threads();
-    state.counters["gbs"] = attncheck::bench::dram_read_gbs();
-}
-BENCHMARK(BM_DramRead)->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
-
-}  // namespace
+}  // namespace attncheck::perf
