@@ -19,12 +19,17 @@
 
 #include "attncheck/isa.hpp"
 #include "bench/slowdown.hpp"
+#include "optimized/simd_targets.hpp"
 
 int main(int argc, char** argv) {
     if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT")) {
         setenv("GOMP_SPINCOUNT", "10000", 1);
         execv("/proc/self/exe", argv);
         std::perror("attncheck_bench: re-exec with GOMP_SPINCOUNT=10000 failed; going on");
+    }
+    if (const std::string& error = attncheck::optimized::isa_choice().error; !error.empty()) {
+        std::fprintf(stderr, "attncheck_bench: %s\n", error.c_str());
+        return 2;
     }
     const attncheck::bench::Slowdown& slowdown = attncheck::bench::injected_slowdown();
     if (!slowdown.error.empty()) {

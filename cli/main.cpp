@@ -21,6 +21,7 @@
 #include "attncheck/isa.hpp"
 #include "cli/commands.hpp"
 #include "optimized/decoder.hpp"
+#include "optimized/simd_targets.hpp"
 
 namespace {
 
@@ -67,6 +68,9 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    // A path forced with ATTNCHECK_ISA that this CPU cannot run (or a misspelt one) stops every
+    // command: a verdict or a timing must never come silently from another path than the one asked for.
+    if (const std::string& error = attncheck::optimized::isa_choice().error; !error.empty()) return fail(error);
     try {
         return run(argc, argv);
     } catch (const attncheck::InputError& e) {

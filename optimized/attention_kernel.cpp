@@ -45,8 +45,12 @@
 // scores), the per-row max/rescale and the half-masked diagonal tiles. A decode step at
 // kv_len 4096 streams K and V at ~65-70% of the measured DRAM read bandwidth.
 //
-// Vectorization: 16-float vectors (vec16.hpp), AVX-512 intrinsics when __AVX512F__ is defined,
-// otherwise a portable 16-float struct the compiler vectorizes (same algorithm, same tiling).
+// Vectorization: 16-float vectors (vec16.hpp). The file is compiled once per target of
+// simd_targets.hpp (Highway's foreach_target.h re-includes it) and the kernel dispatches at run
+// time: AVX-512 (one register per vector, 6-row micro-blocks), AVX2 (two registers per vector;
+// 1-row micro-blocks, as 6 x 64 scores would not fit in 16 registers) or scalar. The arithmetic
+// of a score, a P V sum, the exp and the sums is the same on the AVX-512 and AVX2 paths, so they
+// give the same bits; the scalar path uses std::exp.
 //
 // Contraction: g++ contracts a * b + c into an FMA by default in C++ (-ffp-contract=fast, even
 // with -std=c++20), and whether it does depends on inlining, so the same source line could round
@@ -75,14 +79,27 @@
 
 #include "attncheck/kernel_abi.h"
 #include "attncheck/kernels.hpp"
+#include "attncheck/problem.hpp"
+#include "optimized/simd_targets.hpp"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "optimized/attention_kernel.cpp"
+#include <hwy/foreach_target.h>  // re-includes this file once per target
+#include <hwy/highway.h>
+
 #include "optimized/key_tile.hpp"
 #include "optimized/vec16.hpp"
 
-namespace attncheck::optimized::attention_detail {
+HWY_BEFORE_NAMESPACE();
+namespace attncheck::optimized::attention_detail::HWY_NAMESPACE {
 namespace {
 
 constexpr int kTileVecs = kTileKeys / kLanes;  // 4
 constexpr int kDvBlockVecs = 4;                // output columns per P V pass: 64
+// Rows of a micro-block on this target: R x 64 scores live in registers from their FMA chain to
+// the softmax, R x 4 vectors of 16 (24 of the 32 AVX-512 registers for R = 6; AVX2's 16
+// registers hold one row's 8).
+constexpr int kRows = HWY_TARGET == HWY_AVX2 ? 1 : kMicroRows;
 static_assert(kTileKeys % kLanes == 0 && kChunkKeys % kTileKeys == 0);
 
 // ---------------------------------------------------------------------------------------------
@@ -304,10 +321,14 @@ void process_chunk(const Head& hd, const Shape& sh, std::int64_t i0, int nr, std
             }
             pack_key_tile(hd.k, sh.Dk, t0, nk, s.kt.data());
         }
-        for (int lr0 = 0; lr0 < nr; lr0 += kMicroRows) {
-            const int R = std::min(kMicroRows, nr - lr0);
+        for (int lr0 = 0; lr0 < nr; lr0 += kRows) {
+            const int R = std::min(kRows, nr - lr0);
             // Skip micro-blocks that see nothing of this tile (an exact no-op for them).
             if (sh.last_key(i0 + lr0 + R - 1) < t0) continue;
+            if constexpr (kRows == 1) {
+                micro_tile<1>(hd, sh, i0, lr0, t0, nk, kt, s);
+                continue;
+            }
             switch (R) {
                 case 1: micro_tile<1>(hd, sh, i0, lr0, t0, nk, kt, s); break;
                 case 2: micro_tile<2>(hd, sh, i0, lr0, t0, nk, kt, s); break;
@@ -535,6 +556,26 @@ int run(const attncheck_problem& p, const float* q, const float* k, const float*
     return split ? run_split_chunks(c) : run_query_blocks(c);
 }
 
+}  // namespace
+
+// This target's kernel, on a problem already validated (may throw std::bad_alloc).
+int run_target(const attncheck_problem& p, const float* q, const float* k, const float* v, float* out) {
+    return run(p, q, k, v, out);
+}
+
+void exp_nonpositive_target(const float* x, float* y, std::size_t n) {
+    std::size_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) vstore(y + i, vexp(vload(x + i)));
+    if (i < n) vstore_n(y + i, vexp(vload_n(x + i, int(n - i))), int(n - i));
+}
+
+}  // namespace attncheck::optimized::attention_detail::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace attncheck::optimized::attention_detail {
+namespace {
+
 // True when every element count (and its byte size) fits in int64 / size_t, so no index wraps.
 bool sizes_fit(const attncheck_problem& p) {
     const unsigned __int128 bh = (unsigned __int128)p.batch * (unsigned __int128)p.heads;
@@ -547,23 +588,28 @@ bool sizes_fit(const attncheck_problem& p) {
 
 }  // namespace
 
+HWY_EXPORT(run_target);
+HWY_EXPORT(exp_nonpositive_target);
+
 void exp_nonpositive(const float* x, float* y, std::size_t n) {
-    std::size_t i = 0;
-    for (; i + kLanes <= n; i += kLanes) vstore(y + i, vexp(vload(x + i)));
-    if (i < n) vstore_n(y + i, vexp(vload_n(x + i, int(n - i))), int(n - i));
+    isa_choice();  // ATTNCHECK_ISA is applied before the first dispatch
+    HWY_DYNAMIC_DISPATCH(exp_nonpositive_target)(x, y, n);
 }
 
 }  // namespace attncheck::optimized::attention_detail
 
 extern "C" int attncheck_optimized_kernel(const attncheck_problem* p, const float* q, const float* k,
                                           const float* v, float* out) {
+    namespace detail = attncheck::optimized::attention_detail;
     if (!p || !q || !k || !v || !out) return ATTNCHECK_UNSUPPORTED;
     // No exception may cross the C boundary: a failed allocation reports "unsupported".
     try {
         if (!attncheck::problem_error(*p).empty()) return ATTNCHECK_UNSUPPORTED;
-        if (!attncheck::optimized::attention_detail::sizes_fit(*p)) return ATTNCHECK_UNSUPPORTED;
-        return attncheck::optimized::attention_detail::run(*p, q, k, v, out);
+        if (!detail::sizes_fit(*p)) return ATTNCHECK_UNSUPPORTED;
+        attncheck::optimized::isa_choice();
+        return HWY_DYNAMIC_DISPATCH(detail::run_target)(*p, q, k, v, out);
     } catch (...) {
         return ATTNCHECK_UNSUPPORTED;
     }
 }
+#endif  // HWY_ONCE

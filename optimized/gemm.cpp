@@ -4,8 +4,15 @@
 // tile<MR, NP>, computes MR rows x NP panels (NP*32 columns) over a slice of the reduction:
 // the GEMM uses tile<12, 1> on packed x, the GEMV uses tile<m, NP> with several panels at once
 // directly on the row-major x (NP*2*m independent FMA chains hide the FMA latency while the
-// weights stream from memory). With __AVX512F__ it is written with intrinsics; otherwise a
-// scalar std::fma version with the same accumulation order (and so the same results).
+// weights stream from memory). Compiled once per target of simd_targets.hpp (Highway's
+// foreach_target.h) and dispatched at run time: AVX-512 intrinsics, Highway vectors of 8 floats
+// on AVX2 (tiles split into row groups that fit 16 registers: tile_rows), or scalar std::fma.
+// Every path makes the same FMAs in the same order, so all give the same bits.
+// g++ 12's AVX-512 headers initialise "undefined" vectors from themselves, which
+// -Wuninitialized reports; the pragma must precede the first include of <immintrin.h>.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 #include "optimized/gemm.hpp"
 
 #include <algorithm>
@@ -16,79 +23,15 @@
 
 #include <omp.h>
 
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
+#include "optimized/simd_targets.hpp"
 
-namespace attncheck::optimized {
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "optimized/gemm.cpp"
+#include <hwy/foreach_target.h>  // re-includes this file once per target
+#include <hwy/highway.h>
 
-AlignedFloats::AlignedFloats(std::size_t n) : n_(n) {
-    if (n == 0) return;
-    const std::size_t bytes = ((n * sizeof(float) + 63) / 64) * 64;
-    float* p = static_cast<float*>(std::aligned_alloc(64, bytes));
-    if (!p) throw std::bad_alloc();
-    std::memset(p, 0, bytes);
-    p_.reset(p);
-}
-
-PackedMatrix pack_weights(const std::vector<WeightPart>& parts, int k) {
-    PackedMatrix pm;
-    pm.k = k;
-    bool any_bias = false;
-    for (const WeightPart& part : parts) {
-        pm.n += part.n;
-        any_bias = any_bias || part.bias != nullptr;
-    }
-    pm.panels = AlignedFloats(std::size_t(pm.num_panels()) * std::size_t(k) * kNR);  // zeroed
-    if (any_bias) pm.bias.assign(std::size_t(pm.n), 0.0f);
-    int row0 = 0;  // first output row of this part in the concatenation
-    for (const WeightPart& part : parts) {
-        for (int r = 0; r < part.n; ++r) {
-            const int j = row0 + r;  // output column of the packed matrix
-            float* panel = pm.panels.data() + std::size_t(j / kNR) * std::size_t(k) * kNR;
-            const float* src = part.w + std::size_t(r) * std::size_t(k);
-            for (int c = 0; c < k; ++c) panel[std::size_t(c) * kNR + std::size_t(j % kNR)] = src[c];
-            if (part.bias) pm.bias[std::size_t(j)] = part.bias[r];
-        }
-        row0 += part.n;
-    }
-    return pm;
-}
-
-PackedMatrix pack_weights(const float* w, int n, int k, const float* bias) {
-    return pack_weights(std::vector<WeightPart>{{w, n, bias}}, k);
-}
-
-float activate32(Activation32 a, float v) {
-    switch (a) {
-        case Activation32::none:
-            return v;
-        case Activation32::relu:
-            return v > 0.0f ? v : 0.0f;
-        case Activation32::gelu:
-            return 0.5f * v * (1.0f + std::erf(v * float(std::numbers::sqrt2 / 2)));
-        case Activation32::gelu_tanh: {
-            const float c = float(std::sqrt(2.0 / std::numbers::pi));
-            return 0.5f * v * (1.0f + std::tanh(c * (v + 0.044715f * v * v * v)));
-        }
-    }
-    return v;
-}
-
-void linear_naive(const float* w, const float* bias, int n, int k, const float* x, int m, int ldx,
-                  float* y, int ldy, Activation32 act, const float* residual, int ldr) {
-    for (int i = 0; i < m; ++i)
-        for (int j = 0; j < n; ++j) {
-            float acc = 0.0f;
-            for (int c = 0; c < k; ++c)
-                acc = std::fma(x[std::size_t(i) * ldx + c], w[std::size_t(j) * k + c], acc);
-            if (bias) acc += bias[j];
-            acc = activate32(act, acc);
-            if (residual) acc += residual[std::size_t(i) * ldr + j];
-            y[std::size_t(i) * ldy + j] = acc;
-        }
-}
-
+HWY_BEFORE_NAMESPACE();
+namespace attncheck::optimized::HWY_NAMESPACE {
 namespace {
 
 // Where a tile's accumulators come from and go to. Before the last K block the exact partial
@@ -107,7 +50,7 @@ struct TileIO {
     int n_valid = 0;    // columns to load/store (<= NP*32)
 };
 
-#if defined(__AVX512F__)
+#if HWY_TARGET <= HWY_AVX3
 
 inline __mmask16 column_mask(int n_valid, int vec) {
     const int v = std::clamp(n_valid - 16 * vec, 0, 16);
@@ -178,7 +121,71 @@ void tile(int kc, const float* a, std::ptrdiff_t a_rs, std::ptrdiff_t a_ks, cons
             }
 }
 
-#else  // portable fallback: the same order of operations with std::fma
+#elif HWY_TARGET == HWY_AVX2
+
+namespace hn = hwy::HWY_NAMESPACE;
+
+// The same tile in Highway vectors of L = 8 floats (a panel row is kNR / L = 4 of them): the
+// same FMAs in the same order, so the same bits as the AVX-512 tile.
+template <int MR, int NP>
+void tile(int kc, const float* a, std::ptrdiff_t a_rs, std::ptrdiff_t a_ks, const float* b,
+          std::ptrdiff_t b_ps, const TileIO& io) {
+    const hn::ScalableTag<float> d;
+    using V = hn::Vec<decltype(d)>;
+    constexpr int L = int(hn::MaxLanes(d));
+    constexpr int VP = kNR / L;  // vectors per panel row
+    constexpr int NV = NP * VP;  // vectors per tile row
+    const auto mask = [&](int j) { return hn::FirstN(d, std::size_t(std::clamp(io.n_valid - L * j, 0, L))); };
+    V acc[MR][NV];
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 16
+        for (int j = 0; j < NV; ++j) acc[r][j] = hn::Zero(d);
+    if (io.c_in) {
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; ++r)
+            if (r < io.m_valid)
+#pragma GCC unroll 16
+                for (int j = 0; j < NV; ++j) acc[r][j] = hn::MaskedLoad(mask(j), d, io.c_in + r * io.ld_in + L * j);
+    }
+    for (int k = 0; k < kc; ++k) {
+        V bv[NV];
+#pragma GCC unroll 16
+        for (int p = 0; p < NP; ++p)
+#pragma GCC unroll 16
+            for (int q = 0; q < VP; ++q) bv[p * VP + q] = hn::LoadU(d, b + p * b_ps + std::ptrdiff_t(k) * kNR + q * L);
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; ++r) {
+            const V av = hn::Set(d, a[r * a_rs + k * a_ks]);
+#pragma GCC unroll 16
+            for (int j = 0; j < NV; ++j) acc[r][j] = hn::MulAdd(av, bv[j], acc[r][j]);
+        }
+    }
+    if (io.bias) {
+#pragma GCC unroll 16
+        for (int j = 0; j < NV; ++j) {
+            const V bj = hn::MaskedLoad(mask(j), d, io.bias + L * j);
+#pragma GCC unroll 16
+            for (int r = 0; r < MR; ++r) acc[r][j] = hn::Add(acc[r][j], bj);
+        }
+    }
+    if (io.relu)
+#pragma GCC unroll 16
+        for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 16
+            for (int j = 0; j < NV; ++j) acc[r][j] = hn::Max(acc[r][j], hn::Zero(d));
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r)
+        if (r < io.m_valid)
+#pragma GCC unroll 16
+            for (int j = 0; j < NV; ++j) {
+                V v = acc[r][j];
+                if (io.residual) v = hn::Add(v, hn::MaskedLoad(mask(j), d, io.residual + r * io.ld_res + L * j));
+                hn::BlendedStore(v, mask(j), d, io.c_out + r * io.ld_out + L * j);
+            }
+}
+
+#else  // scalar: the same order of operations with std::fma
 
 template <int MR, int NP>
 void tile(int kc, const float* a, std::ptrdiff_t a_rs, std::ptrdiff_t a_ks, const float* b,
@@ -205,6 +212,39 @@ void tile(int kc, const float* a, std::ptrdiff_t a_rs, std::ptrdiff_t a_ks, cons
 }
 
 #endif
+
+// Accumulators a tile may hold in registers on this target (of 32 AVX-512 registers, of 16 AVX2
+// ones, leaving room for the panel row and the broadcast), in 16- or 8-float vectors.
+#if HWY_TARGET <= HWY_AVX3
+constexpr int kMaxAccumulators = 24, kVectorFloats = 16;
+#elif HWY_TARGET == HWY_AVX2
+constexpr int kMaxAccumulators = 12, kVectorFloats = 8;
+#else
+constexpr int kMaxAccumulators = 1 << 20, kVectorFloats = 1;  // plain arrays: no register limit
+#endif
+
+// tile<MR, NP> in row groups that fit the registers: rows [0, MR) of a (and of io's c_in, c_out,
+// residual) as tile<R, NP> calls of at most kMaxAccumulators / (NP * kNR / kVectorFloats) rows.
+// Every output element still gets the same FMAs in the same order, so the split changes no bit.
+template <int MR, int NP>
+void tile_rows(int kc, const float* a, std::ptrdiff_t a_rs, std::ptrdiff_t a_ks, const float* b,
+               std::ptrdiff_t b_ps, const TileIO& io) {
+    constexpr int per = std::max(1, kMaxAccumulators / (NP * kNR / kVectorFloats));
+    if constexpr (MR <= per) {
+        tile<MR, NP>(kc, a, a_rs, a_ks, b, b_ps, io);
+    } else {
+        TileIO first = io;
+        first.m_valid = std::min(io.m_valid, per);
+        tile<per, NP>(kc, a, a_rs, a_ks, b, b_ps, first);
+        if (io.m_valid <= per) return;  // the other rows are padding
+        TileIO rest = io;
+        rest.m_valid = io.m_valid - per;
+        if (rest.c_in) rest.c_in += per * io.ld_in;
+        rest.c_out += per * io.ld_out;
+        if (rest.residual) rest.residual += per * io.ld_res;
+        tile_rows<MR - per, NP>(kc, a + per * a_rs, a_rs, a_ks, b, b_ps, rest);
+    }
+}
 
 // GEMM blocking: an x block [kMC, kKC] (144 KiB) stays in L2, a weight micro-panel [kKC, 32]
 // (32 KiB) in L1; a tile of the output covers kNCP panels (256 columns).
@@ -297,7 +337,7 @@ void gemm(const PackedMatrix& W, const float* x, int m, int ldx, float* y, int l
                             io.c_out = ct;
                             io.ld_out = ldc;
                         }
-                        tile<kMR, 1>(kc, ablock + std::size_t(ip) * std::size_t(kc) * kMR, 1, kMR, bp,
+                        tile_rows<kMR, 1>(kc, ablock + std::size_t(ip) * std::size_t(kc) * kMR, 1, kMR, bp,
                                      panel_stride, io);
                     }
                 }
@@ -335,10 +375,10 @@ void gemv_rows(const PackedMatrix& W, const float* x, int ldx, float* y, int ldy
         const int p0 = g * NP;
         const float* bp = W.panels.data() + std::size_t(p0) * panel_stride;
         if (p0 + NP <= P) {
-            tile<MR, NP>(K, x, ldx, 1, bp, panel_stride, io_for(p0, NP));
+            tile_rows<MR, NP>(K, x, ldx, 1, bp, panel_stride, io_for(p0, NP));
         } else {
             for (int p = p0; p < P; ++p)
-                tile<MR, 1>(K, x, ldx, 1, W.panels.data() + std::size_t(p) * panel_stride,
+                tile_rows<MR, 1>(K, x, ldx, 1, W.panels.data() + std::size_t(p) * panel_stride,
                             panel_stride, io_for(p, 1));
         }
     }
@@ -346,19 +386,21 @@ void gemv_rows(const PackedMatrix& W, const float* x, int ldx, float* y, int ldy
 
 }  // namespace
 
-void linear(const PackedMatrix& W, const float* x, int m, int ldx, float* y, int ldy,
-            Activation32 act, const float* residual, int ldr) {
-    if (m <= 0 || W.n <= 0) return;
+void linear_target(const PackedMatrix& W, const float* x, int m, int ldx, float* y, int ldy,
+                   Activation32 act, const float* residual, int ldr) {
     const bool relu = act == Activation32::relu;
     // The GELUs are applied after the product (they need erf/tanh); a residual is only ever
     // combined with no activation, so the two never need ordering against each other here.
     const bool post_act = act == Activation32::gelu || act == Activation32::gelu_tanh;
     const float* res = post_act ? nullptr : residual;
+    // Panels per GEMV tile: enough independent FMA chains to hide the latency while the weights
+    // stream, few enough for the registers (AVX2: 8 to 12 accumulators of 8 floats).
+    constexpr bool narrow = HWY_TARGET == HWY_AVX2;
     switch (m) {
-        case 1: gemv_rows<1, 8>(W, x, ldx, y, ldy, relu, res, ldr); break;
-        case 2: gemv_rows<2, 4>(W, x, ldx, y, ldy, relu, res, ldr); break;
-        case 3: gemv_rows<3, 3>(W, x, ldx, y, ldy, relu, res, ldr); break;
-        case 4: gemv_rows<4, 3>(W, x, ldx, y, ldy, relu, res, ldr); break;
+        case 1: gemv_rows<1, narrow ? 2 : 8>(W, x, ldx, y, ldy, relu, res, ldr); break;
+        case 2: gemv_rows<2, narrow ? 1 : 4>(W, x, ldx, y, ldy, relu, res, ldr); break;
+        case 3: gemv_rows<3, narrow ? 1 : 3>(W, x, ldx, y, ldy, relu, res, ldr); break;
+        case 4: gemv_rows<4, narrow ? 1 : 3>(W, x, ldx, y, ldy, relu, res, ldr); break;
         default: gemm(W, x, m, ldx, y, ldy, relu, res, ldr); break;
     }
     if (post_act) {
@@ -375,4 +417,87 @@ void linear(const PackedMatrix& W, const float* x, int m, int ldx, float* y, int
     }
 }
 
+}  // namespace attncheck::optimized::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace attncheck::optimized {
+
+AlignedFloats::AlignedFloats(std::size_t n) : n_(n) {
+    if (n == 0) return;
+    const std::size_t bytes = ((n * sizeof(float) + 63) / 64) * 64;
+    float* p = static_cast<float*>(std::aligned_alloc(64, bytes));
+    if (!p) throw std::bad_alloc();
+    std::memset(p, 0, bytes);
+    p_.reset(p);
+}
+
+PackedMatrix pack_weights(const std::vector<WeightPart>& parts, int k) {
+    PackedMatrix pm;
+    pm.k = k;
+    bool any_bias = false;
+    for (const WeightPart& part : parts) {
+        pm.n += part.n;
+        any_bias = any_bias || part.bias != nullptr;
+    }
+    pm.panels = AlignedFloats(std::size_t(pm.num_panels()) * std::size_t(k) * kNR);  // zeroed
+    if (any_bias) pm.bias.assign(std::size_t(pm.n), 0.0f);
+    int row0 = 0;  // first output row of this part in the concatenation
+    for (const WeightPart& part : parts) {
+        for (int r = 0; r < part.n; ++r) {
+            const int j = row0 + r;  // output column of the packed matrix
+            float* panel = pm.panels.data() + std::size_t(j / kNR) * std::size_t(k) * kNR;
+            const float* src = part.w + std::size_t(r) * std::size_t(k);
+            for (int c = 0; c < k; ++c) panel[std::size_t(c) * kNR + std::size_t(j % kNR)] = src[c];
+            if (part.bias) pm.bias[std::size_t(j)] = part.bias[r];
+        }
+        row0 += part.n;
+    }
+    return pm;
+}
+
+PackedMatrix pack_weights(const float* w, int n, int k, const float* bias) {
+    return pack_weights(std::vector<WeightPart>{{w, n, bias}}, k);
+}
+
+float activate32(Activation32 a, float v) {
+    switch (a) {
+        case Activation32::none:
+            return v;
+        case Activation32::relu:
+            return v > 0.0f ? v : 0.0f;
+        case Activation32::gelu:
+            return 0.5f * v * (1.0f + std::erf(v * float(std::numbers::sqrt2 / 2)));
+        case Activation32::gelu_tanh: {
+            const float c = float(std::sqrt(2.0 / std::numbers::pi));
+            return 0.5f * v * (1.0f + std::tanh(c * (v + 0.044715f * v * v * v)));
+        }
+    }
+    return v;
+}
+
+void linear_naive(const float* w, const float* bias, int n, int k, const float* x, int m, int ldx,
+                  float* y, int ldy, Activation32 act, const float* residual, int ldr) {
+    for (int i = 0; i < m; ++i)
+        for (int j = 0; j < n; ++j) {
+            float acc = 0.0f;
+            for (int c = 0; c < k; ++c)
+                acc = std::fma(x[std::size_t(i) * ldx + c], w[std::size_t(j) * k + c], acc);
+            if (bias) acc += bias[j];
+            acc = activate32(act, acc);
+            if (residual) acc += residual[std::size_t(i) * ldr + j];
+            y[std::size_t(i) * ldy + j] = acc;
+        }
+}
+
+HWY_EXPORT(linear_target);
+
+void linear(const PackedMatrix& W, const float* x, int m, int ldx, float* y, int ldy,
+            Activation32 act, const float* residual, int ldr) {
+    if (m <= 0 || W.n <= 0) return;
+    isa_choice();  // ATTNCHECK_ISA is applied before the first dispatch
+    HWY_DYNAMIC_DISPATCH(linear_target)(W, x, m, ldx, y, ldy, act, residual, ldr);
+}
+
 }  // namespace attncheck::optimized
+#endif  // HWY_ONCE

@@ -1,12 +1,19 @@
-// optimized/isa.cpp — the instruction set of the build and of this CPU (see attncheck/isa.hpp).
+// optimized/isa.cpp — the instruction set of the build and of this CPU (see attncheck/isa.hpp),
+// and the run-time choice of the dispatched code path (simd_targets.hpp).
 #include "attncheck/isa.hpp"
 
 #include <unistd.h>
 
 #include <cpuid.h>
 
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
+
+#include "optimized/simd_targets.hpp"
+// simd_targets.hpp first: it sets the targets every Highway translation unit compiles.
+#include <hwy/targets.h>
 
 namespace attncheck {
 
@@ -59,16 +66,75 @@ std::string cpu_features() {
     return s.empty() ? "none of avx512f/avx2/fma/sse2" : s;
 }
 
+// The dispatched paths, best first, with the Highway target each one is.
+struct Path {
+    const char* name;
+    std::int64_t target;
+};
+constexpr Path kPaths[] = {{"avx512", HWY_AVX3}, {"avx2", HWY_AVX2}, {"scalar", HWY_BASELINE_SCALAR}};
+
+// What this CPU supports (Highway's detection; the scalar path is always there).
+std::int64_t supported_targets() {
+    static const std::int64_t supported = hwy::SupportedTargets() | HWY_BASELINE_SCALAR;
+    return supported;
+}
+
+// Highway dispatches to the best compiled target among the supported ones: hide the better
+// ones than `target` (a target's bit is smaller the better it is).
+void dispatch_to(std::int64_t supported, std::int64_t target) {
+    hwy::SetSupportedTargetsForTest(supported & ~(target - 1));
+}
+
+optimized::IsaChoice choose_isa() {
+    optimized::IsaChoice c;
+    const std::int64_t supported = supported_targets();
+    for (const Path& p : kPaths)
+        if (supported & p.target) c.available += (c.available.empty() ? "" : ", ") + std::string(p.name);
+    const char* env = std::getenv("ATTNCHECK_ISA");
+    const std::string want = env ? env : "";
+    for (const Path& p : kPaths) {
+        if (!want.empty() && want != p.name) continue;
+        if (!(supported & p.target)) {
+            if (want.empty()) continue;
+            c.error = "ATTNCHECK_ISA=" + want + ": this CPU cannot run the " + want +
+                      " path (it can run: " + c.available + ")";
+            break;
+        }
+        c.path = p.name;
+        if (!want.empty()) dispatch_to(supported, p.target);
+        return c;
+    }
+    if (c.error.empty())
+        c.error = "ATTNCHECK_ISA=" + want + ": unknown path (one of: avx512, avx2, scalar)";
+    for (const Path& p : kPaths)  // the best path, as without ATTNCHECK_ISA
+        if (supported & p.target) {
+            c.path = p.name;
+            break;
+        }
+    return c;
+}
+
 }  // namespace
+
+const optimized::IsaChoice& optimized::isa_choice() {
+    static const IsaChoice choice = choose_isa();
+    return choice;
+}
+
+bool optimized::use_isa_path_for_test(const std::string& path) {
+    isa_choice();  // the process's own choice first, so that it is not made after this one
+    for (const Path& p : kPaths)
+        if (path == p.name && (supported_targets() & p.target)) {
+            dispatch_to(supported_targets(), p.target);
+            return true;
+        }
+    return false;
+}
 
 IsaInfo isa_info() {
     IsaInfo info;
     info.compiled = compiled_isa();
-#if defined(__AVX512F__)
-    info.kernels = "avx512";
-#else
-    info.kernels = "portable";
-#endif
+    info.kernels = optimized::isa_choice().path;
     info.cpu_model = cpu_brand();
     info.cpu_features = cpu_features();
     const long n = sysconf(_SC_NPROCESSORS_ONLN);

@@ -1,31 +1,34 @@
 // optimized/key_tile.hpp — moving keys into the attention kernel's tiles (attention_kernel.cpp):
-// the transpose of a tile of keys into Kt [Dk, 64], and the prefetch of the next tile.
-#pragma once
-
+// the transpose of a tile of keys into Kt [Dk, 64], and the prefetch of the next tile. Per
+// target, like vec16.hpp (an in-register transpose on AVX-512 and AVX2, a plain loop on scalar).
 #include <algorithm>
 #include <cstdint>
 
 #include "optimized/attention_kernel.hpp"
 #include "optimized/vec16.hpp"
 
-namespace attncheck::optimized::attention_detail {
+#if defined(ATTNCHECK_OPTIMIZED_KEY_TILE_HPP_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ATTNCHECK_OPTIMIZED_KEY_TILE_HPP_
+#undef ATTNCHECK_OPTIMIZED_KEY_TILE_HPP_
+#else
+#define ATTNCHECK_OPTIMIZED_KEY_TILE_HPP_
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace attncheck::optimized::attention_detail::HWY_NAMESPACE {
 // Internal linkage, as for the rest of the kernel's pieces: only attention_kernel.cpp includes this.
 namespace {
 
 // Software prefetch of n contiguous floats into L2 (one request per 64-byte line).
 inline void prefetch_rows(const float* p, std::int64_t n) {
-#if defined(__AVX512F__) || defined(__SSE__)
     for (std::int64_t i = 0; i < n; i += 16) _mm_prefetch(reinterpret_cast<const char*>(p + i), _MM_HINT_T1);
-#else
-    (void)p, (void)n;
-#endif
 }
 
 // Kt[c, jj] = k[t0 + jj, c] for jj < nk, 0 for nk <= jj < 64 (keys past the last visible one
 // are never read: they may be padding garbage).
 void pack_key_tile(const float* k, std::int64_t Dk, std::int64_t t0, int nk, float* kt) {
     const float* src = k + t0 * Dk;
-#if defined(__AVX512F__)
+#if HWY_TARGET <= HWY_AVX3
     // 16 keys x 16 columns at a time through an in-register transpose (64 shuffles per 256
     // floats instead of 256 scalar stores): a decode step packs every tile it reads, so this is
     // on its critical path. Missing keys and columns are zero (masked loads never read past
@@ -65,6 +68,33 @@ void pack_key_tile(const float* k, std::int64_t Dk, std::int64_t t0, int nk, flo
                 }
             }
         }
+#elif HWY_TARGET == HWY_AVX2
+    // 8 keys x 8 columns at a time through the usual in-register 8 x 8 transpose (unpack,
+    // shuffle, swap 128-bit halves). Masked loads read nothing past the last key or the row's end.
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int jj0 = 0; jj0 < kTileKeys; jj0 += 8)
+        for (std::int64_t c0 = 0; c0 < Dk; c0 += 8) {
+            const int ncol = int(std::min<std::int64_t>(8, Dk - c0));
+            const __m256i colmask = _mm256_cmpgt_epi32(_mm256_set1_epi32(ncol), lane);
+            __m256 r[8], t[8];
+            for (int i = 0; i < 8; ++i)
+                r[i] = jj0 + i < nk ? _mm256_maskload_ps(src + (jj0 + i) * Dk + c0, colmask) : _mm256_setzero_ps();
+            for (int i = 0; i < 8; i += 2) {
+                t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+                t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+            }
+            for (int g = 0; g < 8; g += 4) {
+                r[g] = _mm256_shuffle_ps(t[g], t[g + 2], _MM_SHUFFLE(1, 0, 1, 0));
+                r[g + 1] = _mm256_shuffle_ps(t[g], t[g + 2], _MM_SHUFFLE(3, 2, 3, 2));
+                r[g + 2] = _mm256_shuffle_ps(t[g + 1], t[g + 3], _MM_SHUFFLE(1, 0, 1, 0));
+                r[g + 3] = _mm256_shuffle_ps(t[g + 1], t[g + 3], _MM_SHUFFLE(3, 2, 3, 2));
+            }
+            for (int c = 0; c < 4; ++c) {  // columns c and c + 4: the low and high halves
+                if (c < ncol) _mm256_storeu_ps(kt + (c0 + c) * kTileKeys + jj0, _mm256_permute2f128_ps(r[c], r[c + 4], 0x20));
+                if (c + 4 < ncol)
+                    _mm256_storeu_ps(kt + (c0 + c + 4) * kTileKeys + jj0, _mm256_permute2f128_ps(r[c], r[c + 4], 0x31));
+            }
+        }
 #else
     for (int jj = 0; jj < nk; ++jj)
         for (std::int64_t c = 0; c < Dk; ++c) kt[c * kTileKeys + jj] = src[jj * Dk + c];
@@ -75,4 +105,7 @@ void pack_key_tile(const float* k, std::int64_t Dk, std::int64_t t0, int nk, flo
 }
 
 }  // namespace
-}  // namespace attncheck::optimized::attention_detail
+}  // namespace attncheck::optimized::attention_detail::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // ATTNCHECK_OPTIMIZED_KEY_TILE_HPP_

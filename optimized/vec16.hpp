@@ -1,9 +1,13 @@
-// optimized/vec16.hpp — the 16-float vector of the attention kernel (attention_kernel.cpp):
-// AVX-512 intrinsics when __AVX512F__ is defined, otherwise a portable struct of 16 floats.
+// optimized/vec16.hpp — the 16-float vector of the attention kernel (attention_kernel.cpp), for
+// each target of simd_targets.hpp: AVX-512 intrinsics (one __m512), two Highway vectors of 8 floats
+// (AVX2), or a plain struct of 16 floats (scalar).
 //
 // Each operation is one instruction (or one lane-wise loop) with no fused rounding the caller did
-// not ask for: vfma is the only multiply-add. vexp is the kernel's exp for x <= 0.
-#pragma once
+// not ask for: vfma is the only multiply-add. vexp is the kernel's exp for x <= 0. The AVX-512
+// and AVX2 versions give the same bits for every operation (vexp and vreduce_add included).
+//
+// Included once per target by a file that includes hwy/foreach_target.h (the include guard
+// toggles with HWY_TARGET_TOGGLE, Highway's convention for per-target headers).
 // g++ 12's AVX-512 headers initialise "undefined" vectors from themselves (_mm512_undefined_ps),
 // which -Wuninitialized reports at every intrinsic that uses one (max, roundscale, scalef,
 // reductions). The pragma must precede the first include of <immintrin.h>.
@@ -13,18 +17,34 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <limits>
 
-#if defined(__AVX512F__) || defined(__SSE__)
 #include <immintrin.h>
-#endif
 
+#include "optimized/simd_targets.hpp"
+#include <hwy/highway.h>
+
+#ifndef ATTNCHECK_OPTIMIZED_VEC16_COMMON_
+#define ATTNCHECK_OPTIMIZED_VEC16_COMMON_
 namespace attncheck::optimized::attention_detail {
-
 inline constexpr int kLanes = 16;
 inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+}  // namespace attncheck::optimized::attention_detail
+#endif
 
-#if defined(__AVX512F__)
+#if defined(ATTNCHECK_OPTIMIZED_VEC16_HPP_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ATTNCHECK_OPTIMIZED_VEC16_HPP_
+#undef ATTNCHECK_OPTIMIZED_VEC16_HPP_
+#else
+#define ATTNCHECK_OPTIMIZED_VEC16_HPP_
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace attncheck::optimized::attention_detail::HWY_NAMESPACE {
+
+
+#if HWY_TARGET <= HWY_AVX3
 struct vf {
     __m512 r;
 };
@@ -73,7 +93,117 @@ inline vf vexp(vf x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     return {_mm512_scalef_ps(p, n)};
 }
-#else
+#elif HWY_TARGET == HWY_AVX2
+namespace hn = hwy::HWY_NAMESPACE;
+using D8 = hn::ScalableTag<float>;
+using V8 = hn::Vec<D8>;
+inline constexpr int kParts = kLanes / int(hn::MaxLanes(D8()));  // 2 vectors of 8 floats
+static_assert(kParts * int(hn::MaxLanes(D8())) == kLanes);
+struct vf {
+    V8 r[kParts];
+};
+#define ATTNCHECK_PARTWISE(name, op)               \
+    inline vf name(vf a, vf b) {                   \
+        vf c;                                      \
+        for (int i = 0; i < kParts; ++i) c.r[i] = op(a.r[i], b.r[i]); \
+        return c;                                  \
+    }
+ATTNCHECK_PARTWISE(vmul, hn::Mul)
+ATTNCHECK_PARTWISE(vadd, hn::Add)
+ATTNCHECK_PARTWISE(vsub, hn::Sub)
+ATTNCHECK_PARTWISE(vdiv, hn::Div)
+ATTNCHECK_PARTWISE(vmax, hn::Max)  // vmaxps: the second operand when either is NaN, like AVX-512
+#undef ATTNCHECK_PARTWISE
+inline vf vzero() {
+    vf a;
+    for (int i = 0; i < kParts; ++i) a.r[i] = hn::Zero(D8());
+    return a;
+}
+inline vf vset1(float x) {
+    vf a;
+    for (int i = 0; i < kParts; ++i) a.r[i] = hn::Set(D8(), x);
+    return a;
+}
+inline vf vload(const float* p) {
+    vf a;
+    for (int i = 0; i < kParts; ++i) a.r[i] = hn::LoadU(D8(), p + i * hn::MaxLanes(D8()));
+    return a;
+}
+// Lanes n .. 15 are zero and their memory is never read (vmaskmovps does not fault on them).
+inline vf vload_n(const float* p, int n) {
+    constexpr int L = int(hn::MaxLanes(D8()));
+    vf a;
+    for (int i = 0; i < kParts; ++i)
+        a.r[i] = hn::MaskedLoad(hn::FirstN(D8(), std::size_t(std::clamp(n - i * L, 0, L))), D8(), p + i * L);
+    return a;
+}
+inline void vstore(float* p, vf a) {
+    for (int i = 0; i < kParts; ++i) hn::StoreU(a.r[i], D8(), p + i * hn::MaxLanes(D8()));
+}
+inline void vstore_n(float* p, vf a, int n) {
+    constexpr int L = int(hn::MaxLanes(D8()));
+    for (int i = 0; i < kParts; ++i)
+        hn::BlendedStore(a.r[i], hn::FirstN(D8(), std::size_t(std::clamp(n - i * L, 0, L))), D8(), p + i * L);
+}
+inline vf vfma(vf a, vf b, vf c) {  // a*b + c, one rounding (vfmadd)
+    vf d;
+    for (int i = 0; i < kParts; ++i) d.r[i] = hn::MulAdd(a.r[i], b.r[i], c.r[i]);
+    return d;
+}
+inline vf vmask_after(vf a, int n) {
+    constexpr int L = int(hn::MaxLanes(D8()));
+    vf b;
+    for (int i = 0; i < kParts; ++i)
+        b.r[i] = hn::IfThenElse(hn::FirstN(D8(), std::size_t(std::clamp(n - i * L, 0, L))), a.r[i],
+                                hn::Set(D8(), kNegInf));
+    return b;
+}
+inline float vreduce_max(vf a) {
+    V8 m = a.r[0];
+    for (int i = 1; i < kParts; ++i) m = hn::Max(m, a.r[i]);
+    return hn::GetLane(hn::MaxOfLanes(D8(), m));
+}
+// The pairwise tree of _mm512_reduce_add_ps (lanes l + l+8, then + l+4, + l+2, + l+1), so that
+// a sum has the same bits on this path and the AVX-512 one.
+inline float vreduce_add(vf a) {
+    float t[kLanes];
+    vstore(t, a);
+    for (int w = kLanes / 2; w >= 1; w /= 2)
+        for (int l = 0; l < w; ++l) t[l] = t[l] + t[l + w];
+    return t[0];
+}
+// The AVX-512 path's exp, step for step: the same reduction, polynomial and FMAs, and 2^n applied
+// as two exact power-of-two factors 2^(n/2) and 2^(n - n/2) (each a normal float for n >= -150),
+// so that p * 2^n is rounded once, as vscalefps rounds it: the same bits on both paths.
+inline vf vexp(vf x) {
+    const D8 d;
+    const hn::RebindToSigned<D8> di;
+    vf y;
+    for (int i = 0; i < kParts; ++i) {
+        const V8 xc = hn::Max(hn::Set(d, -104.0f), x.r[i]);
+        const V8 n = hn::Round(hn::Mul(xc, hn::Set(d, 1.44269504088896341f)));
+        V8 r = hn::NegMulAdd(n, hn::Set(d, 0.693359375f), xc);
+        r = hn::NegMulAdd(n, hn::Set(d, -2.12194440e-4f), r);
+        V8 p = hn::Set(d, 1.0f / 5040.0f);
+        p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 720.0f));
+        p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 120.0f));
+        p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 24.0f));
+        p = hn::MulAdd(p, r, hn::Set(d, 1.0f / 6.0f));
+        p = hn::MulAdd(p, r, hn::Set(d, 0.5f));
+        p = hn::MulAdd(p, r, hn::Set(d, 1.0f));
+        p = hn::MulAdd(p, r, hn::Set(d, 1.0f));
+        const auto ni = hn::ConvertTo(di, n);            // in [-150, 0]; NaN lanes: see below
+        const auto n1 = hn::ShiftRight<1>(ni);           // floor(n / 2)
+        const auto n2 = hn::Sub(ni, n1);
+        const auto bias = hn::Set(di, 127);
+        const V8 s1 = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(n1, bias)));
+        const V8 s2 = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(n2, bias)));
+        // A NaN input gives a NaN p (and a garbage n): the products stay NaN, as with vscalefps.
+        y.r[i] = hn::Mul(hn::Mul(p, s1), s2);
+    }
+    return y;
+}
+#elif HWY_TARGET == HWY_EMU128 || HWY_TARGET == HWY_SCALAR
 struct vf {
     float r[kLanes];
 };
@@ -137,6 +267,8 @@ inline vf vexp(vf x) {
     for (int l = 0; l < kLanes; ++l) y.r[l] = std::exp(x.r[l]);
     return y;
 }
+#else
+#error "vec16.hpp: a target simd_targets.hpp does not compile (see HWY_DISABLED_TARGETS)"
 #endif
 
 // exp of one scalar through the same vector routine, so that scalar and vector uses agree.
@@ -146,4 +278,7 @@ inline float sexp(float x) {
     return tmp[0];
 }
 
-}  // namespace attncheck::optimized::attention_detail
+}  // namespace attncheck::optimized::attention_detail::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // ATTNCHECK_OPTIMIZED_VEC16_HPP_

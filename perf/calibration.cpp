@@ -1,10 +1,7 @@
 // perf/calibration.cpp — the machine's FMA peak and DRAM read bandwidth (calibration.hpp).
-// g++ 12's AVX-512 headers initialise "undefined" vectors from themselves (_mm512_undefined_ps),
-// which -Wuninitialized reports at every intrinsic that uses one (max, roundscale, scalef,
-// reductions). The pragma must precede the first include of <immintrin.h>.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
+// The FMA chains and the stream are compiled once per target of optimized/simd_targets.hpp and
+// dispatched like the kernels, so that the peak is the one of the path the kernels run
+// (ATTNCHECK_ISA included): 16-float vectors on AVX-512, 8 on AVX2, 1 on the scalar path.
 #include "perf/calibration.hpp"
 
 #include <algorithm>
@@ -16,102 +13,91 @@
 
 #include <omp.h>
 
-#if defined(__AVX512F__) || defined(__FMA__)
-#include <immintrin.h>
-#endif
+#include "optimized/simd_targets.hpp"
 
-namespace attncheck::perf {
-namespace {
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "perf/calibration.cpp"
+#include <hwy/foreach_target.h>  // re-includes this file once per target
+#include <hwy/highway.h>
 
-using Clock = std::chrono::steady_clock;
-
-// Where measured sums go, so that the compiler cannot drop the work that produced them.
-volatile float g_sink = 0;
+HWY_BEFORE_NAMESPACE();
+namespace attncheck::perf::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
 
 // Accumulator chains per thread. Zen 4 and recent Intel cores retire up to two FMA vectors per
-// cycle with a latency of 4 cycles: 8 chains keep the units busy; 12 leaves margin.
+// cycle with a latency of 4 cycles: 8 chains keep the units busy; 12 leaves margin (and fits the
+// 16 registers of AVX2).
 constexpr int kChains = 12;
 
-#if defined(__AVX512F__)
-constexpr int kFlopsPerFma = 2 * 16;
-#elif defined(__FMA__)
-constexpr int kFlopsPerFma = 2 * 8;
-#else
-constexpr int kFlopsPerFma = 2;
-#endif
+// Flops of one round of fma_chains: kChains FMAs on this target's full vector, 2 per lane.
+int flops_per_round() { return kChains * 2 * int(hn::Lanes(hn::ScalableTag<float>())); }
 
 // Runs `iters` rounds of kChains independent FMAs on this thread; returns a value that depends
 // on all of them so that nothing is optimized away.
 float fma_chains(long iters) {
-#if defined(__AVX512F__)
-    __m512 acc[kChains];
-    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(float(c) * 0.001f);
-    const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
+    const hn::ScalableTag<float> d;
+    using V = hn::Vec<decltype(d)>;
+    V acc[kChains];
+    for (int c = 0; c < kChains; ++c) acc[c] = hn::Set(d, float(c) * 0.001f);
+    const V a = hn::Set(d, 0.999999f), b = hn::Set(d, 1e-7f);
     for (long i = 0; i < iters; ++i)
-        for (int c = 0; c < kChains; ++c) acc[c] = _mm512_fmadd_ps(acc[c], a, b);
-    __m512 s = acc[0];
-    for (int c = 1; c < kChains; ++c) s = _mm512_add_ps(s, acc[c]);
-    return _mm512_reduce_add_ps(s);
-#elif defined(__FMA__)
-    __m256 acc[kChains];
-    for (int c = 0; c < kChains; ++c) acc[c] = _mm256_set1_ps(float(c) * 0.001f);
-    const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
-    for (long i = 0; i < iters; ++i)
-        for (int c = 0; c < kChains; ++c) acc[c] = _mm256_fmadd_ps(acc[c], a, b);
-    float out[8], s = 0;
-    for (int c = 0; c < kChains; ++c) {
-        _mm256_storeu_ps(out, acc[c]);
-        for (float x : out) s += x;
-    }
-    return s;
-#else
-    float acc[kChains];
-    for (int c = 0; c < kChains; ++c) acc[c] = float(c) * 0.001f;
-    for (long i = 0; i < iters; ++i)
-        for (int c = 0; c < kChains; ++c) acc[c] = __builtin_fmaf(acc[c], 0.999999f, 1e-7f);
-    float s = 0;
-    for (float x : acc) s += x;
-    return s;
-#endif
+#pragma GCC unroll 12
+        for (int c = 0; c < kChains; ++c) acc[c] = hn::MulAdd(acc[c], a, b);
+    V s = acc[0];
+    for (int c = 1; c < kChains; ++c) s = hn::Add(s, acc[c]);
+    return hn::GetLane(hn::SumOfLanes(d, s));
 }
+
+// Sum of a buffer, four independent vector accumulators (a read-only stream).
+float stream_sum(const float* x, std::size_t n) {
+    const hn::ScalableTag<float> d;
+    const std::size_t L = hn::Lanes(d);
+    auto a0 = hn::Zero(d), a1 = a0, a2 = a0, a3 = a0;
+    std::size_t i = 0;
+    for (; i + 4 * L <= n; i += 4 * L) {
+        a0 = hn::Add(a0, hn::LoadU(d, x + i));
+        a1 = hn::Add(a1, hn::LoadU(d, x + i + L));
+        a2 = hn::Add(a2, hn::LoadU(d, x + i + 2 * L));
+        a3 = hn::Add(a3, hn::LoadU(d, x + i + 3 * L));
+    }
+    float s = hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
+    for (; i < n; ++i) s += x[i];
+    return s;
+}
+
+}  // namespace attncheck::perf::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace attncheck::perf {
+namespace {
+
+HWY_EXPORT(flops_per_round);
+HWY_EXPORT(fma_chains);
+HWY_EXPORT(stream_sum);
+
+// Where measured sums go, so that the compiler cannot drop the work that produced them.
+volatile float g_sink = 0;
+
+float fma_chains(long iters) { return HWY_DYNAMIC_DISPATCH(fma_chains)(iters); }
+float stream_sum(const float* x, std::size_t n) { return HWY_DYNAMIC_DISPATCH(stream_sum)(x, n); }
+
+using Clock = std::chrono::steady_clock;
 
 }  // namespace
 
 double fma_run(int threads, long iters) {
+    optimized::isa_choice();  // the kernels' path, ATTNCHECK_ISA included
     float sink = 0;
     const auto t0 = Clock::now();
 #pragma omp parallel num_threads(threads) reduction(+ : sink)
     sink += fma_chains(iters);
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     g_sink = g_sink + sink;  // keeps the work observable
-    return double(threads) * double(iters) * kChains * kFlopsPerFma / secs * 1e-9;
+    return double(threads) * double(iters) * HWY_DYNAMIC_DISPATCH(flops_per_round)() / secs * 1e-9;
 }
 
 namespace {
-
-// Sum of a buffer, several independent vector accumulators (a read-only stream).
-float stream_sum(const float* x, std::size_t n) {
-#if defined(__AVX512F__)
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    std::size_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-        a0 = _mm512_add_ps(a0, _mm512_loadu_ps(x + i));
-        a1 = _mm512_add_ps(a1, _mm512_loadu_ps(x + i + 16));
-        a2 = _mm512_add_ps(a2, _mm512_loadu_ps(x + i + 32));
-        a3 = _mm512_add_ps(a3, _mm512_loadu_ps(x + i + 48));
-    }
-    float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-#else
-    float acc[16] = {};
-    std::size_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        for (int l = 0; l < 16; ++l) acc[l] += x[i + std::size_t(l)];
-    float s = 0;
-    for (float a : acc) s += a;
-#endif
-    for (; i < n; ++i) s += x[i];
-    return s;
-}
 
 double measure_dram_read_gbs() {
     constexpr std::size_t kBytes = std::size_t(512) << 20;  // >> any L3 we run on
@@ -166,3 +152,4 @@ double dram_read_gbs() {
 }
 
 }  // namespace attncheck::perf
+#endif  // HWY_ONCE

@@ -8,8 +8,9 @@
 namespace attncheck::perf {
 
 // fp32 FMA peak in GFLOP/s (2 flops per FMA lane) on `threads` OpenMP threads: independent
-// chains of 512-bit FMAs (256-bit, or scalar without AVX-512), enough of them to hide the FMA
-// latency, best of several runs. Measured on the first call for a given thread count, then
+// chains of FMAs as wide as the path the kernels run (512-bit on the avx512 path, 256-bit on
+// avx2, scalar on scalar: optimized/simd_targets.hpp), enough of them to hide the FMA latency,
+// best of several runs. Measured on the first call for a given thread count, then
 // memoized for the process.
 double fma_peak_gflops(int threads);
 

@@ -1,8 +1,9 @@
 // include/attncheck/isa.hpp — which instruction set the code runs, and on which CPU.
 //
 // Every figure and every verdict depends on the code path: the optimized GEMM and attention
-// kernel have an AVX-512 path and a portable C++ path (chosen when the build was compiled), and
-// results differ between paths within the NUMERICS bound, not bitwise. So the bench's output and
+// kernel have an AVX-512, an AVX2 and a scalar path, chosen at run time for this CPU (or forced
+// with ATTNCHECK_ISA=avx512|avx2|scalar). The AVX-512 and AVX2 paths give the same bits; the
+// scalar path (std::exp) agrees with them within the NUMERICS bound, not bitwise. So the bench's output and
 // JSON context, `attncheck --version` and the failure reports of `attncheck fuzz` name the path
 // (e.g. "isa avx2+fma"), and the performance gate fingerprints the machine with the CPU fields.
 #pragma once
@@ -15,8 +16,8 @@ struct IsaInfo {
     // What the compiled code may use (the -march target of the build): "avx512f+avx2+fma",
     // "avx2+fma", "sse2", ...
     std::string compiled;
-    // The hand-vectorized path of the optimized GEMM and attention kernel: "avx512" or
-    // "portable" (plain C++ with std::fma, auto-vectorized for `compiled` at best).
+    // The path the optimized GEMM and attention kernel run in this process: "avx512", "avx2"
+    // or "scalar" (plain C++ with std::fma and std::exp), chosen at run time.
     std::string kernels;
     // This CPU, read at run time: its brand string and what it supports of the above.
     std::string cpu_model;
