@@ -14,7 +14,6 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
-#include <random>
 #include <stdexcept>
 #include <string>
 #include <tuple>
