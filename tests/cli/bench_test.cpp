@@ -89,6 +89,18 @@ TEST_CASE("bench: a library kernel against a baseline, decode", "[cli][bench]") 
     CHECK(doc.at("attncheck_comparison")[0].at("slower") == false);  // 2 pairs cannot reach p < 0.05
 }
 
+TEST_CASE("bench: --min-frac-peak fails a shape below it", "[cli][bench]") {
+    TempDir dir;
+    // Ten times the machine's FMA peak is out of any kernel's reach: the verdict must fail.
+    const Result r = run_cli(dir, bench({"--min-frac-peak", "10", "--json", dir.file("v.json")}));
+    INFO(r.describe());
+    CHECK(r.code == 1);
+    CHECK(has(r.out, "prefill-512: "));
+    CHECK(has(r.out, "verdict: FAIL — below --min-frac-peak: prefill-512"));
+    const nlohmann::json doc = nlohmann::json::parse(slurp(dir.file("v.json")));
+    CHECK(doc.at("attncheck_verdict").at("failed") == true);
+}
+
 TEST_CASE("bench: a wrong or refusing kernel is not timed", "[cli][bench]") {
     TempDir dir;
     const Result wrong = run_cli(dir, bench({"--kernel-lib", FAULTY_KERNEL_LIB, "--symbol", "zoo_mask_after_softmax",
