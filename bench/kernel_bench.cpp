@@ -1,6 +1,7 @@
 // bench/kernel_bench.cpp — the attention kernel alone: causal prefill at T = 512 and
 // 2048 and a decode step at kv_len 4096, 8 heads, head_dim 64, batch 1.
 //
+// The problems and their work are perf/kernel_shapes.hpp's (shared with `attncheck bench`).
 // Counters (all from manual timing of the kernel calls only, wall clock):
 //   gflops     useful GFLOP/s: only unmasked work counts, (2*Dk + 2*Dv) flops per visible
 //              (query, key) pair — the work a kernel that skips nothing visible must do
@@ -13,7 +14,6 @@
 #include <chrono>
 #include <cstdint>
 #include <map>
-#include <random>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -24,53 +24,15 @@
 
 #include "attncheck/kernels.hpp"
 #include "perf/calibration.hpp"
+#include "perf/kernel_shapes.hpp"
 #include "bench/slowdown.hpp"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int kHeads = 8, kHeadDim = 64;
-// Decode reads K and V from copies of the cache in turn, together larger than the L3, so the
-// step streams from DRAM as a real decoder's does (one layer's cache is evicted by the others).
-constexpr int kDecodeCopies = 4;
-
-struct Problem {
-    attncheck_problem p{};
-    std::vector<float> q, k, v, out;  // [B,H,Tq,Dk] [copies*B,H,Tk,Dk] [copies*B,H,Tk,Dv] [B,H,Tq,Dv]
-    int copies = 1;
-    double useful_flops = 0;
-    double kv_bytes = 0;  // K and V rows visible to some query
-};
-
-Problem make_problem(int Tq, int Tk, int q_offset, int copies) {
-    Problem pr;
-    pr.copies = copies;
-    attncheck_problem& p = pr.p;
-    p.abi_version = ATTNCHECK_ABI_VERSION;
-    p.batch = 1, p.heads = kHeads, p.q_len = Tq, p.kv_len = Tk;
-    p.head_dim = kHeadDim, p.value_dim = kHeadDim, p.q_offset = q_offset, p.causal = 1;
-    p.kv_valid_len = nullptr;
-    p.scale = 0.125f;
-    std::mt19937 rng(7);
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    const std::size_t H = kHeads, D = kHeadDim;
-    pr.q.resize(H * std::size_t(Tq) * D);
-    pr.k.resize(std::size_t(copies) * H * std::size_t(Tk) * D);
-    pr.v.resize(pr.k.size());
-    for (auto* x : {&pr.q, &pr.k, &pr.v})
-        for (auto& e : *x) e = u(rng);
-    pr.out.resize(H * std::size_t(Tq) * D);
-    double pairs = 0, max_key = 0;
-    for (int i = 0; i < Tq; ++i) {
-        const double visible = std::min<double>(q_offset + i + 1, Tk);
-        pairs += visible;
-        max_key = std::max(max_key, visible);
-    }
-    pr.useful_flops = double(H) * pairs * (2.0 * kHeadDim + 2.0 * kHeadDim);
-    pr.kv_bytes = double(H) * max_key * (kHeadDim + kHeadDim) * sizeof(float);
-    return pr;
-}
+using Problem = attncheck::perf::KernelProblem;
+using attncheck::perf::kDecodeCopies;
 
 // The problem of a shape, made once per process: Google Benchmark calls a benchmark function
 // several times (to size its iteration count, then once per repetition), and filling the decode
@@ -79,19 +41,15 @@ Problem& problem(int Tq, int Tk, int q_offset, int copies) {
     static std::map<std::tuple<int, int, int, int>, Problem> made;
     const auto key = std::make_tuple(Tq, Tk, q_offset, copies);
     auto it = made.find(key);
-    if (it == made.end()) it = made.emplace(key, make_problem(Tq, Tk, q_offset, copies)).first;
+    if (it == made.end()) it = made.emplace(key, attncheck::perf::make_kernel_problem(Tq, Tk, q_offset, copies)).first;
     return it->second;
 }
 
 // One call on copy `c` of K and V; `under_test` calls are stretched by an injected slowdown
 // (bench/slowdown.hpp), the reference's are not.
 double run_once(attncheck_kernel_fn fn, Problem& pr, int c, bool under_test) {
-    const std::size_t kv = pr.k.size() / std::size_t(pr.copies);
     int rc = ATTNCHECK_OK;
-    const auto call = [&] {
-        rc = fn(&pr.p, pr.q.data(), pr.k.data() + std::size_t(c) * kv, pr.v.data() + std::size_t(c) * kv,
-                pr.out.data());
-    };
+    const auto call = [&] { rc = fn(&pr.p, pr.q.data(), pr.k_copy(c), pr.v_copy(c), pr.out.data()); };
     double secs = 0;
     if (under_test) {
         secs = attncheck::bench::timed(call);

@@ -2,7 +2,7 @@
 // codes.
 //
 //   0  success
-//   1  a check failed (fuzz found a counterexample)
+//   1  a check failed (fuzz found a counterexample; bench: a wrong kernel, or a failed verdict)
 //   2  bad input or usage: the message goes to stderr as "attncheck: error: ..."
 //
 // Every subcommand reports bad input by throwing attncheck::InputError; CLI11 throws its own
@@ -45,7 +45,7 @@ int run(int argc, char** argv) {
     const std::vector<attncheck::cli::Command> commands = {
         attncheck::cli::add_init_command(app),     attncheck::cli::add_logits_command(app),
         attncheck::cli::add_generate_command(app), attncheck::cli::add_explain_command(app),
-        attncheck::cli::add_fuzz_command(app),
+        attncheck::cli::add_fuzz_command(app),     attncheck::cli::add_bench_command(app),
     };
     try {
         app.parse(argc, argv);
@@ -55,7 +55,7 @@ int run(int argc, char** argv) {
         // CLI11 reports a misspelt command as "A subcommand is required"; name it instead.
         if (app.get_subcommands().empty() && argc >= 2 && argv[1][0] != '-')
             return fail(std::string("unknown command '") + argv[1] +
-                        "' (expected init, logits, generate, explain or fuzz; run `attncheck --help`)");
+                        "' (expected init, logits, generate, explain, fuzz or bench; run `attncheck --help`)");
         std::string where = "attncheck";
         for (const CLI::App* sub : app.get_subcommands()) where += " " + sub->get_name();
         return fail(std::string(e.what()) + "\n(run `" + where + " --help` for usage)");
@@ -71,6 +71,7 @@ int main(int argc, char** argv) {
     // A path forced with ATTNCHECK_ISA that this CPU cannot run (or a misspelt one) stops every
     // command: a verdict or a timing must never come silently from another path than the one asked for.
     if (const std::string& error = attncheck::optimized::isa_choice().error; !error.empty()) return fail(error);
+    attncheck::cli::reexec_for_bench(argc, argv);
     try {
         return run(argc, argv);
     } catch (const attncheck::InputError& e) {

@@ -1,0 +1,197 @@
+// cli/bench_command.cpp — `attncheck bench`: the speed of one attention kernel (a built-in or a
+// symbol of the user's shared library) on the standard shapes, as fractions of this machine's
+// peaks measured in the same process, optionally against a baseline kernel timed interleaved
+// with it, with a verdict; the flags and their checks are here, the measurements in
+// bench_run.cpp, the table and the JSON in bench_report.cpp.
+//
+// How idle OpenMP workers wait decides the timings (bench/main.cpp measured it: a decode step
+// opens dozens of short parallel regions; sleeping workers cost a futex wake-up per region, and
+// spinning without end wrecks every timing when anything else runs on the machine). As the
+// benchmark binary does, `attncheck bench` re-executes itself with GOMP_SPINCOUNT=10000 when the
+// caller set neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT (libgomp reads them once, at load time).
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <omp.h>
+
+#include "attncheck/error.hpp"
+#include "cli/bench_run.hpp"
+#include "cli/commands.hpp"
+#include "kernels/registry.hpp"
+#include "properties/isolation/kernel_lib.hpp"
+
+namespace attncheck::cli {
+namespace {
+
+constexpr int kExitFailed = 1;
+
+struct BenchArgs {
+    std::string kernel, kernel_lib, symbol;
+    std::string baseline_kernel, baseline_lib, baseline_symbol;
+    std::string shapes;
+    int threads = 0;  // 0: all OpenMP threads
+    int reps = 7;
+    double min_time = 0.2, max_slowdown = 0.10, min_frac_peak = 0;
+    std::string json;
+};
+
+std::string builtin_names() {
+    std::string names;
+    for (const KernelEntry* e : kernels_of(KernelRole::builtin)) names += (names.empty() ? "" : ", ") + e->name;
+    return names;
+}
+
+// The kernel its flags name: --kernel, or --kernel-lib with --symbol (--baseline-kernel, or
+// --baseline-lib with --baseline-symbol for the baseline); nullopt when none is given.
+std::optional<bench::Kernel> pick_kernel(bool baseline, const std::string& name, const std::string& lib,
+                                         const std::string& symbol) {
+    const std::string kflag = baseline ? "--baseline-kernel" : "--kernel";
+    const std::string lflag = baseline ? "--baseline-lib" : "--kernel-lib";
+    const std::string sflag = baseline ? "--baseline-symbol" : "--symbol";
+    if (!name.empty() && !lib.empty()) throw InputError(kflag + " and " + lflag + " name two kernels: give one");
+    if (!lib.empty() && symbol.empty()) throw InputError(lflag + " needs " + sflag + " NAME");
+    if (lib.empty() && !symbol.empty()) throw InputError(sflag + " needs " + lflag + " PATH");
+    if (!lib.empty()) return bench::Kernel{lib + ":" + symbol, properties::load_kernel_library(lib, symbol).fn};
+    if (name.empty()) return std::nullopt;
+    const KernelEntry* e = find_kernel(name, KernelRole::builtin);
+    if (!e) throw InputError(kflag + " " + name + ": not a built-in kernel (expected one of " + builtin_names() + ")");
+    return bench::Kernel{e->name, e->fn};
+}
+
+std::vector<perf::KernelShape> parse_shapes(const std::string& list) {
+    std::string all;
+    for (const perf::KernelShape& s : perf::standard_shapes()) all += (all.empty() ? "" : ", ") + s.name;
+    if (list.empty()) return perf::standard_shapes();
+    std::vector<perf::KernelShape> shapes;
+    // Split at every comma, so that "a,", ",a" and "a,,b" show their empty names.
+    std::vector<std::string> names(1);
+    for (char c : list) {
+        if (c == ',')
+            names.emplace_back();
+        else
+            names.back().push_back(c);
+    }
+    for (const std::string& name : names) {
+        if (name.empty()) throw InputError("--shapes '" + list + "': an empty shape name (expected a comma list of " + all + ")");
+        const perf::KernelShape* s = perf::find_shape(name);
+        if (!s) throw InputError("--shapes: unknown shape '" + name + "' (expected a comma list of " + all + ")");
+        bool seen = false;
+        for (const auto& x : shapes) seen |= x.name == name;
+        if (!seen) shapes.push_back(*s);
+    }
+    return shapes;
+}
+
+// Creates (or truncates) the JSON file before the run, so that a bad path is exit 2 at once.
+void check_writable(const std::string& path) {
+    if (path.empty()) return;
+    std::ofstream out(path);
+    if (!out) throw InputError("--json " + path + ": cannot write the file");
+}
+
+bench::Options options_of(const BenchArgs& a) {
+    bench::Options o;
+    const auto candidate = pick_kernel(false, a.kernel, a.kernel_lib, a.symbol);
+    o.candidate = candidate ? *candidate : bench::Kernel{"optimized", find_kernel("optimized", KernelRole::builtin)->fn};
+    o.baseline = pick_kernel(true, a.baseline_kernel, a.baseline_lib, a.baseline_symbol);
+    o.shapes = parse_shapes(a.shapes);
+    o.threads = a.threads > 0 ? a.threads : omp_get_max_threads();
+    o.reps = a.reps;
+    o.min_time = a.min_time;
+    o.max_slowdown = a.max_slowdown;
+    if (a.min_frac_peak > 0) o.min_frac_peak = a.min_frac_peak;
+    o.json = a.json;
+    check_writable(o.json);
+    return o;
+}
+
+int run(const BenchArgs& a) {
+    const bench::Options o = options_of(a);
+    bench::Result r;
+    try {
+        r = bench::run(o);
+    } catch (const bench::Refusal& e) {
+        std::fflush(stdout);
+        std::fprintf(stderr, "attncheck bench: %s\n", e.message.c_str());
+        return kExitFailed;
+    }
+    bench::print_report(o, r);
+    if (!o.json.empty()) {
+        bench::write_json(o, r, o.json);
+        std::printf("wrote %s\n", o.json.c_str());
+    }
+    return r.failed ? kExitFailed : 0;
+}
+
+void add_kernel_options(CLI::App* sub, BenchArgs& a) {
+    sub->add_option("--kernel", a.kernel, "A built-in kernel to time (" + builtin_names() + "; default optimized)")
+        ->type_name("NAME");
+    sub->add_option("--kernel-lib", a.kernel_lib, "Time a kernel from this shared library (with --symbol), in process")
+        ->type_name("PATH");
+    sub->add_option("--symbol", a.symbol, "The kernel's exported (extern \"C\") symbol in --kernel-lib")
+        ->type_name("NAME");
+    sub->add_option("--baseline-kernel", a.baseline_kernel, "A built-in kernel to compare with, timed interleaved")
+        ->type_name("NAME");
+    sub->add_option("--baseline-lib", a.baseline_lib, "A baseline kernel from a shared library (with --baseline-symbol)")
+        ->type_name("PATH");
+    sub->add_option("--baseline-symbol", a.baseline_symbol, "The baseline's symbol in --baseline-lib")->type_name("NAME");
+}
+
+void add_run_options(CLI::App* sub, BenchArgs& a) {
+    sub->add_option("--shapes", a.shapes,
+                    "Comma list of shapes (default all): prefill-512, prefill-2048, decode-4096, chunk-64@1024")
+        ->type_name("S[,S...]");
+    sub->add_option("--threads", a.threads, "OpenMP threads (default: all, " + std::to_string(omp_get_max_threads()) + ")")
+        ->check(CLI::Range(1, 4096))->type_name("N");
+    sub->add_option("--reps", a.reps, "Repetitions per shape and kernel (default 7)")->check(CLI::Range(1, 1000))
+        ->type_name("N");
+    sub->add_option("--min-time", a.min_time, "Seconds of calls per repetition, at least (default 0.2)")
+        ->check(CLI::Range(1e-4, 60.0))->type_name("SECONDS");
+    sub->add_option("--max-slowdown", a.max_slowdown,
+                    "With a baseline: a shape whose median time ratio exceeds 1 + this, with sign-test p < 0.05, "
+                    "fails (default 0.10)")
+        ->check(CLI::Range(0.0, 100.0))->type_name("FRACTION");
+    sub->add_option("--min-frac-peak", a.min_frac_peak,
+                    "A shape whose median reaches less than this fraction of its bound (FMA peak; DRAM bandwidth "
+                    "for decode) fails")
+        ->check(CLI::Range(1e-6, 10.0))->type_name("FRACTION");
+    sub->add_option("--json", a.json, "Write the results as Google-Benchmark-shaped JSON (tools/perf_gate.py reads it)")
+        ->type_name("FILE");
+}
+
+}  // namespace
+
+void reexec_for_bench(int argc, char** argv) {
+    if (argc < 2 || std::strcmp(argv[1], "bench") != 0) return;
+    if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;
+    setenv("GOMP_SPINCOUNT", "10000", 1);
+    execv("/proc/self/exe", argv);
+    std::perror("attncheck bench: re-exec with GOMP_SPINCOUNT=10000 failed; going on");
+}
+
+Command add_bench_command(CLI::App& app) {
+    auto a = std::make_shared<BenchArgs>();
+    CLI::App* sub = app.add_subcommand(
+        "bench", "Time an attention kernel on standard shapes, as fractions of this machine's measured peaks");
+    sub->footer(
+        "Each kernel is first checked against the float64 reference on every shape (a wrong kernel is not timed), "
+        "then timed: --reps repetitions of at least --min-time seconds each; with a baseline, the two kernels' "
+        "repetitions alternate (AB, BA, ...) in this one process.\n\n"
+        "Exit: 0 done (and passed), 1 a kernel disagreed with the reference or refused a shape, or the verdict "
+        "failed (a shape slower than the baseline by more than --max-slowdown with sign-test p < 0.05, or below "
+        "--min-frac-peak), 2 bad usage.\n\n"
+        "Environment: unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set, the command runs with GOMP_SPINCOUNT=10000.");
+    sub->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    add_kernel_options(sub, *a);
+    add_run_options(sub, *a);
+    return {sub, [a] { return run(*a); }};
+}
+
+}  // namespace attncheck::cli

@@ -1,0 +1,231 @@
+// cli/bench_report.cpp — `attncheck bench`'s console table and its JSON file, shaped like Google
+// Benchmark's (a "context" object and a "benchmarks" list of repetitions and aggregates) so that
+// tools/perf_gate.py judges it like the benchmark binary's output.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <numeric>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "attncheck/error.hpp"
+#include "attncheck/isa.hpp"
+#include "cli/bench_run.hpp"
+
+namespace attncheck::cli::bench {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+std::string env_or(const char* name, const char* fallback) {
+    const char* v = std::getenv(name);
+    return v ? v : fallback;
+}
+
+double cv_of(const std::vector<double>& v) {
+    if (v.size() < 2) return 0;
+    const double mean = std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
+    double ss = 0;
+    for (double x : v) ss += (x - mean) * (x - mean);
+    return mean > 0 ? std::sqrt(ss / double(v.size() - 1)) / mean : 0;
+}
+
+void print_header(const Options& o, const Result& r) {
+    std::printf("attncheck bench: kernel %s", o.candidate.label.c_str());
+    if (o.baseline) std::printf(" against baseline %s (interleaved)", o.baseline->label.c_str());
+    std::printf(", threads %d, %d repetitions of at least %g s per shape\n", o.threads, o.reps, o.min_time);
+    std::printf("%s\n", isa_line().c_str());
+    std::printf("calibration (this process): FMA peak %.1f GFLOP/s on %d threads, DRAM read %.1f GB/s; "
+                "OpenMP wait: OMP_WAIT_POLICY=%s GOMP_SPINCOUNT=%s\n",
+                r.calibration.fma_peak_gflops, o.threads, r.calibration.dram_read_gbs,
+                env_or("OMP_WAIT_POLICY", "(default)").c_str(), env_or("GOMP_SPINCOUNT", "(default)").c_str());
+    for (const ShapeResult& s : r.shapes) {
+        std::printf("checked: %s agrees with the float64 reference on %s (%s, worst %.3g of the bound)",
+                    o.candidate.label.c_str(), s.shape.name.c_str(), s.checked.c_str(), s.worst_ratio);
+        if (o.baseline) std::printf("; baseline too (worst %.3g)", s.baseline_worst_ratio);
+        std::printf("\n");
+    }
+}
+
+void print_table(const char* title, const Result& r, bool baseline) {
+    std::printf("\n%s\n%-14s %7s %11s %10s %6s %9s %8s %8s %8s\n", title, "shape", "calls", "median ms",
+                "min ms", "cv", "GFLOP/s", "of FMA", "GB/s", "of DRAM");
+    for (const ShapeResult& s : r.shapes) {
+        const Timing& t = baseline ? s.baseline : s.candidate;
+        const double med = median(t.secs), lo = *std::min_element(t.secs.begin(), t.secs.end());
+        std::printf("%-14s %7ld %11.4f %10.4f %5.1f%% %9.1f %8.3f", s.shape.name.c_str(), t.calls, med * 1e3,
+                    lo * 1e3, 100 * cv_of(t.secs), gflops(s, med), gflops(s, med) / r.calibration.fma_peak_gflops);
+        if (s.shape.decode)
+            std::printf(" %8.2f %8.3f\n", gbs(s, med), gbs(s, med) / r.calibration.dram_read_gbs);
+        else
+            std::printf(" %8s %8s\n", "-", "-");
+    }
+}
+
+void print_comparison(const Options& o, const Result& r) {
+    std::printf("\nA/B: candidate time / baseline time per interleaved pair; slower = median ratio > %.2f and "
+                "one-sided sign test p < %.2g\n%-14s %12s %12s %8s %10s %9s  %s\n",
+                1 + o.max_slowdown, kAlpha, "shape", "cand. ms", "base ms", "ratio", "pairs>lim", "p", "verdict");
+    for (const ShapeResult& s : r.shapes) {
+        const Comparison& c = *s.comparison;
+        std::printf("%-14s %12.4f %12.4f %8.3f %6d/%-3zu %9.3g  %s\n", s.shape.name.c_str(),
+                    median(s.candidate.secs) * 1e3, median(s.baseline.secs) * 1e3, c.median_ratio, c.pairs_over,
+                    c.ratios.size(), c.p_value, c.slower ? "SLOWER" : "ok");
+    }
+    if (o.reps < 5)
+        std::printf("note: with %d repetitions the sign test cannot reach p < %.2g (5 or more are needed): "
+                    "no shape can be judged slower\n", o.reps, kAlpha);
+}
+
+std::string iso_date() {
+    const std::time_t now = std::time(nullptr);
+    char buf[64];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S+00:00", std::gmtime(&now));
+    return buf;
+}
+
+Json context(const Options& o, const Result& r) {
+    const IsaInfo isa = isa_info();
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    Json c;
+    c["date"] = iso_date();
+    c["host_name"] = host;
+    c["executable"] = "attncheck bench";
+    c["num_cpus"] = isa.cpu_count;
+    c["library_build_type"] = "release";
+    c["attncheck_isa"] = isa.compiled;
+    c["attncheck_kernels"] = isa.kernels;
+    c["cpu_model"] = isa.cpu_model;
+    c["cpu_features"] = isa.cpu_features;
+    c["cpu_count"] = std::to_string(isa.cpu_count);
+    c["attncheck"] = isa_line(isa);
+    c["omp_wait_policy"] = env_or("OMP_WAIT_POLICY", "(default)");
+    c["gomp_spincount"] = env_or("GOMP_SPINCOUNT", "(default)");
+    c["attncheck_kernel"] = o.candidate.label;
+    c["attncheck_baseline"] = o.baseline ? o.baseline->label : "";
+    c["attncheck_threads"] = std::to_string(o.threads);
+    c["fma_peak_gflops"] = r.calibration.fma_peak_gflops;
+    c["dram_read_gbs"] = r.calibration.dram_read_gbs;
+    c["attncheck_verdict"] = r.verdict;
+    return c;
+}
+
+// The counters of one call time on a shape, as kernel_bench.cpp names them.
+void counters(Json& e, const ShapeResult& s, const Calibration& cal, double secs, int threads) {
+    e["threads"] = threads;
+    e["us_per_call"] = secs * 1e6;
+    e["gflops"] = gflops(s, secs);
+    e["frac_peak"] = gflops(s, secs) / cal.fma_peak_gflops;
+    if (s.shape.decode) {
+        e["gbs"] = gbs(s, secs);
+        e["frac_bw"] = gbs(s, secs) / cal.dram_read_gbs;
+    }
+}
+
+Json entry(const std::string& name, const std::string& run_type, int reps, long calls, double secs, double cpu) {
+    Json e;
+    e["name"] = name;
+    e["family_index"] = 0;
+    e["run_name"] = name;
+    e["run_type"] = run_type;
+    e["repetitions"] = reps;
+    e["threads"] = 1;
+    e["iterations"] = calls;
+    e["real_time"] = secs * 1e3;
+    e["cpu_time"] = cpu * 1e3;
+    e["time_unit"] = "ms";
+    return e;
+}
+
+// One kernel's repetitions on a shape, then the aggregates Google Benchmark writes (mean,
+// median, stddev, cv; plus min), each aggregate taken over the repetitions' figures.
+void add_runs(Json& list, const std::string& name, const Options& o, const Result& r, const ShapeResult& s,
+              const Timing& t, const std::optional<Comparison>& cmp) {
+    for (std::size_t i = 0; i < t.secs.size(); ++i) {
+        Json e = entry(name, "iteration", o.reps, t.calls, t.secs[i], t.cpu_secs[i]);
+        e["repetition_index"] = i;
+        counters(e, s, r.calibration, t.secs[i], o.threads);
+        if (cmp) e["speedup"] = 1.0 / cmp->ratios[i];
+        list.push_back(e);
+    }
+    const double mean = std::accumulate(t.secs.begin(), t.secs.end(), 0.0) / double(t.secs.size());
+    const double med = median(t.secs), lo = *std::min_element(t.secs.begin(), t.secs.end());
+    for (const auto& [agg, secs] : {std::pair<const char*, double>{"mean", mean}, {"median", med}, {"min", lo}}) {
+        Json e = entry(name + "_" + agg, "aggregate", o.reps, t.calls, secs, median(t.cpu_secs));
+        e["run_name"] = name;
+        e["aggregate_name"] = agg;
+        e["aggregate_unit"] = "time";
+        counters(e, s, r.calibration, secs, o.threads);
+        if (cmp && std::string(agg) == "median") e["speedup"] = 1.0 / cmp->median_ratio;
+        list.push_back(e);
+    }
+    Json cv = entry(name + "_cv", "aggregate", o.reps, t.calls, cv_of(t.secs), cv_of(t.cpu_secs));
+    cv["run_name"] = name;
+    cv["aggregate_name"] = "cv";
+    cv["aggregate_unit"] = "percentage";
+    list.push_back(cv);
+}
+
+Json comparison_json(const Options& o, const ShapeResult& s) {
+    const Comparison& c = *s.comparison;
+    Json j;
+    j["shape"] = s.shape.name;
+    j["ratios"] = c.ratios;
+    j["median_ratio"] = c.median_ratio;
+    j["max_slowdown"] = o.max_slowdown;
+    j["pairs_over_limit"] = c.pairs_over;
+    j["sign_test_p"] = c.p_value;
+    j["slower"] = c.slower;
+    return j;
+}
+
+}  // namespace
+
+void print_report(const Options& o, const Result& r) {
+    print_header(o, r);
+    print_table(("candidate " + o.candidate.label + ":").c_str(), r, false);
+    if (o.baseline) {
+        print_table(("baseline " + o.baseline->label + ":").c_str(), r, true);
+        print_comparison(o, r);
+    }
+    if (o.min_frac_peak)
+        for (const ShapeResult& s : r.shapes)
+            std::printf("%s: %.3f of its bound (%s), --min-frac-peak %.3f: %s\n", s.shape.name.c_str(),
+                        frac_bound(s, r.calibration, median(s.candidate.secs)),
+                        s.shape.decode ? "DRAM bandwidth" : "FMA peak", *o.min_frac_peak,
+                        s.below_min_frac ? "BELOW" : "ok");
+    std::printf("\nverdict: %s\n", r.verdict.c_str());
+    std::fflush(stdout);
+}
+
+void write_json(const Options& o, const Result& r, const std::string& path) {
+    Json doc;
+    doc["context"] = context(o, r);
+    Json list = Json::array();
+    const std::string threads = "/threads:" + std::to_string(o.threads);
+    for (const ShapeResult& s : r.shapes) {
+        add_runs(list, "attncheck_bench/" + s.shape.name + threads, o, r, s, s.candidate, s.comparison);
+        if (o.baseline)
+            add_runs(list, "attncheck_bench_baseline/" + s.shape.name + threads, o, r, s, s.baseline, std::nullopt);
+    }
+    doc["benchmarks"] = list;
+    Json cmp = Json::array();
+    for (const ShapeResult& s : r.shapes)
+        if (s.comparison) cmp.push_back(comparison_json(o, s));
+    doc["attncheck_comparison"] = cmp;
+    doc["attncheck_verdict"] = {{"failed", r.failed}, {"line", r.verdict}};
+    std::ofstream out(path);
+    out << doc.dump(2) << "\n";
+    out.close();
+    if (!out) throw InputError("--json " + path + ": cannot write the file");
+}
+
+}  // namespace attncheck::cli::bench

@@ -1,0 +1,98 @@
+// cli/bench_run.hpp — what `attncheck bench` measures and how: the kernels, the correctness check
+// before timing, the interleaved repetitions, the paired comparison, and the reports
+// (bench_run.cpp measures and judges, bench_report.cpp prints and writes JSON).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attncheck/kernel_abi.h"
+#include "perf/kernel_shapes.hpp"
+
+namespace attncheck::cli::bench {
+
+// A kernel under the bench: a built-in by name, or a symbol of a loaded library.
+struct Kernel {
+    std::string label;  // "optimized", or "PATH:SYMBOL"
+    attncheck_kernel_fn fn = nullptr;
+};
+
+struct Options {
+    Kernel candidate;
+    std::optional<Kernel> baseline;
+    std::vector<perf::KernelShape> shapes;
+    int threads = 1;
+    int reps = 7;
+    double min_time = 0.2;      // seconds of calls per repetition, at least
+    double max_slowdown = 0.10; // a shape slower than baseline by more than this fails
+    std::optional<double> min_frac_peak;  // a shape below this fraction of its bound fails
+    std::string json;           // "" or the file for the Google-Benchmark-shaped JSON
+};
+
+// A check, or a kernel's refusal, that stops the bench before any timing: exit code 1.
+struct Refusal {
+    std::string message;
+};
+
+// One kernel's repetitions on one shape: seconds per call (the mean over `calls` calls), wall
+// clock and process CPU time.
+struct Timing {
+    long calls = 0;
+    std::vector<double> secs, cpu_secs;
+};
+
+// The paired comparison of candidate against baseline on one shape.
+struct Comparison {
+    std::vector<double> ratios;  // candidate time / baseline time, one per repetition pair
+    double median_ratio = 0;
+    // One-sided sign test of "the candidate is slower by more than max_slowdown": the pairs whose
+    // ratio exceeds 1 + max_slowdown, and the chance of at least as many under a median ratio of
+    // exactly 1 + max_slowdown.
+    int pairs_over = 0;
+    double p_value = 1;
+    bool slower = false;  // median ratio > 1 + max_slowdown and p < kAlpha
+};
+
+inline constexpr double kAlpha = 0.05;
+
+struct ShapeResult {
+    perf::KernelShape shape;
+    double useful_flops = 0, kv_bytes = 0;
+    double worst_ratio = 0, baseline_worst_ratio = 0;  // correctness: worst test ratio vs the bound
+    std::string checked;  // which heads the check compared, e.g. "all 8 heads", "heads 0 and 7"
+    Timing candidate, baseline;
+    std::optional<Comparison> comparison;
+    bool below_min_frac = false;
+};
+
+struct Calibration {
+    double fma_peak_gflops = 0;  // on Options::threads threads
+    double dram_read_gbs = 0;    // all OpenMP threads
+};
+
+struct Result {
+    Calibration calibration;
+    std::vector<ShapeResult> shapes;
+    bool failed = false;    // some shape slower than the baseline, or below --min-frac-peak
+    std::string verdict;    // one line: "no verdict (no baseline)", "PASS ...", "FAIL ..."
+};
+
+// Checks every kernel on every shape against the float64 oracle, then times them. Throws Refusal
+// for a kernel that disagrees with the oracle or refuses a shape.
+Result run(const Options& o);
+
+// Figures of one repetition: useful GFLOP/s, K/V GB/s.
+inline double gflops(const ShapeResult& s, double secs) { return s.useful_flops / secs * 1e-9; }
+inline double gbs(const ShapeResult& s, double secs) { return s.kv_bytes / secs * 1e-9; }
+// The fraction of the shape's bound a call time reaches: of the DRAM bandwidth for a decode
+// step (it must stream K and V), of the FMA peak otherwise.
+double frac_bound(const ShapeResult& s, const Calibration& c, double secs);
+
+double median(std::vector<double> v);
+
+void print_report(const Options& o, const Result& r);
+// Throws InputError when the file cannot be written.
+void write_json(const Options& o, const Result& r, const std::string& path);
+
+}  // namespace attncheck::cli::bench

@@ -1,0 +1,55 @@
+// perf/kernel_shapes.hpp — the standard problems the attention kernel is timed on, and what a
+// call on each must do: its useful flops and the K/V bytes it must read.
+//
+// Shared by the benchmark binary (bench/kernel_bench.cpp) and `attncheck bench` (cli/), so that
+// both count work the same way:
+//   useful_flops  only unmasked work counts, (2*Dk + 2*Dv) flops per visible (query, key) pair:
+//                 the work a kernel that skips nothing visible must do
+//   kv_bytes      the K and V rows visible to some query, read once
+//
+// Dimension legend: B = batch, H = heads, Tq = q_len, Tk = kv_len, Dk = head_dim, Dv = value_dim.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "attncheck/kernel_abi.h"
+
+namespace attncheck::perf {
+
+// B = 1, H = 8, Dk = Dv = 64, scale 1/8, causal: one layer of a small decoder.
+inline constexpr int kShapeHeads = 8, kShapeHeadDim = 64;
+// A decode step reads K and V from copies of the cache in turn, together larger than the L3, so
+// the step streams from DRAM as a real decoder's does (one layer's cache is evicted by the others).
+inline constexpr int kDecodeCopies = 4;
+
+struct KernelShape {
+    std::string name;  // "prefill-512", "decode-4096", "chunk-64@1024", ...
+    int q_len = 0, kv_len = 0, q_offset = 0;
+    int copies = 1;       // copies of K and V the calls rotate over (kDecodeCopies for decode)
+    bool decode = false;  // bound by the K/V bytes it reads rather than by its flops
+};
+
+// prefill-512 and prefill-2048 (Tq = Tk = T, q_offset 0), decode-4096 (Tq 1 at q_offset 4095,
+// K/V rotated over kDecodeCopies copies), chunk-64@1024 (Tq 64 at q_offset 1024, Tk 1088).
+const std::vector<KernelShape>& standard_shapes();
+// The standard shape of that name; nullptr when there is none.
+const KernelShape* find_shape(const std::string& name);
+
+struct KernelProblem {
+    attncheck_problem p{};
+    // [B,H,Tq,Dk] [copies*B,H,Tk,Dk] [copies*B,H,Tk,Dv] [B,H,Tq,Dv]
+    std::vector<float> q, k, v, out;
+    int copies = 1;
+    double useful_flops = 0;
+    double kv_bytes = 0;
+    const float* k_copy(int c) const { return k.data() + std::size_t(c) * (k.size() / std::size_t(copies)); }
+    const float* v_copy(int c) const { return v.data() + std::size_t(c) * (v.size() / std::size_t(copies)); }
+};
+
+// The problem: inputs uniform in [-1, 1) from a fixed seed, out sized, work counted.
+KernelProblem make_kernel_problem(int q_len, int kv_len, int q_offset, int copies);
+KernelProblem make_kernel_problem(const KernelShape& shape);
+
+}  // namespace attncheck::perf

@@ -1,0 +1,154 @@
+// tests/cli/bench_test.cpp — `attncheck bench` as a kernel author and a CI job see it: the table
+// and the JSON of a short run, a wrong kernel and a refusing kernel stopped before timing (exit
+// 1, naming the shape), and bad usage (exit 2). Budgets are tiny (one repetition of 10 ms on one
+// shape) and nothing here asserts a speed: only that the figures exist and are positive.
+//
+// The kernel libraries are tests/zoo/faulty_kernel_lib.c (zoo_mask_after_softmax is wrong,
+// zoo_dims_8_16 refuses head_dim 64) and the correct examples/c-kernel/naive_kernel.c.
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "run_cli.hpp"
+
+namespace {
+
+using namespace cli_test;
+
+const std::vector<std::string> kQuick = {"--reps", "1", "--min-time", "0.01", "--shapes", "prefill-512"};
+
+std::vector<std::string> bench(std::vector<std::string> args, const std::vector<std::string>& tail = kQuick) {
+    args.insert(args.begin(), "bench");
+    args.insert(args.end(), tail.begin(), tail.end());
+    return args;
+}
+
+bool has(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
+
+// The repetition entries ("run_type": "iteration") of one benchmark name.
+std::vector<nlohmann::json> iterations(const nlohmann::json& doc, const std::string& name) {
+    std::vector<nlohmann::json> out;
+    for (const auto& b : doc.at("benchmarks"))
+        if (b.at("name") == name && b.at("run_type") == "iteration") out.push_back(b);
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("bench: a built-in kernel, its table and its JSON", "[cli][bench]") {
+    TempDir dir;
+    // Neither OpenMP wait variable set: the command re-executes itself with GOMP_SPINCOUNT=10000.
+    const Result r = run_ok(dir, bench({"--kernel", "optimized", "--threads", "1", "--json", dir.file("b.json")}),
+                            {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"});
+    INFO(r.describe());
+    CHECK(has(r.out, "attncheck bench: kernel optimized, threads 1"));
+    CHECK(has(r.out, "calibration (this process): FMA peak"));
+    CHECK(has(r.out, "GOMP_SPINCOUNT=10000"));
+    CHECK(has(r.out, "checked: optimized agrees with the float64 reference on prefill-512"));
+    CHECK(has(r.out, "verdict: no verdict"));
+    const nlohmann::json doc = nlohmann::json::parse(slurp(dir.file("b.json")));
+    const auto& ctx = doc.at("context");
+    for (const char* key : {"cpu_model", "attncheck_isa", "attncheck_kernels", "cpu_count", "attncheck"})
+        CHECK(ctx.at(key).is_string());
+    CHECK(ctx.at("gomp_spincount") == "10000");
+    CHECK(ctx.at("fma_peak_gflops").get<double>() > 0);
+    CHECK(ctx.at("dram_read_gbs").get<double>() > 0);
+    const auto reps = iterations(doc, "attncheck_bench/prefill-512/threads:1");
+    REQUIRE(reps.size() == 1);
+    const auto& e = reps[0];
+    CHECK(e.at("time_unit") == "ms");
+    CHECK(e.at("iterations").get<long>() >= 1);
+    for (const char* key : {"real_time", "cpu_time", "gflops", "frac_peak", "us_per_call"})
+        CHECK(e.at(key).get<double>() > 0);
+    CHECK_FALSE(e.contains("frac_bw"));  // only decode reports bandwidth
+    bool median = false;
+    for (const auto& b : doc.at("benchmarks"))
+        median |= b.at("run_type") == "aggregate" && b.at("aggregate_name") == "median";
+    CHECK(median);
+}
+
+TEST_CASE("bench: a library kernel against a baseline, decode", "[cli][bench]") {
+    TempDir dir;
+    const Result r = run_ok(dir, bench({"--kernel-lib", NAIVE_KERNEL_LIB, "--symbol", "naive_attention",
+                                        "--baseline-kernel", "optimized", "--json", dir.file("ab.json")},
+                                       {"--reps", "2", "--min-time", "0.01", "--shapes", "decode-4096"}));
+    INFO(r.describe());
+    CHECK(has(r.out, "A/B: candidate time / baseline time"));
+    CHECK(has(r.out, "the sign test cannot reach p < 0.05"));
+    const nlohmann::json doc = nlohmann::json::parse(slurp(dir.file("ab.json")));
+    const std::string threads = doc.at("context").at("attncheck_threads");
+    const auto cand = iterations(doc, "attncheck_bench/decode-4096/threads:" + threads);
+    const auto base = iterations(doc, "attncheck_bench_baseline/decode-4096/threads:" + threads);
+    REQUIRE(cand.size() == 2);
+    REQUIRE(base.size() == 2);
+    for (const char* key : {"gbs", "frac_bw", "speedup"}) CHECK(cand[0].at(key).get<double>() > 0);
+    REQUIRE(doc.at("attncheck_comparison").size() == 1);
+    CHECK(doc.at("attncheck_comparison")[0].at("ratios").size() == 2);
+    CHECK(doc.at("attncheck_comparison")[0].at("slower") == false);  // 2 pairs cannot reach p < 0.05
+}
+
+TEST_CASE("bench: --min-frac-peak fails a shape below it", "[cli][bench]") {
+    TempDir dir;
+    // Ten times the machine's FMA peak is out of any kernel's reach: the verdict must fail.
+    const Result r = run_cli(dir, bench({"--min-frac-peak", "10", "--json", dir.file("v.json")}));
+    INFO(r.describe());
+    CHECK(r.code == 1);
+    CHECK(has(r.out, "prefill-512: "));
+    CHECK(has(r.out, "verdict: FAIL — below --min-frac-peak: prefill-512"));
+    const nlohmann::json doc = nlohmann::json::parse(slurp(dir.file("v.json")));
+    CHECK(doc.at("attncheck_verdict").at("failed") == true);
+}
+
+TEST_CASE("bench: a wrong or refusing kernel is not timed", "[cli][bench]") {
+    TempDir dir;
+    const Result wrong = run_cli(dir, bench({"--kernel-lib", FAULTY_KERNEL_LIB, "--symbol", "zoo_mask_after_softmax",
+                                             "--json", dir.file("w.json")}));
+    INFO(wrong.describe());
+    CHECK(wrong.code == 1);
+    CHECK(has(wrong.err, "disagrees with the float64 reference on shape prefill-512"));
+    CHECK(has(wrong.err, "a wrong kernel is not timed"));
+    CHECK_FALSE(has(wrong.out, "median ms"));
+    const Result refusing = run_cli(dir, bench({"--kernel-lib", FAULTY_KERNEL_LIB, "--symbol", "zoo_dims_8_16"}));
+    INFO(refusing.describe());
+    CHECK(refusing.code == 1);
+    CHECK(has(refusing.err, "returned 1 (not ATTNCHECK_OK) on shape prefill-512"));
+    // A wrong baseline is refused as well: its comparison would mean nothing.
+    const Result wrong_base = run_cli(dir, bench({"--baseline-lib", FAULTY_KERNEL_LIB, "--baseline-symbol",
+                                                  "zoo_mask_after_softmax"}));
+    CHECK(wrong_base.code == 1);
+    CHECK(has(wrong_base.err, "zoo_mask_after_softmax disagrees"));
+}
+
+TEST_CASE("bench: bad usage is exit 2 with a message", "[cli][bench]") {
+    TempDir dir;
+    struct Bad {
+        std::vector<std::string> args;
+        std::string words;
+    };
+    const std::vector<Bad> bad = {
+        {bench({"--kernel-lib", NAIVE_KERNEL_LIB, "--symbol", "nope"}), "no symbol 'nope'"},
+        {bench({"--kernel-lib", dir.file("missing.so"), "--symbol", "f"}), "no such file"},
+        {bench({"--kernel-lib", NAIVE_KERNEL_LIB}), "--kernel-lib needs --symbol"},
+        {bench({"--symbol", "f"}), "--symbol needs --kernel-lib"},
+        {bench({"--kernel", "optimized", "--kernel-lib", NAIVE_KERNEL_LIB, "--symbol", "naive_attention"}),
+         "name two kernels"},
+        {bench({"--kernel", "mask_after_softmax"}), "not a built-in kernel"},
+        {bench({"--baseline-symbol", "f"}), "--baseline-symbol needs --baseline-lib"},
+        {bench({}, {"--shapes", "prefill-513"}), "unknown shape 'prefill-513'"},
+        {bench({}, {"--shapes", "prefill-512,"}), "an empty shape name"},
+        {bench({}, {"--shapes", ","}), "an empty shape name"},
+        {bench({}, {"--reps", "0"}), "--reps"},
+        {bench({}, {"--threads", "-1"}), "--threads"},
+        {bench({}, {"--min-time", "abc"}), "--min-time"},
+        {bench({"--json", dir.file("no/such/dir/x.json")}), "cannot write"},
+    };
+    for (const Bad& b : bad) {
+        const Result r = run_cli(dir, b.args);
+        INFO(r.describe());
+        CHECK(r.code == 2);
+        CHECK(has(r.err, b.words));
+        CHECK_FALSE(has(r.out, "median ms"));
+    }
+}
