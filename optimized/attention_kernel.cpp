@@ -95,11 +95,15 @@ namespace attncheck::optimized::attention_detail::HWY_NAMESPACE {
 namespace {
 
 constexpr int kTileVecs = kTileKeys / kLanes;  // 4
-constexpr int kDvBlockVecs = 4;                // output columns per P V pass: 64
-// Rows of a micro-block on this target: R x 64 scores live in registers from their FMA chain to
-// the softmax, R x 4 vectors of 16 (24 of the 32 AVX-512 registers for R = 6; AVX2's 16
-// registers hold one row's 8).
-constexpr int kRows = HWY_TARGET == HWY_AVX2 ? 1 : kMicroRows;
+// Register blocking per target. AVX-512 (32 registers of 16 floats): 6-row micro-blocks whose
+// 6 x 64 scores stay in 24 registers from their FMA chains to the softmax, and P V over 64 output
+// columns at a time. AVX2 (16 registers of 8 floats, a vector of 16 is two): 2-row micro-blocks,
+// scores in passes of 32 keys and P V over 32 columns, 8 accumulators each, so that the keys or
+// values of a step are reused by both rows from registers.
+constexpr bool kNarrow = HWY_TARGET == HWY_AVX2;
+constexpr int kRows = kNarrow ? 2 : kMicroRows;
+constexpr int kScoreVecs = kNarrow ? 2 : kTileVecs;  // 16-key vectors per score pass
+constexpr int kDvBlockVecs = kNarrow ? 2 : 4;         // 16-column vectors per P V pass
 static_assert(kTileKeys % kLanes == 0 && kChunkKeys % kTileKeys == 0);
 
 // ---------------------------------------------------------------------------------------------
@@ -168,22 +172,22 @@ bool reserve_thread_scratch(std::int64_t Dk, std::int64_t Dv, bool& failed) {
 
 // o[r, :] = o[r, :] * alpha[r] (when scale_o) + sum_{j in [j0, j1)} p[r, j] * v[j, :], for the
 // R rows, over NV vectors of output columns starting at column dv0 (the last has `last_n`
-// lanes). Keys are added in ascending order, one FMA each.
-template <int R, int NV>
+// lanes; Tail: fewer than 16). Keys are added in ascending order, one FMA each.
+template <int R, int NV, bool Tail>
 void pv_block(float* const* o_rows, const float* alpha, bool scale_o, const float* const* p_rows,
               const float* v, std::int64_t Dv, std::int64_t dv0, int last_n, int j0, int j1) {
     vf acc[R][NV];
     for (int r = 0; r < R; ++r)
         for (int u = 0; u < NV; ++u) {
-            acc[r][u] = u == NV - 1 ? vload_n(o_rows[r] + dv0 + u * kLanes, last_n)
-                                    : vload(o_rows[r] + dv0 + u * kLanes);
+            acc[r][u] = Tail && u == NV - 1 ? vload_n(o_rows[r] + dv0 + u * kLanes, last_n)
+                                            : vload(o_rows[r] + dv0 + u * kLanes);
             if (scale_o) acc[r][u] = vmul(acc[r][u], vset1(alpha[r]));
         }
     for (int j = j0; j < j1; ++j) {
         const float* vj = v + std::int64_t(j) * Dv + dv0;
         vf vv[NV];
         for (int u = 0; u < NV; ++u)
-            vv[u] = u == NV - 1 ? vload_n(vj + u * kLanes, last_n) : vload(vj + u * kLanes);
+            vv[u] = Tail && u == NV - 1 ? vload_n(vj + u * kLanes, last_n) : vload(vj + u * kLanes);
         for (int r = 0; r < R; ++r) {
             const vf pj = vset1(p_rows[r][j]);
             for (int u = 0; u < NV; ++u) acc[r][u] = vfma(pj, vv[u], acc[r][u]);
@@ -191,7 +195,7 @@ void pv_block(float* const* o_rows, const float* alpha, bool scale_o, const floa
     }
     for (int r = 0; r < R; ++r)
         for (int u = 0; u < NV; ++u) {
-            if (u == NV - 1)
+            if (Tail && u == NV - 1)
                 vstore_n(o_rows[r] + dv0 + u * kLanes, acc[r][u], last_n);
             else
                 vstore(o_rows[r] + dv0 + u * kLanes, acc[r][u]);
@@ -202,11 +206,44 @@ template <int R>
 void pv_dispatch(int nv, float* const* o_rows, const float* alpha, bool scale_o,
                  const float* const* p_rows, const float* v, std::int64_t Dv, std::int64_t dv0,
                  int last_n, int j0, int j1) {
-    switch (nv) {
-        case 1: pv_block<R, 1>(o_rows, alpha, scale_o, p_rows, v, Dv, dv0, last_n, j0, j1); break;
-        case 2: pv_block<R, 2>(o_rows, alpha, scale_o, p_rows, v, Dv, dv0, last_n, j0, j1); break;
-        case 3: pv_block<R, 3>(o_rows, alpha, scale_o, p_rows, v, Dv, dv0, last_n, j0, j1); break;
-        default: pv_block<R, 4>(o_rows, alpha, scale_o, p_rows, v, Dv, dv0, last_n, j0, j1); break;
+    // A full last vector is loaded and stored whole (a masked load is slower on some CPUs).
+    const auto run = [&]<int NV>() {
+        if (last_n < kLanes) pv_block<R, NV, true>(o_rows, alpha, scale_o, p_rows, v, Dv, dv0, last_n, j0, j1);
+        else pv_block<R, NV, false>(o_rows, alpha, scale_o, p_rows, v, Dv, dv0, last_n, j0, j1);
+    };
+    if constexpr (kDvBlockVecs == 2) {
+        if (nv == 1) run.template operator()<1>();
+        else run.template operator()<2>();
+    } else {
+        switch (nv) {
+            case 1: run.template operator()<1>(); break;
+            case 2: run.template operator()<2>(); break;
+            case 3: run.template operator()<3>(); break;
+            default: run.template operator()<4>(); break;
+        }
+    }
+}
+
+// S = Q Kt for R rows and a tile: acc[r][u] holds the scores of keys 16u .. 16u+15, each one FMA
+// chain over c = 0 .. Dk-1. The tile's keys go in passes of kScoreVecs vectors so that a pass's
+// R x kScoreVecs accumulators and its keys fit the registers (one pass on AVX-512; two of 32
+// keys on AVX2); the chains, and so the bits, are the same either way.
+template <int R>
+void tile_scores(const float* qrow, std::int64_t Dk, const float* kt, vf (&acc)[R][kTileVecs]) {
+    for (int u0 = 0; u0 < kTileVecs; u0 += kScoreVecs) {
+        vf part[R][kScoreVecs];
+        for (int r = 0; r < R; ++r)
+            for (int u = 0; u < kScoreVecs; ++u) part[r][u] = vzero();
+        for (std::int64_t c = 0; c < Dk; ++c) {
+            vf kv[kScoreVecs];
+            for (int u = 0; u < kScoreVecs; ++u) kv[u] = vload(kt + c * kTileKeys + (u0 + u) * kLanes);
+            for (int r = 0; r < R; ++r) {
+                const vf qb = vset1(qrow[r * Dk + c]);
+                for (int u = 0; u < kScoreVecs; ++u) part[r][u] = vfma(qb, kv[u], part[r][u]);
+            }
+        }
+        for (int r = 0; r < R; ++r)
+            for (int u = 0; u < kScoreVecs; ++u) acc[r][u0 + u] = part[r][u];
     }
 }
 
@@ -216,20 +253,9 @@ void pv_dispatch(int nv, float* const* o_rows, const float* alpha, bool scale_o,
 template <int R>
 void micro_tile(const Head& hd, const Shape& sh, std::int64_t i0, int lr0, std::int64_t t0, int nk,
                 const float* kt, Scratch& s) {
-    const std::int64_t Dk = sh.Dk, Dv = sh.Dv;
-    // S = Q Kt: [R, 64] in R x 4 registers, one FMA chain over c per score.
+    const std::int64_t Dv = sh.Dv;
     vf acc[R][kTileVecs];
-    for (int r = 0; r < R; ++r)
-        for (int u = 0; u < kTileVecs; ++u) acc[r][u] = vzero();
-    const float* qrow = hd.q + (i0 + lr0) * Dk;
-    for (std::int64_t c = 0; c < Dk; ++c) {
-        vf kv[kTileVecs];
-        for (int u = 0; u < kTileVecs; ++u) kv[u] = vload(kt + c * kTileKeys + u * kLanes);
-        for (int r = 0; r < R; ++r) {
-            const vf qb = vset1(qrow[r * Dk + c]);
-            for (int u = 0; u < kTileVecs; ++u) acc[r][u] = vfma(qb, kv[u], acc[r][u]);
-        }
-    }
+    tile_scores<R>(hd.q + (i0 + lr0) * sh.Dk, sh.Dk, kt, acc);
 
     // Online softmax per row.
     float alpha[R];
@@ -325,8 +351,9 @@ void process_chunk(const Head& hd, const Shape& sh, std::int64_t i0, int nr, std
             const int R = std::min(kRows, nr - lr0);
             // Skip micro-blocks that see nothing of this tile (an exact no-op for them).
             if (sh.last_key(i0 + lr0 + R - 1) < t0) continue;
-            if constexpr (kRows == 1) {
-                micro_tile<1>(hd, sh, i0, lr0, t0, nk, kt, s);
+            if constexpr (kRows == 2) {
+                if (R == 2) micro_tile<2>(hd, sh, i0, lr0, t0, nk, kt, s);
+                else micro_tile<1>(hd, sh, i0, lr0, t0, nk, kt, s);
                 continue;
             }
             switch (R) {

@@ -394,7 +394,8 @@ void linear_target(const PackedMatrix& W, const float* x, int m, int ldx, float*
     const bool post_act = act == Activation32::gelu || act == Activation32::gelu_tanh;
     const float* res = post_act ? nullptr : residual;
     // Panels per GEMV tile: enough independent FMA chains to hide the latency while the weights
-    // stream, few enough for the registers (AVX2: 8 to 12 accumulators of 8 floats).
+    // stream, few enough for the registers (AVX2: 8 to 12 accumulators of 8 floats; tile_rows
+    // splits 4 rows into tiles of 3 and 1, the second reading the panel again from cache).
     constexpr bool narrow = HWY_TARGET == HWY_AVX2;
     switch (m) {
         case 1: gemv_rows<1, narrow ? 2 : 8>(W, x, ldx, y, ldy, relu, res, ldr); break;
