@@ -126,15 +126,18 @@ void tile(int kc, const float* a, std::ptrdiff_t a_rs, std::ptrdiff_t a_ks, cons
 namespace hn = hwy::HWY_NAMESPACE;
 
 // The same tile in Highway vectors of L = 8 floats (a panel row is kNR / L = 4 of them): the
-// same FMAs in the same order, so the same bits as the AVX-512 tile.
-template <int MR, int NP>
+// same FMAs in the same order, so the same bits as the AVX-512 tile. NC < kNR: a tile of NC
+// columns inside one panel, b pointing at its first column in the panel's row 0.
+template <int MR, int NP, int NC = NP * kNR>
 void tile(int kc, const float* a, std::ptrdiff_t a_rs, std::ptrdiff_t a_ks, const float* b,
           std::ptrdiff_t b_ps, const TileIO& io) {
     const hn::ScalableTag<float> d;
     using V = hn::Vec<decltype(d)>;
     constexpr int L = int(hn::MaxLanes(d));
-    constexpr int VP = kNR / L;  // vectors per panel row
-    constexpr int NV = NP * VP;  // vectors per tile row
+    constexpr int NV = NC / L;  // vectors per tile row
+    // Panel vectors are kept in registers when they fit beside the accumulators (g++ would
+    // otherwise fold their loads into the FMAs and load each one MR times).
+    constexpr bool pin = MR > 1 && MR * NV + NV + 1 <= 16;
     const auto mask = [&](int j) { return hn::FirstN(d, std::size_t(std::clamp(io.n_valid - L * j, 0, L))); };
     V acc[MR][NV];
 #pragma GCC unroll 16
@@ -151,9 +154,10 @@ void tile(int kc, const float* a, std::ptrdiff_t a_rs, std::ptrdiff_t a_ks, cons
     for (int k = 0; k < kc; ++k) {
         V bv[NV];
 #pragma GCC unroll 16
-        for (int p = 0; p < NP; ++p)
-#pragma GCC unroll 16
-            for (int q = 0; q < VP; ++q) bv[p * VP + q] = hn::LoadU(d, b + p * b_ps + std::ptrdiff_t(k) * kNR + q * L);
+        for (int j = 0; j < NV; ++j) {
+            bv[j] = hn::LoadU(d, b + (j * L / kNR) * b_ps + std::ptrdiff_t(k) * kNR + (j * L) % kNR);
+            if constexpr (pin) asm("" : "+x"(bv[j].raw));
+        }
 #pragma GCC unroll 16
         for (int r = 0; r < MR; ++r) {
             const V av = hn::Set(d, a[r * a_rs + k * a_ks]);
@@ -183,6 +187,25 @@ void tile(int kc, const float* a, std::ptrdiff_t a_rs, std::ptrdiff_t a_ks, cons
                 if (io.residual) v = hn::Add(v, hn::MaskedLoad(mask(j), d, io.residual + r * io.ld_res + L * j));
                 hn::BlendedStore(v, mask(j), d, io.c_out + r * io.ld_out + L * j);
             }
+}
+
+// The GEMM's micro-panel (MR = 12 rows x one 32-column panel) as 6 x 16 tiles, the classic
+// AVX2 shape: 12 accumulators, 2 panel vectors and a broadcast in the 16 registers, 8 loads per
+// 12 FMAs. The same FMAs per element as one 12 x 32 tile, so the same bits.
+template <int MR>
+void tile_6x16(int kc, const float* a, std::ptrdiff_t a_rs, std::ptrdiff_t a_ks, const float* b,
+               std::ptrdiff_t b_ps, const TileIO& io) {
+    for (int r0 = 0; r0 < MR && r0 < io.m_valid; r0 += 6)
+        for (int c0 = 0; c0 < kNR && c0 < io.n_valid; c0 += 16) {
+            TileIO t = io;
+            t.m_valid = std::min(6, io.m_valid - r0);
+            t.n_valid = std::min(16, io.n_valid - c0);
+            if (t.c_in) t.c_in += r0 * io.ld_in + c0;
+            t.c_out += r0 * io.ld_out + c0;
+            if (t.bias) t.bias += c0;
+            if (t.residual) t.residual += r0 * io.ld_res + c0;
+            tile<6, 1, 16>(kc, a + r0 * a_rs, a_rs, a_ks, b + c0, b_ps, t);
+        }
 }
 
 #else  // scalar: the same order of operations with std::fma
@@ -230,6 +253,12 @@ template <int MR, int NP>
 void tile_rows(int kc, const float* a, std::ptrdiff_t a_rs, std::ptrdiff_t a_ks, const float* b,
                std::ptrdiff_t b_ps, const TileIO& io) {
     constexpr int per = std::max(1, kMaxAccumulators / (NP * kNR / kVectorFloats));
+#if HWY_TARGET == HWY_AVX2
+    if constexpr (NP == 1 && MR % 6 == 0) {  // the GEMM's micro-panels (a is packed and padded)
+        tile_6x16<MR>(kc, a, a_rs, a_ks, b, b_ps, io);
+        return;
+    }
+#endif
     if constexpr (MR <= per) {
         tile<MR, NP>(kc, a, a_rs, a_ks, b, b_ps, io);
     } else {
