@@ -1,16 +1,6 @@
 // bench/main.cpp — Google Benchmark's main, plus the run's context for the performance gate.
 //
-// How idle OpenMP workers wait decides the decode-step numbers: a step opens ~31 parallel
-// regions of a few hundred microseconds each, and a worker that has gone to sleep (the passive
-// policy) costs a futex wake-up per region. Spinning forever (libgomp's default, 300000 spins
-// per wait and then more) wrecks every timing as soon as anything else runs on these two vCPUs.
-// A short spin (GOMP_SPINCOUNT=10000, then sleep) is the compromise, measured on a quiet
-// machine in one run: decode step at ctx 1024, 0.62 of the bandwidth bound passive, 0.91 with the
-// short spin; prefill T=512 on 2 threads, 0.66 of the FMA peak passive, 0.75 with the short spin.
-// libgomp reads its environment once at load time, so when the caller set neither variable we
-// re-execute ourselves with GOMP_SPINCOUNT=10000: every run of this binary waits the same way.
-#include <unistd.h>
-
+// OpenMP waiting: every run of this binary waits the same way (perf/omp_wait.hpp).
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -19,14 +9,11 @@
 
 #include "attncheck/isa.hpp"
 #include "bench/slowdown.hpp"
+#include "perf/omp_wait.hpp"
 #include "optimized/simd_targets.hpp"
 
 int main(int argc, char** argv) {
-    if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT")) {
-        setenv("GOMP_SPINCOUNT", "10000", 1);
-        execv("/proc/self/exe", argv);
-        std::perror("attncheck_bench: re-exec with GOMP_SPINCOUNT=10000 failed; going on");
-    }
+    attncheck::perf::reexec_with_short_spin(argv, "attncheck_bench");
     if (const std::string& error = attncheck::optimized::isa_choice().error; !error.empty()) {
         std::fprintf(stderr, "attncheck_bench: %s\n", error.c_str());
         return 2;

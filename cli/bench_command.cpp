@@ -9,7 +9,6 @@
 // spinning without end wrecks every timing when anything else runs on the machine). As the
 // benchmark binary does, `attncheck bench` re-executes itself with GOMP_SPINCOUNT=10000 when the
 // caller set neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT (libgomp reads them once, at load time).
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +24,7 @@
 #include "cli/bench_run.hpp"
 #include "cli/commands.hpp"
 #include "kernels/registry.hpp"
+#include "perf/omp_wait.hpp"
 #include "properties/isolation/kernel_lib.hpp"
 
 namespace attncheck::cli {
@@ -170,10 +170,7 @@ void add_run_options(CLI::App* sub, BenchArgs& a) {
 
 void reexec_for_bench(int argc, char** argv) {
     if (argc < 2 || std::strcmp(argv[1], "bench") != 0) return;
-    if (std::getenv("OMP_WAIT_POLICY") || std::getenv("GOMP_SPINCOUNT")) return;
-    setenv("GOMP_SPINCOUNT", "10000", 1);
-    execv("/proc/self/exe", argv);
-    std::perror("attncheck bench: re-exec with GOMP_SPINCOUNT=10000 failed; going on");
+    perf::reexec_with_short_spin(argv, "attncheck bench");
 }
 
 Command add_bench_command(CLI::App& app) {

@@ -40,6 +40,8 @@
 #include "attncheck/model.hpp"
 #include "perf/calibration.hpp"
 #include "optimized/decoder.hpp"
+#include "optimized/simd_targets.hpp"
+#include "perf/omp_wait.hpp"
 
 namespace {
 
@@ -326,6 +328,11 @@ BENCHMARK(BM_DecodeVsTorch)->ArgName("ctx")->Arg(1024)->Iterations(40)->UseRealT
 }  // namespace
 
 int main(int argc, char** argv) {
+    perf::reexec_with_short_spin(argv, "attncheck_peer_torch");  // as attncheck_bench waits
+    if (const std::string& error = optimized::isa_choice().error; !error.empty()) {
+        std::fprintf(stderr, "attncheck_peer_torch: %s\n", error.c_str());
+        return 2;
+    }
     g_our_threads = omp_get_max_threads();
     std::vector<char*> rest;
     for (int i = 0; i < argc; ++i) {
