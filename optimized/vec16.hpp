@@ -69,6 +69,7 @@ inline vf vmask_after(vf a, int n) {
 }
 inline float vreduce_max(vf a) { return _mm512_reduce_max_ps(a.r); }
 inline float vreduce_add(vf a) { return _mm512_reduce_add_ps(a.r); }
+inline void vpin(vf&) {}  // see the AVX2 version
 
 // exp(x) for x <= 0: n = round(x / ln2), r = x - n ln2 (Cody-Waite, |r| <= ln2/2), degree-7
 // Taylor polynomial (truncation error r^8/8! < 0.05 ulp) by Horner with FMA, then scalef
@@ -162,6 +163,12 @@ inline float vreduce_max(vf a) {
     V8 m = a.r[0];
     for (int i = 1; i < kParts; ++i) m = hn::Max(m, a.r[i]);
     return hn::GetLane(hn::MaxOfLanes(D8(), m));
+}
+// Keeps a loaded vector in registers: g++ otherwise folds the load into each FMA that uses it,
+// and a key or value row used by two query rows is then loaded twice (the loads, not the FMAs,
+// would bound the kernel). An empty asm the value must pass through forbids the folding.
+inline void vpin(vf& a) {
+    for (int i = 0; i < kParts; ++i) asm("" : "+x"(a.r[i].raw));
 }
 // The pairwise tree of _mm512_reduce_add_ps (lanes l + l+8, then + l+4, + l+2, + l+1), so that
 // a sum has the same bits on this path and the AVX-512 one.
@@ -261,6 +268,7 @@ inline float vreduce_add(vf a) {  // the same pairwise tree on every call
         for (int l = 0; l < w; ++l) a.r[l] = a.r[l] + a.r[l + w];
     return a.r[0];
 }
+inline void vpin(vf&) {}  // see the AVX2 version
 // The portable path uses the C library's exp (correctly rounded or within 1 ulp in glibc).
 inline vf vexp(vf x) {
     vf y;
