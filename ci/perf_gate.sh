@@ -132,12 +132,6 @@ build_base() {
       v=$(sed -n "s/^$var:[A-Z]*=//p" "$cache")
       [ -n "$v" ] && opts+=("-D$var=$v")
     done
-    # A candidate built for no particular CPU (ATTNCHECK_NATIVE off, no ATTNCHECK_MARCH: plain
-    # x86-64, its hot code dispatched at run time) is compared with a base built for plain x86-64
-    # too: a base from before the run-time dispatch would otherwise build for its own default.
-    if ! grep -q '^ATTNCHECK_MARCH:[A-Z]*=.' "$cache" && grep -q '^ATTNCHECK_NATIVE:[A-Z]*=OFF' "$cache"; then
-      opts+=("-DATTNCHECK_MARCH=x86-64")
-    fi
   fi
   # shellcheck disable=SC2046  # the flag list is words
   {

@@ -15,7 +15,9 @@
 // SSSE3 and SSE4 are not compiled (a CPU without AVX2 runs `scalar`), and neither are the AVX-512
 // variants beyond HWY_AVX3 (they would add compile time, not speed, to this code). All targets
 // are compiled whatever -march the build uses (HWY_COMPILE_ALL_ATTAINABLE), so that every path
-// can be forced and tested on a machine that has it.
+// can be forced and tested on a machine that has it. (The scalar target is compiled with the
+// build's own -march: x86-64-v3 by default, so that it too auto-vectorizes for AVX2; a build for
+// plain x86-64, -DATTNCHECK_MARCH=x86-64, runs it on CPUs without AVX2.)
 #pragma once
 
 #ifndef HWY_DISABLED_TARGETS
