@@ -33,7 +33,7 @@
 namespace {
 
 using namespace attncheck;
-using attncheck::bench::optimized_kernel_under_bench;
+using attncheck::bench::optimized_entry_under_bench;
 using Clock = std::chrono::steady_clock;
 
 struct ThreadCount {
@@ -48,7 +48,7 @@ const Model& base_model() {
     return m;
 }
 const optimized::Decoder& base_decoder() {
-    static const optimized::Decoder d(base_model(), optimized_kernel_under_bench());
+    static const optimized::Decoder d(base_model(), attention_kernel_of(optimized_entry_under_bench()));
     return d;
 }
 
@@ -160,7 +160,7 @@ void BM_VsReference(benchmark::State& state) {
     const Model model = init_model(c, 2);
     const auto tokens = tokens_for(c, 64, 45);
     const reference::Decoder<float> ref(model);
-    const optimized::Decoder opt(model, optimized_kernel_under_bench());
+    const optimized::Decoder opt(model, attention_kernel_of(optimized_entry_under_bench()));
     double ref_best = 1e30;
     for (int r = 0; r < 2; ++r) {
         const auto t0 = Clock::now();

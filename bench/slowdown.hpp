@@ -18,6 +18,7 @@
 #include <string>
 
 #include "attncheck/kernels.hpp"
+#include "kernels/registry.hpp"
 
 namespace attncheck::bench {
 
@@ -33,10 +34,13 @@ const Slowdown& injected_slowdown();
 // "0", "reference" or the stretch (e.g. "0.1"), for the JSON context.
 std::string slowdown_label();
 
-// The kernel the "optimized" benchmarks time.
-inline attncheck_kernel_fn optimized_kernel_under_bench() {
-    return injected_slowdown().reference_kernel ? attncheck_reference_kernel : attncheck_optimized_kernel;
+// The registry entry of the kernel the "optimized" benchmarks time: the decoder benchmarks plug
+// it in with what the entry declares (attention_kernel_of).
+inline const KernelEntry& optimized_entry_under_bench() {
+    return *find_kernel(injected_slowdown().reference_kernel ? "reference" : "optimized", KernelRole::builtin);
 }
+// Its function, for the kernel benchmarks.
+inline attncheck_kernel_fn optimized_kernel_under_bench() { return optimized_entry_under_bench().fn; }
 
 // Seconds `work()` took on the wall clock, stretched by the injected slowdown when there is one.
 // Every benchmark times the code under test through this (never the reference it compares with).

@@ -265,23 +265,30 @@ int online_kernel(const attncheck_problem* p, const float* q, const float* k, co
 }
 
 // A mutant's registry entry; `writes_out_of_bounds`: it writes outside out (call it only with
-// guard elements after out, or in an isolated worker).
+// guard elements after out, or in an isolated worker). No mutant declares reads_only_visible_keys:
+// its base does not keep that promise (below), and several bugs are reads past the visible keys
+// themselves (future_peek, causal_bottom_right, padding_ignored, padding_from_first_sequence,
+// mask_after_softmax), which the whole-cache call would feed stale rows. The decoder gives each
+// mutant the exact problem, one head at a time.
 KernelEntry mutant(std::string name, attncheck_kernel_fn fn, std::string bug, bool writes_out_of_bounds = false) {
     const bool online = fn == online_kernel<false>;
     return {std::move(name), fn, online ? "zoo_online_base with one bug" : "zoo_base with one bug", KernelRole::mutant,
-            "", writes_out_of_bounds, std::move(bug)};
+            "", writes_out_of_bounds, std::move(bug), /*reads_only_visible_keys=*/false};
 }
 
 }  // namespace
 
 std::vector<KernelEntry> zoo_entries() {
+    // Neither base reads only visible keys: both take the dot product of every query row with
+    // all kv_len key rows and mask the score afterwards (correct results, but the reads and the
+    // cost grow with kv_len).
     return {
         {"zoo_base", textbook_kernel<Bug::none>,
          "the zoo's correct textbook kernel: two-pass masked softmax with max-subtraction, float32",
-         KernelRole::zoo_base, "", false, ""},
+         KernelRole::zoo_base, "", false, "", /*reads_only_visible_keys=*/false},
         {"zoo_online_base", online_kernel<true>,
          "the zoo's correct streaming kernel: online softmax over key tiles of 2, float32", KernelRole::zoo_base, "",
-         false, ""},
+         false, "", /*reads_only_visible_keys=*/false},
         mutant("causal_ignores_q_offset", textbook_kernel<Bug::causal_ignores_q_offset>,
                "causal mask aligned to query row i instead of its position q_offset + i (breaks decode and chunked prefill)"),
         mutant("diagonal_masked", textbook_kernel<Bug::diagonal_masked>,

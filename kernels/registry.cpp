@@ -10,6 +10,10 @@
 
 namespace attncheck {
 
+optimized::AttentionKernel attention_kernel_of(const KernelEntry& entry) {
+    return {.fn = entry.fn, .reads_only_visible_keys = entry.reads_only_visible_keys};
+}
+
 const char* to_string(KernelRole role) {
     switch (role) {
         case KernelRole::builtin: return "builtin";
@@ -22,12 +26,25 @@ const char* to_string(KernelRole role) {
 const std::vector<KernelEntry>& kernel_registry() {
     static const std::vector<KernelEntry> registry = [] {
         std::vector<KernelEntry> all = {
-            {"reference", attncheck_reference_kernel,
-             "textbook float32 attention: full score matrix, max-subtracted softmax, P V", KernelRole::builtin, "",
-             false, ""},
-            {"optimized", attncheck_optimized_kernel,
-             "fused online-softmax kernel over key tiles, AVX-512, OpenMP, deterministic", KernelRole::builtin, "",
-             false, ""},
+            // Copies all kv_len key and value rows into its tensors and scores a full
+            // [Tq, Tk] matrix: its cost grows with kv_len, whatever the mask hides.
+            {.name = "reference",
+             .fn = attncheck_reference_kernel,
+             .description = "textbook float32 attention: full score matrix, max-subtracted softmax, P V",
+             .role = KernelRole::builtin,
+             .declaration = "",
+             .bug = "",
+             .reads_only_visible_keys = false},
+            // Never loads a key or value row at or past min(kv_valid_len, q_offset + q_len): key
+            // tiles past the causal diagonal or in the padding are skipped, the last one packed
+            // only up to that row (optimized/attention_kernel.cpp).
+            {.name = "optimized",
+             .fn = attncheck_optimized_kernel,
+             .description = "fused online-softmax kernel over key tiles, AVX-512, OpenMP, deterministic",
+             .role = KernelRole::builtin,
+             .declaration = "",
+             .bug = "",
+             .reads_only_visible_keys = true},
         };
         for (KernelEntry& e : zoo_entries()) all.push_back(std::move(e));
         return all;

@@ -11,6 +11,7 @@
 
 #include "attncheck/kernel_abi.h"
 #include "attncheck/kernels.hpp"
+#include "optimized/decoder.hpp"
 
 namespace attncheck {
 
@@ -33,7 +34,17 @@ struct KernelEntry {
     // in an isolated worker).
     bool writes_out_of_bounds = false;
     std::string bug;  // a mutant's one bug, in one line; "" for a correct kernel
+    // True for a kernel that promises optimized::AttentionKernel::reads_only_visible_keys: it
+    // never reads a key or value row past the last one visible to the call's last query row, so
+    // the optimized decoder may pass it a layer's whole cache in one call. A promise about the
+    // code, not the results: a kernel that computes the right answer but touches every key row
+    // (masking scores afterwards) does not make it.
+    bool reads_only_visible_keys = false;
 };
+
+// The kernel as the optimized decoder takes it: the entry's function with what the entry
+// declares. Every optimized decoder around a registry kernel is built from this.
+optimized::AttentionKernel attention_kernel_of(const KernelEntry& entry);
 
 // Every kernel: the built-ins, the zoo's bases, the mutants (each group in a fixed order).
 const std::vector<KernelEntry>& kernel_registry();

@@ -36,8 +36,6 @@ int argmax_lowest(const float* row, int V) {
 Decoder::Decoder(const Model& model, AttentionKernel kernel) : packed_(pack_model(model)), kernel_(kernel) {
     if (!kernel_.fn) throw InputError("optimized decoder: the attention kernel is null");
 }
-Decoder::Decoder(const Model& model, attncheck_kernel_fn kernel)
-    : Decoder(model, AttentionKernel{.fn = kernel, .reads_only_visible_keys = kernel == attncheck_optimized_kernel}) {}
 Decoder::~Decoder() = default;
 Decoder::Decoder(Decoder&&) noexcept = default;
 Decoder& Decoder::operator=(Decoder&&) noexcept = default;

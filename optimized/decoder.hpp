@@ -24,9 +24,12 @@ namespace attncheck::optimized {
 
 struct PackedWeights;  // weights laid out for the matrix products, made once at load time
 
-// An attention kernel and what the decoder may assume about it beyond kernel_abi.h.
+// An attention kernel and what the decoder may assume about it beyond kernel_abi.h. Nothing is
+// assumed that is not declared here: the function pointer itself says nothing (a wrapper around
+// the built-in kernel is as good as the built-in when it declares the same). A registry kernel's
+// declaration is its entry's (kernels/registry.hpp: attention_kernel_of).
 struct AttentionKernel {
-    attncheck_kernel_fn fn = attncheck_optimized_kernel;
+    attncheck_kernel_fn fn = nullptr;
     // The kernel never reads a key or value row past the last one visible to the call's last
     // query row, so a causal call costs no more with kv_len = N than with kv_len = q_offset +
     // q_len, and rows past the visible ones may hold anything. A session then passes a layer's
@@ -34,17 +37,20 @@ struct AttentionKernel {
     // one call per head on the exact incremental problem of KERNEL_ABI.md (kv_len = pos + n).
     // A correct kernel sees the same visible keys either way; the built-in kernel gives the same
     // bits either way (tests/optimized/decoder_test.cpp).
-    bool reads_only_visible_keys = true;
+    bool reads_only_visible_keys = false;
 };
+
+// The built-in kernel, attncheck_optimized_kernel, which reads only visible keys: the decoder's
+// default, and what the registry's "optimized" entry declares.
+inline constexpr AttentionKernel kBuiltinAttentionKernel{.fn = attncheck_optimized_kernel,
+                                                         .reads_only_visible_keys = true};
 
 class Decoder {
 public:
     // Validates the model (InputError) and packs its weights. The kernel is used for every
-    // attention call (self and cross, prefill and steps). InputError for a null kernel.
-    explicit Decoder(const Model& model, AttentionKernel kernel = {});
-    // A plain kernel function declares nothing beyond kernel_abi.h, except the built-in
-    // attncheck_optimized_kernel itself, which reads only visible keys (as with the default).
-    Decoder(const Model& model, attncheck_kernel_fn kernel);
+    // attention call (self and cross, prefill and steps), assuming of it only what it declares.
+    // InputError for a null kernel. A kernel that declares nothing: Decoder(model, {.fn = f}).
+    explicit Decoder(const Model& model, AttentionKernel kernel = kBuiltinAttentionKernel);
     ~Decoder();
     Decoder(Decoder&&) noexcept;
     Decoder& operator=(Decoder&&) noexcept;

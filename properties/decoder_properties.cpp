@@ -55,10 +55,9 @@ struct Built {
     Built(const DecoderUnderTest& d, const DecoderCase& c)
         : model(init_model(c.config, c.model_seed)), tokens(c.tokens()), mem(c.memory()) {
         V = c.config.vocab_size;
-        if (d.optimized()) {
-            opt.emplace(model, d.kernel);
-            opt->set_zero_empty_rows(d.declaration.empty_rows_nan);
-        } else
+        if (d.optimized())
+            opt.emplace(optimized_decoder_of(d, model));
+        else
             ref.emplace(model);
     }
     std::vector<float> forward(const std::vector<int>& tokens, const std::optional<Memory>& mem) const {
@@ -372,6 +371,12 @@ Verdict batch_session(const DecoderUnderTest& d, const DecoderCase& c) {
 }
 
 }  // namespace
+
+optimized::Decoder optimized_decoder_of(const DecoderUnderTest& d, const Model& model) {
+    optimized::Decoder dec(model, d.kernel);
+    dec.set_zero_empty_rows(d.declaration.empty_rows_nan);
+    return dec;
+}
 
 const std::vector<DecoderProperty>& decoder_properties() {
     static const std::vector<DecoderProperty> all = {

@@ -13,6 +13,9 @@
 
 #include "attncheck/declaration.hpp"
 #include "attncheck/kernel_abi.h"
+#include "attncheck/model.hpp"
+#include "kernels/registry.hpp"
+#include "optimized/decoder.hpp"
 #include "properties/decoder_case.hpp"
 #include "properties/verdict.hpp"
 
@@ -20,17 +23,28 @@ namespace attncheck::properties {
 
 struct DecoderUnderTest {
     DecoderUnderTest() = default;
+    // The optimized decoder around a registry kernel, with what its entry declares
+    // (attention_kernel_of: reads_only_visible_keys).
+    DecoderUnderTest(std::string name_, const KernelEntry& entry, KernelDeclaration declaration_ = {})
+        : name(std::move(name_)), kernel(attention_kernel_of(entry)), declaration(std::move(declaration_)) {}
+    // A kernel known only by its function (a kernel library, a function linked into a test): it
+    // declares nothing to the decoder beyond kernel_abi.h. nullptr: the reference decoder.
     DecoderUnderTest(std::string name_, attncheck_kernel_fn kernel_, KernelDeclaration declaration_ = {})
-        : name(std::move(name_)), kernel(kernel_), declaration(std::move(declaration_)) {}
+        : name(std::move(name_)), kernel{.fn = kernel_}, declaration(std::move(declaration_)) {}
 
-    std::string name;                   // "reference" or "optimized[KERNEL]"
-    attncheck_kernel_fn kernel = nullptr;  // nullptr: reference::Decoder<float>; else optimized::Decoder(kernel)
+    std::string name;  // "reference" or "optimized[KERNEL]"
+    // fn nullptr: reference::Decoder<float>; else optimized::Decoder(model, kernel).
+    optimized::AttentionKernel kernel;
     // The kernel's declaration: empty_rows=nan makes the decoder zero such rows after each call
     // (optimized::Decoder::set_zero_empty_rows); deterministic=no turns the bitwise comparisons
     // into comparisons within the bound.
     KernelDeclaration declaration;
-    bool optimized() const { return kernel != nullptr; }
+    bool optimized() const { return kernel.fn != nullptr; }
 };
+
+// The optimized decoder that the decoder properties run for d (d.optimized()): d's kernel with
+// what it declares, empty rows zeroed after each call when its declaration says empty_rows=nan.
+optimized::Decoder optimized_decoder_of(const DecoderUnderTest& d, const Model& model);
 
 struct DecoderProperty {
     std::string name;

@@ -113,7 +113,7 @@ int run_subjects(const FuzzOptions& o, std::uint64_t seed, const std::vector<Ker
         int capped_from = 0;
         const int cases = decoder_cases(o, kernel_failed(rows, k.name), capped_from);
         run_decoder_subject(o, run_params(o, seed, cases), capped_from,
-                            DecoderUnderTest{"optimized[" + k.name + "]", k.fn, k.declaration},
+                            DecoderUnderTest{"optimized[" + k.name + "]", *find_kernel(k.name), k.declaration},
                             "--kernel " + k.name + declare_flag(o), rows, line);
     }
     if (!o.kernel_lib.empty()) run_library_isolated(o, seed, rows);

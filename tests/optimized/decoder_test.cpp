@@ -33,6 +33,7 @@
 #include "attncheck/kernels.hpp"
 #include "attncheck/model.hpp"
 #include "attncheck/tolerance.hpp"
+#include "kernels/registry.hpp"
 #include "optimized/decoder.hpp"
 #include "optimized/gemm.hpp"
 #include "reference/decoder.hpp"
@@ -122,6 +123,13 @@ extern "C" int refusing_kernel(const attncheck_problem*, const float*, const flo
     return ATTNCHECK_UNSUPPORTED;
 }
 
+// A built-in kernel's registry entry: the kernel with what it declares to the decoder.
+const KernelEntry& builtin(const std::string& name) {
+    const KernelEntry* e = find_kernel(name, KernelRole::builtin);
+    REQUIRE(e);
+    return *e;
+}
+
 std::string describe(const ModelConfig& c) {
     std::ostringstream s;
     s << "d=" << c.d_model << " h=" << c.n_heads << " f=" << c.d_ff << " L=" << c.n_layers << " V=" << c.vocab_size
@@ -185,7 +193,7 @@ void require_agrees(const std::vector<float>& candidate, const Expected& e, std:
 
 TEST_CASE("teacher-forced, step-by-step and chunked logits agree with the float64 reference in every configuration",
           "[optimized][decoder]") {
-    const auto kernel = GENERATE(as<attncheck_kernel_fn>{}, attncheck_optimized_kernel, attncheck_reference_kernel);
+    const KernelEntry& kernel = builtin(GENERATE(as<std::string>{}, "optimized", "reference"));
     const std::uint64_t seed = 1234;
     int index = 0;
     for (const ModelConfig& c : testing::option_configs(small_config())) {
@@ -198,9 +206,9 @@ TEST_CASE("teacher-forced, step-by-step and chunked logits agree with the float6
         const auto mem = random_memory(rng, c, S, index % (S + 1));  // valid_len 0 .. S
         const Expected e = expected(model, tokens, mem);
         const std::size_t V = std::size_t(c.vocab_size);
-        const Decoder dec(model, kernel);
-        const std::string where = describe(c) + " seed=" + std::to_string(seed + std::uint64_t(index - 1)) +
-                                  (kernel == attncheck_reference_kernel ? " kernel=reference" : " kernel=optimized");
+        const Decoder dec(model, attention_kernel_of(kernel));
+        const std::string where =
+            describe(c) + " seed=" + std::to_string(seed + std::uint64_t(index - 1)) + " kernel=" + kernel.name;
 
         require_agrees(dec.forward(tokens, mem), e, 0, V, "teacher-forced " + where);
 
@@ -246,14 +254,14 @@ TEST_CASE("a wider model (several panels, GEMM row blocks) agrees with the refer
 }
 
 TEST_CASE("BatchSession and forward_batch agree with the reference per sequence", "[optimized][decoder][batch]") {
-    const auto kernel = GENERATE(as<attncheck_kernel_fn>{}, attncheck_optimized_kernel, attncheck_reference_kernel);
+    const KernelEntry& kernel = builtin(GENERATE(as<std::string>{}, "optimized", "reference"));
     const std::uint64_t seed = 555;
     int index = 0;
     for (const ModelConfig& c : testing::option_configs(small_config())) {
         if (index++ % 5 != 0) continue;  // a spread of configurations: batches cost B references each
         std::mt19937_64 rng(seed + std::uint64_t(index));
         const Model model = init_model(c, seed + std::uint64_t(index));
-        const Decoder dec(model, kernel);
+        const Decoder dec(model, attention_kernel_of(kernel));
         const std::size_t V = std::size_t(c.vocab_size);
         const int B = 3;
         const int prompt[B] = {4, 1, 7}, steps = 6;  // different positions in every step
@@ -326,7 +334,7 @@ TEST_CASE("Session::step allocates nothing", "[optimized][session][alloc]") {
     const Model model = init_model(c, 5);
     std::mt19937_64 rng(5);
     const auto mem = random_memory(rng, c, 4, 2);
-    const Decoder dec(model, no_alloc_kernel);
+    const Decoder dec(model, {.fn = no_alloc_kernel});
     Session s(dec, mem);
     s.step(1);  // first call: OpenMP's thread pool and any lazy runtime state
     g_allocations = 0;
@@ -442,9 +450,9 @@ TEST_CASE("results are bitwise the same on 1 and 2 threads", "[optimized][decode
         }
 }
 
-// The built-in kernel behind a different function pointer: passed as a plain function it declares
-// nothing, so the decoder takes the general path (one kernel call per head with kv_len = pos + n,
-// one OpenMP region per product) that every foreign kernel gets.
+// The built-in kernel behind a different function pointer: declaring nothing, it gets the general
+// path (one kernel call per head with kv_len = pos + n, one OpenMP region per product) that every
+// kernel without the capability gets.
 extern "C" int forwarding_kernel(const attncheck_problem* p, const float* q, const float* k, const float* v,
                                  float* out) {
     return attncheck_optimized_kernel(p, q, k, v, out);
@@ -479,7 +487,7 @@ TEST_CASE("the built-in kernel's fast paths equal the general path bitwise", "[o
     const auto general = run({.fn = forwarding_kernel, .reads_only_visible_keys = false}, 2);
     // The default kernel, and a foreign function that declares the capability, take the fast path.
     const optimized::AttentionKernel declared{.fn = forwarding_kernel, .reads_only_visible_keys = true};
-    for (const optimized::AttentionKernel& kernel : {optimized::AttentionKernel{}, declared})
+    for (const optimized::AttentionKernel& kernel : {optimized::kBuiltinAttentionKernel, declared})
     for (int threads : {1, 2, 3}) {
         const auto fast = run(kernel, threads);
         REQUIRE(fast.size() == general.size());
@@ -514,18 +522,49 @@ TEST_CASE("a kernel that reads only visible keys gets one call per layer in a st
     CHECK(calls_in_a_step(Decoder(model, {.fn = counting_kernel, .reads_only_visible_keys = true})) == c.n_layers);
     CHECK(calls_in_a_step(Decoder(model, {.fn = counting_kernel, .reads_only_visible_keys = false})) ==
           c.n_layers * c.n_heads);
-    // A plain function declares nothing, except the built-in kernel itself; the default is the
-    // built-in kernel with the capability.
-    CHECK(calls_in_a_step(Decoder(model, counting_kernel)) == c.n_layers * c.n_heads);
-    CHECK_FALSE(Decoder(model, counting_kernel).attention_kernel().reads_only_visible_keys);
-    CHECK(Decoder(model, attncheck_optimized_kernel).attention_kernel().reads_only_visible_keys);
+    // A function given alone declares nothing, whatever it points to: the built-in kernel itself
+    // too. The default is the built-in kernel with the capability declared.
+    CHECK(calls_in_a_step(Decoder(model, {.fn = counting_kernel})) == c.n_layers * c.n_heads);
+    CHECK_FALSE(Decoder(model, {.fn = attncheck_optimized_kernel}).attention_kernel().reads_only_visible_keys);
     CHECK(Decoder(model).attention_kernel().fn == attncheck_optimized_kernel);
     CHECK(Decoder(model).attention_kernel().reads_only_visible_keys);
 }
 
+TEST_CASE("the decoder takes a kernel's capability from its registry entry, not from its pointer",
+          "[optimized][session]") {
+    const ModelConfig c = small_config();  // 3 heads, 2 layers, no cross-attention
+    const Model model = init_model(c, 3);
+    auto calls_in_a_step = [&](const Decoder& dec) {
+        Session s(dec);
+        s.step(1);
+        g_kernel_calls = 0;
+        s.step(2);
+        return g_kernel_calls.load();
+    };
+    // The registry's built-in entry gives the default decoder's kernel exactly.
+    const optimized::AttentionKernel builtin_kernel = attention_kernel_of(builtin("optimized"));
+    CHECK(builtin_kernel.fn == optimized::kBuiltinAttentionKernel.fn);
+    CHECK(builtin_kernel.reads_only_visible_keys);
+    CHECK_FALSE(attention_kernel_of(builtin("reference")).reads_only_visible_keys);
+    // A forwarding wrapper around the built-in kernel, declared through an entry: the fast path
+    // (one call per layer in a step), where the same function without the declaration gets one
+    // call per head.
+    const KernelEntry wrapper{.name = "counting",
+                              .fn = counting_kernel,
+                              .description = "the built-in kernel, counting its calls",
+                              .role = KernelRole::builtin,
+                              .declaration = "",
+                              .bug = "",
+                              .reads_only_visible_keys = true};
+    CHECK(calls_in_a_step(Decoder(model, attention_kernel_of(wrapper))) == c.n_layers);
+    KernelEntry undeclared = wrapper;
+    undeclared.reads_only_visible_keys = false;
+    CHECK(calls_in_a_step(Decoder(model, attention_kernel_of(undeclared))) == c.n_layers * c.n_heads);
+}
+
 TEST_CASE("a kernel that refuses raises KernelError naming the problem", "[optimized][decoder]") {
     const ModelConfig c = small_config();
-    const Decoder dec(init_model(c, 4), refusing_kernel);
+    const Decoder dec(init_model(c, 4), {.fn = refusing_kernel});
     try {
         dec.forward({1, 2, 3});
         FAIL("no KernelError");
@@ -537,5 +576,5 @@ TEST_CASE("a kernel that refuses raises KernelError naming the problem", "[optim
     }
     Session s(dec);
     REQUIRE_THROWS_AS(s.step(1), optimized::KernelError);
-    REQUIRE_THROWS_AS(Decoder(init_model(c, 4), nullptr), InputError);
+    REQUIRE_THROWS_AS(Decoder(init_model(c, 4), {.fn = nullptr}), InputError);
 }

@@ -102,7 +102,7 @@ TEST_CASE("batch_session catches a kernel that ignores kv_valid_len inside the d
         if (p.name == "batch_session") prop = &p;
     REQUIRE(prop);
     const rc::Gen<DecoderCase> gen = gen_decoder_case(prop->options);
-    const DecoderUnderTest d{"optimized[padding_ignored]", m->fn};
+    const DecoderUnderTest d{"optimized[padding_ignored]", *m};
     const PropertyResult r = run_property(prop->name, [&] { return prop->check(d, *gen); }, RunParams{3, 30});
     INFO(r.message);
     CHECK(r.status == Status::fail);

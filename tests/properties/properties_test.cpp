@@ -59,7 +59,7 @@ TEST_CASE("the zoo's correct base kernels pass every kernel property", "[propert
 TEST_CASE("the reference and optimized decoders pass every decoder property", "[properties][decoder]") {
     const RunParams params = test::ci_params(15);
     std::vector<DecoderUnderTest> decoders = {{"reference", nullptr}};
-    for (const KernelEntry* e : kernels_of(KernelRole::builtin)) decoders.push_back({"optimized[" + e->name + "]", e->fn});
+    for (const KernelEntry* e : kernels_of(KernelRole::builtin)) decoders.push_back({"optimized[" + e->name + "]", *e});
     for (const DecoderUnderTest& d : decoders)
         for (const DecoderProperty& prop : decoder_properties()) {
             if (prop.optimized_only && !d.optimized()) continue;
@@ -67,6 +67,23 @@ TEST_CASE("the reference and optimized decoders pass every decoder property", "[
             INFO(report(r, d.name));
             CHECK(r.status == Status::pass);
         }
+}
+
+TEST_CASE("a registry entry's reads_only_visible_keys reaches the decoder under test", "[properties][decoder]") {
+    // Only the built-in optimized kernel makes the promise; the decoder the properties build
+    // around any entry takes exactly what the entry declares, and a bare function declares nothing.
+    const Model model = init_model(ModelConfig{}, 1);
+    for (const KernelEntry& e : kernel_registry()) {
+        INFO(e.name);
+        CHECK(e.reads_only_visible_keys == (e.name == "optimized" && e.role == KernelRole::builtin));
+        const DecoderUnderTest d{"optimized[" + e.name + "]", e};
+        CHECK(d.kernel.fn == e.fn);
+        const optimized::Decoder dec = optimized_decoder_of(d, model);
+        CHECK(dec.attention_kernel().fn == e.fn);
+        CHECK(dec.attention_kernel().reads_only_visible_keys == e.reads_only_visible_keys);
+    }
+    const DecoderUnderTest bare{"optimized[bare]", attncheck_optimized_kernel};
+    CHECK_FALSE(optimized_decoder_of(bare, model).attention_kernel().reads_only_visible_keys);
 }
 
 TEST_CASE("every mutant is killed by some kernel property within the default budget", "[properties][zoo]") {
