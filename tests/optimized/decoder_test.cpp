@@ -508,17 +508,19 @@ extern "C" int counting_kernel(const attncheck_problem* p, const float* q, const
     return attncheck_optimized_kernel(p, q, k, v, out);
 }
 
+// Kernel calls in the second step of a session (the first one warms the cache).
+static int calls_in_a_step(const Decoder& dec) {
+    Session s(dec);
+    s.step(1);
+    g_kernel_calls = 0;
+    s.step(2);
+    return g_kernel_calls.load();
+}
+
 TEST_CASE("a kernel that reads only visible keys gets one call per layer in a step, others one per head",
           "[optimized][session]") {
     const ModelConfig c = small_config();  // 3 heads, 2 layers, no cross-attention
     const Model model = init_model(c, 3);
-    auto calls_in_a_step = [&](const Decoder& dec) {
-        Session s(dec);
-        s.step(1);
-        g_kernel_calls = 0;
-        s.step(2);
-        return g_kernel_calls.load();
-    };
     CHECK(calls_in_a_step(Decoder(model, {.fn = counting_kernel, .reads_only_visible_keys = true})) == c.n_layers);
     CHECK(calls_in_a_step(Decoder(model, {.fn = counting_kernel, .reads_only_visible_keys = false})) ==
           c.n_layers * c.n_heads);
@@ -534,13 +536,6 @@ TEST_CASE("the decoder takes a kernel's capability from its registry entry, not 
           "[optimized][session]") {
     const ModelConfig c = small_config();  // 3 heads, 2 layers, no cross-attention
     const Model model = init_model(c, 3);
-    auto calls_in_a_step = [&](const Decoder& dec) {
-        Session s(dec);
-        s.step(1);
-        g_kernel_calls = 0;
-        s.step(2);
-        return g_kernel_calls.load();
-    };
     // The registry's built-in entry gives the default decoder's kernel exactly.
     const optimized::AttentionKernel builtin_kernel = attention_kernel_of(builtin("optimized"));
     CHECK(builtin_kernel.fn == optimized::kBuiltinAttentionKernel.fn);
