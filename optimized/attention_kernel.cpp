@@ -48,7 +48,7 @@
 // Vectorization: 16-float vectors (vec16.hpp). The file is compiled once per target of
 // simd_targets.hpp (Highway's foreach_target.h re-includes it) and the kernel dispatches at run
 // time: AVX-512 (one register per vector, 6-row micro-blocks), AVX2 (two registers per vector;
-// 1-row micro-blocks, as 6 x 64 scores would not fit in 16 registers) or scalar. The arithmetic
+// 2-row micro-blocks, as 6 x 64 scores would not fit in 16 registers: see kRows) or scalar. The arithmetic
 // of a score, a P V sum, the exp and the sums is the same on the AVX-512 and AVX2 paths, so they
 // give the same bits; the scalar path uses std::exp.
 //
@@ -578,7 +578,10 @@ int run_split_chunks(const Call& c) {
     return failed ? ATTNCHECK_UNSUPPORTED : ATTNCHECK_OK;
 }
 
-int run(const attncheck_problem& p, const float* q, const float* k, const float* v, float* out) {
+}  // namespace
+
+// This target's kernel, on a problem already validated (may throw std::bad_alloc).
+int run_target(const attncheck_problem& p, const float* q, const float* k, const float* v, float* out) {
     const Call c(p, q, k, v, out);
     // Split the keys of a single query block across threads only when there are too few
     // (sequence, head) tasks to keep the threads busy: splitting costs a second OpenMP region
@@ -587,13 +590,6 @@ int run(const attncheck_problem& p, const float* q, const float* k, const float*
     const std::int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
     const bool split = c.n_qblocks == 1 && c.n_chunks_max > 1 && c.B * c.H < 2 * threads;
     return split ? run_split_chunks(c) : run_query_blocks(c);
-}
-
-}  // namespace
-
-// This target's kernel, on a problem already validated (may throw std::bad_alloc).
-int run_target(const attncheck_problem& p, const float* q, const float* k, const float* v, float* out) {
-    return run(p, q, k, v, out);
 }
 
 void exp_nonpositive_target(const float* x, float* y, std::size_t n) {

@@ -85,32 +85,32 @@ void dispatch_to(std::int64_t supported, std::int64_t target) {
     hwy::SetSupportedTargetsForTest(supported & ~(target - 1));
 }
 
+// The path of that name, or nullptr.
+const Path* find_path(const std::string& name) {
+    for (const Path& p : kPaths)
+        if (name == p.name) return &p;
+    return nullptr;
+}
+
 optimized::IsaChoice choose_isa() {
     optimized::IsaChoice c;
     const std::int64_t supported = supported_targets();
     for (const Path& p : kPaths)
         if (supported & p.target) c.available += (c.available.empty() ? "" : ", ") + std::string(p.name);
+    c.path = c.available.substr(0, c.available.find(','));  // the best: Highway's own choice
     const char* env = std::getenv("ATTNCHECK_ISA");
     const std::string want = env ? env : "";
-    for (const Path& p : kPaths) {
-        if (!want.empty() && want != p.name) continue;
-        if (!(supported & p.target)) {
-            if (want.empty()) continue;
-            c.error = "ATTNCHECK_ISA=" + want + ": this CPU cannot run the " + want +
-                      " path (it can run: " + c.available + ")";
-            break;
-        }
-        c.path = p.name;
-        if (!want.empty()) dispatch_to(supported, p.target);
-        return c;
-    }
-    if (c.error.empty())
+    if (want.empty()) return c;
+    const Path* asked = find_path(want);
+    if (!asked)
         c.error = "ATTNCHECK_ISA=" + want + ": unknown path (one of: avx512, avx2, scalar)";
-    for (const Path& p : kPaths)  // the best path, as without ATTNCHECK_ISA
-        if (supported & p.target) {
-            c.path = p.name;
-            break;
-        }
+    else if (!(supported & asked->target))
+        c.error = "ATTNCHECK_ISA=" + want + ": this CPU cannot run the " + want + " path (it can run: " +
+                  c.available + ")";
+    else {
+        c.path = asked->name;
+        dispatch_to(supported, asked->target);
+    }
     return c;
 }
 
@@ -123,12 +123,10 @@ const optimized::IsaChoice& optimized::isa_choice() {
 
 bool optimized::use_isa_path_for_test(const std::string& path) {
     isa_choice();  // the process's own choice first, so that it is not made after this one
-    for (const Path& p : kPaths)
-        if (path == p.name && (supported_targets() & p.target)) {
-            dispatch_to(supported_targets(), p.target);
-            return true;
-        }
-    return false;
+    const Path* p = find_path(path);
+    if (!p || !(supported_targets() & p->target)) return false;
+    dispatch_to(supported_targets(), p->target);
+    return true;
 }
 
 IsaInfo isa_info() {
