@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "attncheck/kernel_abi.h"
+#include "attncheck/kernel_abi_v2.h"
 #include "attncheck/kernels.hpp"
 #include "optimized/decoder.hpp"
 
@@ -40,6 +41,8 @@ struct KernelEntry {
     // code, not the results: a kernel that computes the right answer but touches every key row
     // (masking scores afterwards) does not make it.
     bool reads_only_visible_keys = false;
+    // A version 2 kernel (attncheck/kernel_abi_v2.h): fn is null and this is its entry point.
+    attncheck_kernel_v2_fn fn_v2 = nullptr;
 };
 
 // The kernel as the optimized decoder takes it: the entry's function with what the entry

@@ -14,6 +14,7 @@
 
 #include "attncheck/declaration.hpp"
 #include "attncheck/kernel_abi.h"
+#include "attncheck/kernel_abi_v2.h"
 #include "attncheck/tolerance.hpp"
 #include "properties/kernel_case.hpp"
 #include "properties/verdict.hpp"
@@ -27,6 +28,9 @@ struct KernelUnderTest {
 
     std::string name;
     attncheck_kernel_fn fn = nullptr;
+    // A version 2 kernel (attncheck/kernel_abi_v2.h) has fn_v2 instead of fn, and is checked by
+    // the version 2 properties (properties/kernel_properties_v2.hpp).
+    attncheck_kernel_v2_fn fn_v2 = nullptr;
     // A sequence inside a batch must give bitwise the same result as alone. True for the
     // built-ins (they split work by (b, h) only); an outside kernel may block differently per
     // batch size, so for it agreement within tolerance is required and a difference is noted.

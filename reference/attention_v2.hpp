@@ -1,0 +1,51 @@
+// reference/attention_v2.hpp — the float64 oracle of kernel ABI version 2, with the bound any
+// correct evaluation in the problem's dtype meets (docs/numerics.md, "Version 2").
+//
+// attention_v2_oracle() reads a problem exactly as the ABI defines it (attncheck/problem_v2.hpp:
+// strides, varlen packing, pages, GQA head mapping, q_pos, window, softcap, ALiBi) and computes
+// every output element and every row's log-sum-exp in float64 from the input values as stored
+// (so float16 / bfloat16 inputs are exact). Its results are in "logical" order: rows (b, h, i)
+// with b outermost, then the query head, then the row, whatever the tensors' layout is.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "attncheck/kernel_abi_v2.h"
+
+namespace attncheck::reference {
+
+struct OracleV2Options {
+    // The kernel rounds the probabilities to the problem's dtype before multiplying them by v
+    // (FlashAttention does, for float16 / bfloat16): the bound then includes that rounding.
+    bool probabilities_rounded = false;
+};
+
+struct OracleV2 {
+    int value_dim = 0;
+    // first_row[b]: the logical row of (b, h = 0, i = 0); row (b, h, i) is
+    // first_row[b] + h * Tq(b) + i. first_row has B + 1 entries (the last is the row count).
+    std::vector<std::size_t> first_row;
+    std::vector<int> q_len;           // Tq(b), B entries
+    std::vector<double> out;          // [rows, Dv]
+    std::vector<double> out_bound;    // [rows, Dv]: |kernel - oracle| <= this for any correct kernel
+    std::vector<double> lse;          // [rows]: natural log of the softmax denominator; -inf for an empty row
+    std::vector<double> lse_bound;    // [rows]
+    std::vector<int> visible;         // [rows]: visible keys of the row
+    std::vector<double> max_score;    // [rows]: the row's largest score (-inf when empty)
+
+    std::size_t rows() const { return first_row.empty() ? 0 : first_row.back(); }
+    std::size_t row(int b, int h, int i) const { return first_row[std::size_t(b)] + std::size_t(h) * std::size_t(q_len[std::size_t(b)]) + std::size_t(i); }
+};
+
+// Throws std::invalid_argument naming the problem when problem_v2_error(p) is not empty.
+OracleV2 attention_v2_oracle(const attncheck_problem_v2& p, const OracleV2Options& options = {});
+
+}  // namespace attncheck::reference
+
+extern "C" {
+// The reference kernel of version 2: attention_v2_oracle's values, rounded to the problem's
+// dtype into out (and lse when asked). Returns nonzero for a malformed problem.
+int attncheck_reference_kernel_v2(const attncheck_problem_v2* p);
+}
