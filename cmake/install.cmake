@@ -12,7 +12,8 @@
 #                                              "reference/attention.hpp" like in the source tree
 #   lib/libattncheck_{model,reference,optimized,kernels,properties}.a
 #   share/doc/attncheck/                       the contracts: KERNEL_ABI.md (what kernel_abi.h
-#                                              means), MODEL.md, NUMERICS.md
+#                                              and kernel_abi_v2.h mean), kernel-abi.md (their
+#                                              layout pinned), MODEL.md, NUMERICS.md
 #   lib/cmake/attncheck/                       attncheckConfig.cmake, its version file, and the
 #                                              exported targets, namespace attncheck::
 # An outside project writes
@@ -101,5 +102,5 @@ install(FILES ${PROJECT_BINARY_DIR}/attncheckConfig.cmake
 
 # The contracts the headers implement, beside them for a kernel author with only the package.
 install(FILES ${_attncheck_root}/docs/spec/KERNEL_ABI.md ${_attncheck_root}/docs/spec/MODEL.md
-              ${_attncheck_root}/docs/spec/NUMERICS.md
+              ${_attncheck_root}/docs/spec/NUMERICS.md ${_attncheck_root}/docs/kernel-abi.md
   DESTINATION ${CMAKE_INSTALL_DOCDIR})

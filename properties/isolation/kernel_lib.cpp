@@ -34,9 +34,10 @@ const ElfW(Sym)* symbol_entry(void* sym) {
     return static_cast<const ElfW(Sym)*>(entry);
 }
 
-// The version a library declares through `attncheck_abi_version`, which may be an int32_t
-// variable or an `int32_t (void)` function; the symbol's ELF type tells them apart.
-std::int32_t declared_abi_version(void* sym, const std::string& path) {
+// The version a library declares through `name` (`<symbol>_abi_version` or
+// `attncheck_abi_version`), which may be an int32_t variable or an `int32_t (void)` function; the
+// symbol's ELF type tells them apart.
+std::int32_t declared_abi_version(void* sym, const std::string& path, const std::string& name) {
     const ElfW(Sym)* entry = symbol_entry(sym);
     const auto type = entry ? ELF64_ST_TYPE(entry->st_info) : STT_NOTYPE;
     if (type == STT_FUNC || type == STT_GNU_IFUNC) {
@@ -44,8 +45,7 @@ std::int32_t declared_abi_version(void* sym, const std::string& path) {
         return fn();
     }
     if (entry && type != STT_OBJECT && type != STT_COMMON)
-        throw InputError(prefix(path) +
-                         "attncheck_abi_version is neither an int32_t variable nor a function");
+        throw InputError(prefix(path) + name + " is neither an int32_t variable nor a function");
     return *static_cast<const std::int32_t*>(sym);
 }
 
@@ -98,18 +98,23 @@ LoadedKernel load_kernel_library(const std::string& path, const std::string& sym
     lk.symbol = symbol;
     lk.handle = handle;
 
-    dlerror();
-    void* version_sym = dlsym(handle, "attncheck_abi_version");
-    if (version_sym) {
-        const std::int32_t v = declared_abi_version(version_sym, path);
-        if (v != ATTNCHECK_ABI_VERSION) {
+    // The kernel's own `<symbol>_abi_version` first (a library may hold kernels of both
+    // versions), then the library-wide `attncheck_abi_version`.
+    for (const std::string& version_name : {symbol + "_abi_version", std::string("attncheck_abi_version")}) {
+        dlerror();
+        void* version_sym = dlsym(handle, version_name.c_str());
+        if (!version_sym) continue;
+        const std::int32_t v = declared_abi_version(version_sym, path, version_name);
+        if (v != ATTNCHECK_ABI_VERSION && v != ATTNCHECK_ABI_VERSION_2) {
             std::ostringstream m;
-            m << prefix(path) << "wrong ABI version: attncheck_abi_version = " << v
-              << ", this suite speaks " << ATTNCHECK_ABI_VERSION;
+            m << prefix(path) << "wrong ABI version: " << version_name << " = " << v << ", this suite speaks "
+              << ATTNCHECK_ABI_VERSION << " and " << ATTNCHECK_ABI_VERSION_2;
             dlclose(handle);
             throw InputError(m.str());
         }
         lk.declares_abi_version = true;
+        lk.abi_version = v;
+        break;
     }
 
     dlerror();
@@ -119,7 +124,10 @@ LoadedKernel load_kernel_library(const std::string& path, const std::string& sym
         throw InputError(prefix(path) + "no symbol '" + symbol +
                          "' (is it exported with C linkage, extern \"C\", and not static?)");
     }
-    lk.fn = reinterpret_cast<attncheck_kernel_fn>(fn);
+    if (lk.abi_version == ATTNCHECK_ABI_VERSION_2)
+        lk.fn_v2 = reinterpret_cast<attncheck_kernel_v2_fn>(fn);
+    else
+        lk.fn = reinterpret_cast<attncheck_kernel_fn>(fn);
 
     const std::string decl_name = symbol + "_declaration";
     dlerror();

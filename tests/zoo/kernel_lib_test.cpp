@@ -43,11 +43,26 @@ TEST_CASE("a kernel's declaration is read from <symbol>_declaration, a variable 
 }
 
 TEST_CASE("a wrong declared ABI version is refused, as a variable or as a function") {
-    CHECK_THROWS_WITH(load_kernel_library(ZOO_LIB_ABI_VAR2, "zoo_naive_kernel"),
-                      Contains("wrong ABI version: attncheck_abi_version = 2, this suite speaks 1"));
-    CHECK_THROWS_WITH(load_kernel_library(ZOO_LIB_ABI_FN2, "zoo_naive_kernel"),
-                      Contains("wrong ABI version: attncheck_abi_version = 2"));
-    CHECK_THROWS_AS(load_kernel_library(ZOO_LIB_ABI_VAR2, "zoo_naive_kernel"), attncheck::InputError);
+    CHECK_THROWS_WITH(load_kernel_library(ZOO_LIB_ABI_VAR3, "zoo_naive_kernel"),
+                      Contains("wrong ABI version: attncheck_abi_version = 3, this suite speaks 1 and 2"));
+    CHECK_THROWS_WITH(load_kernel_library(ZOO_LIB_ABI_FN3, "zoo_naive_kernel"),
+                      Contains("wrong ABI version: attncheck_abi_version = 3"));
+    CHECK_THROWS_AS(load_kernel_library(ZOO_LIB_ABI_VAR3, "zoo_naive_kernel"), attncheck::InputError);
+}
+
+TEST_CASE("<symbol>_abi_version = 2 loads a version 2 kernel, and takes precedence over the library's version") {
+    for (const char* lib : {ZOO_LIB_NOVERSION, ZOO_LIB_ABI_VAR1, ZOO_LIB_ABI_FN1}) {
+        INFO(lib);
+        const LoadedKernel v2 = load_kernel_library(lib, "zoo_v2_stub");
+        CHECK(v2.abi_version == 2);
+        CHECK(v2.fn_v2 != nullptr);
+        CHECK(v2.fn == nullptr);
+        CHECK(v2.declares_abi_version);
+        const LoadedKernel v1 = load_kernel_library(lib, "zoo_naive_kernel");
+        CHECK(v1.abi_version == 1);
+        CHECK(v1.fn != nullptr);
+        CHECK(v1.fn_v2 == nullptr);
+    }
 }
 
 TEST_CASE("a missing file, a directory, a non-library and a missing symbol are clear InputErrors") {

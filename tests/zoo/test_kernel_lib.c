@@ -11,6 +11,7 @@
 #include <stddef.h>
 
 #include "attncheck/kernel_abi.h"
+#include "attncheck/kernel_abi_v2.h"
 
 #if defined(ZOO_ABI_VARIABLE)
 const int32_t attncheck_abi_version = ZOO_ABI_VARIABLE;
@@ -73,3 +74,12 @@ const char zoo_naive_kernel_declaration[] = "head_dim=1..512; deterministic=yes"
 const char* zoo_naive_kernel_declaration(void) { return "head_dim=1..512; max_kv_len=100000"; }
 const char zoo_sloppy_kernel_declaration[] = "head_dim=zero";
 #endif
+
+/* A version 2 entry point in every build, declared by its own `<symbol>_abi_version`, which
+ * takes precedence over the library-wide attncheck_abi_version (kernel-loading tests only: it
+ * refuses every problem). */
+const int32_t zoo_v2_stub_abi_version = ATTNCHECK_ABI_VERSION_2;
+int zoo_v2_stub(const attncheck_problem_v2* p) {
+    (void)p;
+    return ATTNCHECK_UNSUPPORTED;
+}
