@@ -6,6 +6,8 @@
 #                             `attncheck fuzz --kernel-lib`; plus a kernel that segfaults and
 #                             one that loops forever, which must be reported as such (exit 1,
 #                             "crashed (SIGSEGV)" / "timed out") without stopping the run.
+#   examples/flash-kernel     a kernel in FlashAttention's conventions (bf16, [B,T,H,D], GQA,
+#                             paged KV) on kernel ABI version 2, checked with --kernel-lib as it is
 # Usage: ci/examples.sh [--use-installed]
 #   --use-installed  skip the clean build and install: use the package already at the prefix
 #                    (for iterating on the examples; CI runs without it)
@@ -54,6 +56,12 @@ c_kernel_build() {
   cmake --build "$work/c-kernel" -j"$(jobs)"
 }
 
+flash_kernel_build() {
+  cmake -S examples/flash-kernel -B "$work/flash-kernel" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="$prefix"
+  cmake --build "$work/flash-kernel" -j"$(jobs)"
+}
+
 # expect_fuzz WANT_RC PATTERN LIB SYMBOL [FLAGS...]: runs the installed `attncheck fuzz` on a
 # kernel library, shows its output, and fails unless it exits WANT_RC and prints PATTERN (grep -E).
 expect_fuzz() {
@@ -90,4 +98,7 @@ stage "examples: c-kernel crash_attention is reported as a crash" \
 stage "examples: c-kernel hang_attention is reported as a timeout" \
   expect_fuzz 1 "timed out after [0-9.]+ s on case" "$work/c-kernel/libhang_kernel.so" hang_attention \
   --timeout 5
+stage "examples: flash-kernel (build the shared library)" flash_kernel_build
+stage "examples: flash-kernel flash_attention (ABI v2) passes" \
+  expect_fuzz 0 "" "$work/flash-kernel/libflash_style_kernel.so" flash_attention --seed "$(ci_seed)"
 echo "examples: all passed"
