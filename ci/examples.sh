@@ -7,7 +7,8 @@
 #                             one that loops forever, which must be reported as such (exit 1,
 #                             "crashed (SIGSEGV)" / "timed out") without stopping the run.
 #   examples/flash-kernel     a kernel in FlashAttention's conventions (bf16, [B,T,H,D], GQA,
-#                             paged KV) on kernel ABI version 2, checked with --kernel-lib as it is
+#                             paged KV) on kernel ABI version 2, checked as it is with
+#                             check_kernel() from its own test and with --kernel-lib
 # Usage: ci/examples.sh [--use-installed]
 #   --use-installed  skip the clean build and install: use the package already at the prefix
 #                    (for iterating on the examples; CI runs without it)
@@ -60,6 +61,7 @@ flash_kernel_build() {
   cmake -S examples/flash-kernel -B "$work/flash-kernel" -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_PREFIX_PATH="$prefix"
   cmake --build "$work/flash-kernel" -j"$(jobs)"
+  ctest --test-dir "$work/flash-kernel" --output-on-failure
 }
 
 # expect_fuzz WANT_RC PATTERN LIB SYMBOL [FLAGS...]: runs the installed `attncheck fuzz` on a
@@ -98,7 +100,7 @@ stage "examples: c-kernel crash_attention is reported as a crash" \
 stage "examples: c-kernel hang_attention is reported as a timeout" \
   expect_fuzz 1 "timed out after [0-9.]+ s on case" "$work/c-kernel/libhang_kernel.so" hang_attention \
   --timeout 5
-stage "examples: flash-kernel (build the shared library)" flash_kernel_build
+stage "examples: flash-kernel (build; find_package + check_kernel of ABI v2)" flash_kernel_build
 stage "examples: flash-kernel flash_attention (ABI v2) passes" \
   expect_fuzz 0 "" "$work/flash-kernel/libflash_style_kernel.so" flash_attention --seed "$(ci_seed)"
 echo "examples: all passed"

@@ -69,8 +69,12 @@ CheckOptions CheckOptions::from_environment(CheckOptions o) {
 
 CheckOptions CheckOptions::from_environment() { return from_environment(CheckOptions{}); }
 
-CheckReport check_kernel(attncheck_kernel_fn fn, const std::string& name, const CheckOptions& options) {
-    if (!fn) throw std::invalid_argument("check_kernel(" + name + "): the kernel function pointer is null");
+namespace {
+
+// check_kernel() of either version: `kernel` has fn or fn_v2 set, and no declaration yet.
+CheckReport check(KernelUnderTest kernel, const CheckOptions& options) {
+    const std::string& name = kernel.name;
+    const bool v2 = kernel.fn_v2 != nullptr;
     if (options.cases < 1 || options.decoder_cases < 1)
         throw std::invalid_argument("check_kernel(" + name + "): cases and decoder_cases must be at least 1");
     for (const std::string& p : options.only)
@@ -92,14 +96,24 @@ CheckReport check_kernel(attncheck_kernel_fn fn, const std::string& name, const 
     } catch (const std::invalid_argument& e) {
         throw std::invalid_argument("check_kernel(" + name + "): " + e.what());
     }
-    const KernelUnderTest kernel{name, fn, false, declaration};
-    for (const KernelProperty& prop : kernel_properties()) {
-        if (!selected(prop.name)) continue;
-        results.push_back(run_kernel_property(prop, kernel, RunParams{report.seed, options.cases}));
-        budgets.push_back(options.cases);
+    kernel.declaration = declaration;
+    if (v2) {
+        for (const auto& prop : kernel_properties_v2()) {
+            if (!selected(prop.name)) continue;
+            results.push_back(run_kernel_property_v2(prop, kernel, RunParams{report.seed, options.cases}));
+            budgets.push_back(options.cases);
+        }
+    } else {
+        for (const KernelProperty& prop : kernel_properties()) {
+            if (!selected(prop.name)) continue;
+            results.push_back(run_kernel_property(prop, kernel, RunParams{report.seed, options.cases}));
+            budgets.push_back(options.cases);
+        }
     }
-    if (options.decoder) {
-        const DecoderUnderTest decoder{"optimized[" + name + "]", fn, declaration};
+    // The optimized decoder calls its attention through version 1: a version 2 kernel is
+    // checked at kernel level.
+    if (options.decoder && !v2) {
+        const DecoderUnderTest decoder{"optimized[" + name + "]", kernel.fn, declaration};
         for (const DecoderProperty& prop : decoder_properties()) {
             if (!selected(prop.name)) continue;
             results.push_back(run_decoder_property(prop, decoder, RunParams{report.seed, options.decoder_cases}));
@@ -109,7 +123,7 @@ CheckReport check_kernel(attncheck_kernel_fn fn, const std::string& name, const 
 
     std::ostringstream t;
     t << "attncheck check_kernel(" << name << "): seed " << report.seed << ", " << options.cases
-      << " cases per kernel property" << (options.decoder ? ", " + std::to_string(options.decoder_cases) +
+      << " cases per kernel property" << (options.decoder && !v2 ? ", " + std::to_string(options.decoder_cases) +
                                                                  " per decoder property (kernel in the optimized decoder)"
                                                            : std::string())
       << "\n";
@@ -135,6 +149,20 @@ CheckReport check_kernel(attncheck_kernel_fn fn, const std::string& name, const 
       << results.size() << " properties passed\n";
     report.text = t.str();
     return report;
+}
+
+}  // namespace
+
+CheckReport check_kernel(attncheck_kernel_fn fn, const std::string& name, const CheckOptions& options) {
+    if (!fn) throw std::invalid_argument("check_kernel(" + name + "): the kernel function pointer is null");
+    return check(KernelUnderTest{name, fn, false}, options);
+}
+
+CheckReport check_kernel(attncheck_kernel_v2_fn fn, const std::string& name, const CheckOptions& options) {
+    if (!fn) throw std::invalid_argument("check_kernel(" + name + "): the kernel function pointer is null");
+    KernelUnderTest kernel{name, nullptr, false};
+    kernel.fn_v2 = fn;
+    return check(kernel, options);
 }
 
 }  // namespace attncheck

@@ -30,6 +30,14 @@ int usage_error(const std::string& message) {
     return 2;
 }
 
+// A registry kernel as the properties take it (version 1 or 2; bitwise batch independence:
+// the built-ins and the zoo split work by sequence and head only).
+KernelUnderTest under_test(const KernelEntry& e) {
+    KernelUnderTest k{e.name, e.fn, true};
+    k.fn_v2 = e.fn_v2;
+    return k;
+}
+
 // The kernels the run checks in process, with their declarations: --kernel's names from the
 // registry, or every built-in when nothing else is selected. Throws InputError for an unknown name.
 std::vector<KernelUnderTest> selected_kernels(const FuzzOptions& o, bool everything) {
@@ -42,10 +50,10 @@ std::vector<KernelUnderTest> selected_kernels(const FuzzOptions& o, bool everyth
             throw InputError("--kernel " + name + ": no such kernel (built-ins:" + known +
                              "; or a mutant name from --mutants)");
         }
-        kernels.push_back({e->name, e->fn, true});
+        kernels.push_back(under_test(*e));
     }
     if (everything)
-        for (const KernelEntry* e : kernels_of(KernelRole::builtin)) kernels.push_back({e->name, e->fn, true});
+        for (const KernelEntry* e : kernels_of(KernelRole::builtin)) kernels.push_back(under_test(*e));
     // The registry's declaration, then the flags' items over it.
     for (auto& k : kernels) {
         k.declaration = KernelDeclaration::parse(find_kernel(k.name)->declaration);
@@ -73,7 +81,7 @@ std::string nothing_selected(const FuzzOptions& o) {
 int run_mutants(const FuzzOptions& o, std::uint64_t seed, std::vector<Row>& rows, nlohmann::json& json_out) {
     ProgressLine line(o.progress);
     for (const KernelEntry* base : kernels_of(KernelRole::zoo_base))
-        run_kernel_subject(o, seed, KernelUnderTest{base->name, base->fn, true}, RowKind::control, rows, line);
+        run_kernel_subject(o, seed, under_test(*base), RowKind::control, rows, line);
     bool controls_ok = true;
     for (const Row& r : rows)
         if (r.kind == RowKind::control && r.result.status != Status::pass) controls_ok = false;
@@ -83,7 +91,7 @@ int run_mutants(const FuzzOptions& o, std::uint64_t seed, std::vector<Row>& rows
     std::vector<int> kill_cases;
     for (const KernelEntry* m : mutants) {
         std::vector<Row> mine;
-        run_kernel_subject(o, seed, KernelUnderTest{m->name, m->fn, true}, RowKind::mutant, mine, line);
+        run_kernel_subject(o, seed, under_test(*m), RowKind::mutant, mine, line);
         const MutantVerdict v = mutant_verdict(mine);
         if (v.first) kill_cases.push_back(v.first->result.failed_at);
         json_out["mutants"].push_back(mutant_json(m->name, m->bug, v));
@@ -110,6 +118,7 @@ int run_subjects(const FuzzOptions& o, std::uint64_t seed, const std::vector<Ker
         run_decoder_subject(o, run_params(o, seed, decoder_cases(o)), 0, DecoderUnderTest{"reference", nullptr},
                             "--decoder reference", rows, line);
     for (const auto& k : kernels) {
+        if (k.fn_v2) continue;  // the optimized decoder calls attention through version 1
         int capped_from = 0;
         const int cases = decoder_cases(o, kernel_failed(rows, k.name), capped_from);
         run_decoder_subject(o, run_params(o, seed, cases), capped_from,
@@ -161,11 +170,15 @@ int finish(const FuzzOptions& o, std::uint64_t seed, double seconds, const std::
 std::vector<KernelUnderTest> prepare(const FuzzOptions& o, bool everything, std::string& declared) {
     std::vector<KernelUnderTest> kernels = selected_kernels(o, everything);
     declared = KernelDeclaration::parse(o.declare).to_string();
-    if (!o.kernel_lib.empty()) declared = declaration_of(load_kernel_library(o.kernel_lib, o.symbol), o).to_string();
-    const int library = o.kernel_lib.empty() ? 0 : 1;
-    const int subjects = int(kernels.size()) + library;
-    const int planned =
-        o.mutants ? planned_runs(o, 1, false, 0) : planned_runs(o, subjects, everything || o.reference_decoder, subjects);
+    int v1 = 0, v2 = 0;
+    for (const auto& k : kernels) ++(k.fn_v2 ? v2 : v1);
+    if (!o.kernel_lib.empty()) {
+        const LoadedKernel lk = load_kernel_library(o.kernel_lib, o.symbol);
+        declared = declaration_of(lk, o).to_string();
+        ++(lk.fn_v2 ? v2 : v1);
+    }
+    const int planned = o.mutants ? planned_runs(o, 1, 1, false, 0)
+                                  : planned_runs(o, v1, v2, everything || o.reference_decoder, v1);
     if (planned == 0) throw InputError(nothing_selected(o));
     for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--json", o.json}, {"--junit", o.junit}}) {
         if (path.empty()) continue;
@@ -206,6 +219,8 @@ int run_fuzz(const FuzzOptions& o) {
 void print_property_list(std::ostream& os) {
     os << "kernel-level properties:\n";
     for (const auto& p : kernel_properties()) os << "  " << std::left << std::setw(18) << p.name << p.summary << "\n";
+    os << "kernel-level properties of a version 2 kernel (attncheck/kernel_abi_v2.h):\n";
+    for (const auto& p : kernel_properties_v2()) os << "  " << std::left << std::setw(18) << p.name << p.summary << "\n";
     os << "decoder-level properties:\n";
     for (const auto& p : decoder_properties()) os << "  " << std::left << std::setw(18) << p.name << p.summary << "\n";
 }

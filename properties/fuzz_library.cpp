@@ -125,11 +125,14 @@ void print_verdicts(const std::vector<Row>& rows, std::size_t first_new, const s
 
 void run_library_isolated(const FuzzOptions& o, std::uint64_t seed, std::vector<Row>& rows) {
     const std::string name = o.symbol;
+    // A version 2 kernel has the version 2 kernel-level properties and no decoder level (the
+    // optimized decoder calls its attention through version 1).
+    const bool v2 = load_kernel_library(o.kernel_lib, o.symbol).fn_v2 != nullptr;
     std::vector<std::pair<std::string, bool>> props;  // name, is decoder-level
-    for (const auto& p : kernel_properties())
-        if (selected(o, p.name) && o.level != Level::decoder) props.push_back({p.name, false});
+    for (const std::string& p : kernel_property_names(v2))
+        if (selected(o, p) && o.level != Level::decoder) props.push_back({p, false});
     for (const auto& p : decoder_properties())
-        if (selected(o, p.name) && o.level != Level::kernel) props.push_back({p.name, true});
+        if (selected(o, p.name) && o.level != Level::kernel && !v2) props.push_back({p.name, true});
     const WorkerOutFile out_file;
     const std::string flag = "--kernel-lib " + o.kernel_lib + " --symbol " + o.symbol + declare_flag(o);
     ProgressLine line(o.progress);
@@ -173,11 +176,13 @@ int run_fuzz_worker(const FuzzOptions& o) {
         std::vector<Row> rows;
         ProgressLine line;
         const KernelDeclaration declaration = declaration_of(lk, o);
-        const KernelUnderTest k{o.symbol, lk.fn, false, declaration};
+        KernelUnderTest k{o.symbol, lk.fn, false, declaration};
+        k.fn_v2 = lk.fn_v2;
         run_kernel_subject(o, seed, k, RowKind::kernel, rows, line, &channel);
-        run_decoder_subject(o, run_params(o, seed, decoder_cases(o)), 0,
-                            DecoderUnderTest{"optimized[" + o.symbol + "]", lk.fn, declaration}, "", rows, line,
-                            &channel);
+        if (!lk.fn_v2)
+            run_decoder_subject(o, run_params(o, seed, decoder_cases(o)), 0,
+                                DecoderUnderTest{"optimized[" + o.symbol + "]", lk.fn, declaration}, "", rows, line,
+                                &channel);
         nlohmann::json j;
         j["results"] = nlohmann::json::array();
         bool ok = true;

@@ -87,17 +87,37 @@ KernelDeclaration declaration_of(const LoadedKernel& lk, const FuzzOptions& o) {
     return d;
 }
 
+std::vector<std::string> kernel_property_names(bool v2) {
+    std::vector<std::string> names;
+    if (v2)
+        for (const auto& p : kernel_properties_v2()) names.push_back(p.name);
+    else
+        for (const auto& p : kernel_properties()) names.push_back(p.name);
+    return names;
+}
+
 void run_kernel_subject(const FuzzOptions& o, std::uint64_t seed, const KernelUnderTest& k, RowKind kind,
                         std::vector<Row>& rows, ProgressLine& line, const WorkerChannel* channel) {
     if (o.level == Level::decoder) return;
-    for (const KernelProperty& prop : kernel_properties()) {
-        if (!selected(o, prop.name)) continue;
+    const auto run = [&](const std::string& name, const auto& run_one) {
+        if (!selected(o, name)) return;
         const RunParams params = run_params(o, seed, kernel_cases(o));
         Row row{kind, k.name, "--kernel " + k.name + declare_flag(o), params, {}};
-        row.result = run_kernel_property(prop, k, params, line.track(progress_label(kind, k.name, prop.name), params.cases), channel);
+        row.result = run_one(params, line.track(progress_label(kind, k.name, name), params.cases));
         line.clear();
         rows.push_back(std::move(row));
+    };
+    if (k.fn_v2) {
+        for (const auto& prop : kernel_properties_v2())
+            run(prop.name, [&](const RunParams& params, const Progress& progress) {
+                return run_kernel_property_v2(prop, k, params, progress, channel);
+            });
+        return;
     }
+    for (const KernelProperty& prop : kernel_properties())
+        run(prop.name, [&](const RunParams& params, const Progress& progress) {
+            return run_kernel_property(prop, k, params, progress, channel);
+        });
 }
 
 void run_decoder_subject(const FuzzOptions& o, const RunParams& params, int capped_from, const DecoderUnderTest& d,
@@ -121,10 +141,12 @@ bool kernel_failed(const std::vector<Row>& rows, const std::string& kernel) {
     return false;
 }
 
-int planned_runs(const FuzzOptions& o, int kernel_subjects, bool reference_decoder, int optimized_decoders) {
+int planned_runs(const FuzzOptions& o, int v1_kernels, int v2_kernels, bool reference_decoder, int optimized_decoders) {
     int n = 0;
-    if (o.level != Level::decoder)
-        for (const auto& p : kernel_properties()) n += selected(o, p.name) ? kernel_subjects : 0;
+    if (o.level != Level::decoder) {
+        for (const std::string& name : kernel_property_names(false)) n += selected(o, name) ? v1_kernels : 0;
+        for (const std::string& name : kernel_property_names(true)) n += selected(o, name) ? v2_kernels : 0;
+    }
     if (o.level != Level::kernel)
         for (const auto& p : decoder_properties())
             if (selected(o, p.name)) n += optimized_decoders + (reference_decoder && !p.optimized_only ? 1 : 0);

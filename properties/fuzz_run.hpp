@@ -57,7 +57,10 @@ std::string declare_flag(const FuzzOptions& o);
 // What a --kernel-lib kernel declares: its exported <symbol>_declaration, then the flags' items.
 KernelDeclaration declaration_of(const LoadedKernel& lk, const FuzzOptions& o);
 
-// The selected kernel-level properties of kernel k, appended to rows as `kind` rows.
+// The names of the kernel-level properties of a version 1 kernel, or of a version 2 kernel.
+std::vector<std::string> kernel_property_names(bool v2);
+// The selected kernel-level properties of kernel k (version 1's or version 2's, by k.fn_v2),
+// appended to rows as `kind` rows.
 void run_kernel_subject(const FuzzOptions& o, std::uint64_t seed, const KernelUnderTest& k, RowKind kind,
                         std::vector<Row>& rows, ProgressLine& line, const WorkerChannel* channel = nullptr);
 // The selected decoder-level properties of decoder d; `flag` selects it in the replay lines.
@@ -67,8 +70,9 @@ void run_decoder_subject(const FuzzOptions& o, const RunParams& params, int capp
 // Whether `kernel` failed (or was not checked on) some kernel-level property in rows.
 bool kernel_failed(const std::vector<Row>& rows, const std::string& kernel);
 // How many property runs the options select: 0 is bad usage (a run that checks nothing must not
-// say "all passed").
-int planned_runs(const FuzzOptions& o, int kernel_subjects, bool reference_decoder, int optimized_decoders);
+// say "all passed"). A version 2 kernel has no decoder-level subject (the optimized decoder
+// calls its attention through version 1).
+int planned_runs(const FuzzOptions& o, int v1_kernels, int v2_kernels, bool reference_decoder, int optimized_decoders);
 
 // --kernel-lib in a worker per property (properties/fuzz_library.cpp): a crash or hang costs that
 // property only. Prints each property's verdict as it finishes, with progress on stderr.

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "attncheck/kernel_abi.h"
+#include "attncheck/kernel_abi_v2.h"
 
 namespace attncheck {
 
@@ -76,6 +77,11 @@ struct CheckReport {
 // unknown property name in options.only, a non-positive case count, a malformed declaration,
 // and for a null fn.
 CheckReport check_kernel(attncheck_kernel_fn fn, const std::string& name,
+                         const CheckOptions& options = CheckOptions::from_environment());
+// A version 2 kernel (attncheck/kernel_abi_v2.h): the version 2 kernel-level properties (its
+// declaration in options.declaration, with the version 2 items); no decoder level, whatever
+// options.decoder says (the optimized decoder calls its attention through version 1).
+CheckReport check_kernel(attncheck_kernel_v2_fn fn, const std::string& name,
                          const CheckOptions& options = CheckOptions::from_environment());
 
 }  // namespace attncheck
