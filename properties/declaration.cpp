@@ -6,6 +6,9 @@
 #include <limits>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
+
+#include "attncheck/problem_v2.hpp"
 
 namespace attncheck {
 namespace {
@@ -112,12 +115,51 @@ void KernelDeclaration::apply(const std::string& text) {
             else bad(item, "expected zero or nan, got '" + value + "'");
         } else if (key == "deterministic") {
             deterministic = parse_yes_no(item, value);
+        } else if (key == "dtype") {
+            dtype_f32 = dtype_f16 = dtype_bf16 = false;
+            for (const std::string& t : split(value, ',')) {
+                if (t == "f32") dtype_f32 = true;
+                else if (t == "f16") dtype_f16 = true;
+                else if (t == "bf16") dtype_bf16 = true;
+                else bad(item, "unknown dtype '" + t + "' (known: f32, f16, bf16)");
+            }
+            if (!dtype_f32 && !dtype_f16 && !dtype_bf16) bad(item, "no dtype given");
+        } else if (key == "gqa") {
+            gqa = parse_yes_no(item, value);
+        } else if (key == "layout") {
+            if (value == "any") layout_any = true;
+            else if (value == "contiguous") layout_any = false;
+            else bad(item, "expected any or contiguous, got '" + value + "'");
+        } else if (key == "positions") {
+            if (value == "any") positions_any = true;
+            else if (value == "bottom_right") positions_any = false;
+            else bad(item, "expected any or bottom_right, got '" + value + "'");
+        } else if (key == "varlen") {
+            varlen = parse_yes_no(item, value);
+        } else if (key == "paged") {
+            paged = parse_yes_no(item, value);
+        } else if (key == "block_size") {
+            block_sizes = parse_ranges(item, value);
+        } else if (key == "window") {
+            window = parse_yes_no(item, value);
+        } else if (key == "softcap") {
+            softcap = parse_yes_no(item, value);
+        } else if (key == "alibi") {
+            alibi = parse_yes_no(item, value);
+        } else if (key == "lse") {
+            lse = parse_yes_no(item, value);
+        } else if (key == "rounds_probabilities") {
+            rounds_probabilities = parse_yes_no(item, value);
         } else {
             bad(item, "unknown key '" + key +
                           "' (known: head_dim, value_dim, max_kv_len, max_q_len, max_batch, max_heads, mask, padding, "
-                          "empty_rows, deterministic)");
+                          "empty_rows, deterministic, dtype, gqa, layout, positions, varlen, paged, block_size, window, "
+                          "softcap, alibi, lse, rounds_probabilities)");
         }
     }
+    // Contradictions between items, whatever their order.
+    if (!paged && !block_sizes.empty())
+        bad("block_size=" + ranges_text(block_sizes), "block sizes declared with paged=no (a kernel without a paged cache has no block size)");
 }
 
 KernelDeclaration KernelDeclaration::parse(const std::string& text) {
@@ -139,12 +181,39 @@ std::string KernelDeclaration::to_string() const {
     if (!padding) items.push_back("padding=no");
     if (empty_rows_nan) items.push_back("empty_rows=nan");
     if (!deterministic) items.push_back("deterministic=no");
+    if (!dtype_f32 || !dtype_f16 || !dtype_bf16) {
+        std::string list;
+        for (const auto& [on, name] : {std::pair{dtype_f32, "f32"}, std::pair{dtype_f16, "f16"}, std::pair{dtype_bf16, "bf16"}})
+            if (on) {
+                if (!list.empty()) list += ',';
+                list += name;
+            }
+        items.push_back("dtype=" + list);
+    }
+    if (!gqa) items.push_back("gqa=no");
+    if (!layout_any) items.push_back("layout=contiguous");
+    if (!positions_any) items.push_back("positions=bottom_right");
+    if (!varlen) items.push_back("varlen=no");
+    if (!paged) items.push_back("paged=no");
+    if (!block_sizes.empty()) items.push_back("block_size=" + ranges_text(block_sizes));
+    if (!window) items.push_back("window=no");
+    if (!softcap) items.push_back("softcap=no");
+    if (!alibi) items.push_back("alibi=no");
+    if (!lse) items.push_back("lse=no");
+    if (rounds_probabilities) items.push_back("rounds_probabilities=yes");
     std::string s;
     for (const auto& i : items) s += (s.empty() ? "" : "; ") + i;
     return s;
 }
 
 bool KernelDeclaration::allows_head_dim(int d) const { return in(head_dims, d); }
+
+bool KernelDeclaration::allows_dtype(std::int32_t dtype) const {
+    return (dtype == ATTNCHECK_DTYPE_F32 && dtype_f32) || (dtype == ATTNCHECK_DTYPE_F16 && dtype_f16) ||
+           (dtype == ATTNCHECK_DTYPE_BF16 && dtype_bf16);
+}
+
+bool KernelDeclaration::allows_block_size(int block_size) const { return in(block_sizes, block_size); }
 
 bool KernelDeclaration::allows_value_dim(int value_dim, int head_dim) const {
     return value_dim_same ? value_dim == head_dim : in(value_dims, value_dim);
@@ -167,6 +236,80 @@ std::string KernelDeclaration::unsupported_reason(const attncheck_problem& p) co
     if (p.causal && !causal) return "a causal problem, declared mask=none";
     if (!p.causal && !non_causal) return "a non-causal problem, declared mask=causal";
     if (p.kv_valid_len && !padding) return "kv_valid_len given, declared padding=no";
+    return {};
+}
+
+}  // namespace attncheck
+
+namespace attncheck {
+namespace {
+
+// Whether t's strides are those of a densely packed [outer, heads, rows, cols] tensor (the outer
+// stride is not read for a varlen tensor, so it is not compared then).
+bool packed(const attncheck_tensor_v2& t, std::int64_t heads, std::int64_t rows, std::int64_t cols, bool outer_read) {
+    return t.stride[3] == 1 && t.stride[2] == cols && t.stride[1] == rows * cols &&
+           (!outer_read || t.stride[0] == heads * rows * cols);
+}
+
+// Whether every tensor of p is densely packed [B,H,T,D] (varlen: [H, total rows, D]; paged k/v:
+// [num_blocks, Hk, block_size, D]), lse [B,H,T] included.
+bool contiguous_layout(const attncheck_problem_v2& p) {
+    const bool varlen_q = p.cu_seqlens_q != nullptr;
+    const std::int64_t q_rows = varlen_q ? p.cu_seqlens_q[p.batch] : p.q_len;
+    std::int64_t k_rows = p.kv_len;
+    if (p.block_table) k_rows = p.block_size;
+    else if (p.cu_seqlens_k) k_rows = p.cu_seqlens_k[p.batch];
+    const bool k_outer = p.cu_seqlens_k == nullptr;
+    if (!packed(p.q, p.q_heads, q_rows, p.head_dim, !varlen_q) || !packed(p.out, p.q_heads, q_rows, p.value_dim, !varlen_q) ||
+        !packed(p.k, p.kv_heads, k_rows, p.head_dim, k_outer) || !packed(p.v, p.kv_heads, k_rows, p.value_dim, k_outer))
+        return false;
+    if (p.lse && !(p.lse_stride[2] == 1 && p.lse_stride[1] == q_rows && (varlen_q || p.lse_stride[0] == p.q_heads * q_rows)))
+        return false;
+    return true;
+}
+
+}  // namespace
+
+std::string KernelDeclaration::unsupported_reason(const attncheck_problem_v2& p) const {
+    if (!allows_dtype(p.dtype))
+        return std::string("dtype ") + dtype_name(p.dtype) + " is not declared (" + to_string() + ")";
+    if (!allows_head_dim(p.head_dim))
+        return "head_dim " + std::to_string(p.head_dim) + " is not declared (head_dim=" + ranges_text(head_dims) + ")";
+    if (!allows_value_dim(p.value_dim, p.head_dim))
+        return "value_dim " + std::to_string(p.value_dim) + " is not declared (value_dim=" +
+               (value_dim_same ? std::string("same") : ranges_text(value_dims)) + ")";
+    int longest_q = 0, longest_k = 0;
+    for (int b = 0; b < p.batch; ++b) {
+        longest_q = std::max(longest_q, q_len_of(p, b));
+        longest_k = std::max(longest_k, kv_len_of(p, b));
+    }
+    if (max_kv_len && longest_k > max_kv_len)
+        return "a sequence of " + std::to_string(longest_k) + " keys > max_kv_len=" + std::to_string(max_kv_len);
+    if (max_q_len && longest_q > max_q_len)
+        return "a sequence of " + std::to_string(longest_q) + " query rows > max_q_len=" + std::to_string(max_q_len);
+    if (max_batch && p.batch > max_batch)
+        return "batch " + std::to_string(p.batch) + " > max_batch=" + std::to_string(max_batch);
+    if (max_heads && p.q_heads > max_heads)
+        return "q_heads " + std::to_string(p.q_heads) + " > max_heads=" + std::to_string(max_heads);
+    if (p.causal && !causal) return "a causal problem, declared mask=none";
+    if (!p.causal && !non_causal) return "a non-causal problem, declared mask=causal";
+    if (p.kv_lens && !p.block_table && !padding) return "kv_lens given for a dense cache, declared padding=no";
+    if (p.kv_heads != p.q_heads && !gqa)
+        return "kv_heads " + std::to_string(p.kv_heads) + " < q_heads " + std::to_string(p.q_heads) + ", declared gqa=no";
+    if (!layout_any && !contiguous_layout(p)) return "strides other than contiguous [B,H,T,D], declared layout=contiguous";
+    if (!positions_any)
+        for (int b = 0; b < p.batch; ++b)
+            if (p.q_pos[b] != kv_len_of(p, b) - q_len_of(p, b))
+                return "q_pos[" + std::to_string(b) + "] = " + std::to_string(p.q_pos[b]) + " is not Tk - Tq = " +
+                       std::to_string(kv_len_of(p, b) - q_len_of(p, b)) + ", declared positions=bottom_right";
+    if ((p.cu_seqlens_q || p.cu_seqlens_k) && !varlen) return "a packed variable-length batch, declared varlen=no";
+    if (p.block_table && !paged) return "a paged KV cache, declared paged=no";
+    if (p.block_table && !allows_block_size(p.block_size))
+        return "block_size " + std::to_string(p.block_size) + " is not declared (block_size=" + ranges_text(block_sizes) + ")";
+    if ((p.window_left >= 0 || p.window_right >= 0) && !window) return "a sliding window, declared window=no";
+    if (p.softcap > 0 && !softcap) return "softcap given, declared softcap=no";
+    if (p.alibi_slopes && !alibi) return "ALiBi slopes given, declared alibi=no";
+    if (p.lse && !lse) return "lse asked for, declared lse=no";
     return {};
 }
 

@@ -7,10 +7,14 @@
 
 #include <rapidcheck.h>
 
+#include "attncheck/problem_v2.hpp"
+
 namespace attncheck::properties {
 
 bool is_property(const std::string& name) {
     for (const auto& p : kernel_properties())
+        if (p.name == name) return true;
+    for (const auto& p : kernel_properties_v2())
         if (p.name == name) return true;
     for (const auto& p : decoder_properties())
         if (p.name == name) return true;
@@ -50,6 +54,30 @@ PropertyResult run_kernel_property(const KernelProperty& prop, const KernelUnder
             RC_CLASSIFY(!c.kv_valid_len.empty(), "padded");
             RC_CLASSIFY(!c.causal, "not causal");
             RC_CLASSIFY(c.kv_len > 64 || c.head_dim > 32 || c.value_dim > 32 || c.q_len > 64, "large shapes");
+            return exception_is_failure([&] { return prop.check(k, c); });
+        },
+        params, progress);
+}
+
+PropertyResult run_kernel_property_v2(const KernelPropertyV2& prop, const KernelUnderTest& k, const RunParams& params,
+                                      const Progress& progress, const WorkerChannel* channel) {
+    const rc::Gen<KernelCaseV2> gen = gen_kernel_case_v2(prop.options, k.declaration);
+    return run_property(
+        prop.name,
+        [&](const CaseInfo& at) {
+            const KernelCaseV2 c = *gen.as("case");
+            if (channel) channel->announce_case(prop.name, std::uint64_t(at.number), params.seed, "", describe(c), at.shrink_step);
+            RC_TAG(std::string("dtype ") + dtype_name(c.dtype));
+            RC_TAG(std::string("layout ") + to_string(c.layout.kind));
+            RC_TAG(std::string("style ") + to_string(c.style));
+            RC_TAG(std::string("mode ") + to_string(c.mode));
+            RC_CLASSIFY(c.kv_heads < c.q_heads, "gqa");
+            RC_CLASSIFY(c.window_left >= 0 || c.window_right >= 0, "window");
+            RC_CLASSIFY(c.softcap > 0, "softcap");
+            RC_CLASSIFY(!c.alibi_slopes.empty(), "alibi");
+            RC_CLASSIFY(c.want_lse, "lse");
+            RC_CLASSIFY(!c.causal, "not causal");
+            RC_CLASSIFY(c.max_kv_len() > 64 || c.head_dim > 32, "large shapes");
             return exception_is_failure([&] { return prop.check(k, c); });
         },
         params, progress);

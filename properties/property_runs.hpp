@@ -7,16 +7,20 @@
 #include "properties/decoder_properties.hpp"
 #include "properties/isolation/isolation.hpp"
 #include "properties/kernel_properties.hpp"
+#include "properties/kernel_properties_v2.hpp"
 #include "properties/runner.hpp"
 
 namespace attncheck::properties {
 
-// Whether a kernel-level or a decoder-level property has this name.
+// Whether a kernel-level (version 1 or 2) or a decoder-level property has this name.
 bool is_property(const std::string& name);
 
 // channel: in a worker process, announces every case before it runs (so a crash names it).
 PropertyResult run_kernel_property(const KernelProperty& prop, const KernelUnderTest& k, const RunParams& params,
                                    const Progress& progress = {}, const WorkerChannel* channel = nullptr);
+// A version 2 property over k.fn_v2, its cases generated within k.declaration.
+PropertyResult run_kernel_property_v2(const KernelPropertyV2& prop, const KernelUnderTest& k, const RunParams& params,
+                                      const Progress& progress = {}, const WorkerChannel* channel = nullptr);
 PropertyResult run_decoder_property(const DecoderProperty& prop, const DecoderUnderTest& d, const RunParams& params,
                                     const Progress& progress = {}, const WorkerChannel* channel = nullptr);
 

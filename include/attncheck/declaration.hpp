@@ -18,6 +18,27 @@
 //                        `nan` (PyTorch's convention: such a row gives NaN)
 //   deterministic        `yes` (default: the same call gives bitwise the same out) or `no`
 //
+// Version 2 items (attncheck/kernel_abi_v2.h; a v1 kernel's problems have none of these features,
+// so the items do not affect it). Default: everything the ABI has.
+//   dtype                comma list of f32, f16, bf16 (default: all three)
+//   gqa                  `yes` (kv_heads < q_heads supported) or `no` (kv_heads = q_heads only)
+//   layout               `any` (any strides, gaps between rows, heads and sequences) or
+//                        `contiguous` (every tensor, lse included, densely packed [B,H,T,D])
+//   positions            `any` (any q_pos[b] >= 0) or `bottom_right` (q_pos[b] = Tk(b) - Tq(b):
+//                        the query rows are the last rows of the sequence, as FlashAttention has it)
+//   varlen, paged        `yes` or `no`: packed variable-length batches; a paged KV cache
+//   block_size           comma list or ranges of the paged block sizes supported (default: any;
+//                        only with paged=yes)
+//   window, softcap, alibi, lse   `yes` or `no`: sliding windows, softcapping, ALiBi slopes,
+//                        the log-sum-exp output
+//   rounds_probabilities `no` (default) or `yes`: the kernel rounds the probabilities to the
+//                        problem's dtype before multiplying them by v (FlashAttention does for
+//                        f16 / bf16); the agreement bound then includes that rounding
+//
+// A declaration that contradicts itself (block_size with paged=no, an empty dtype list) is
+// rejected as malformed. mask=none with positions=bottom_right is accepted: positions still
+// matter to a non-causal problem through its window and ALiBi.
+//
 // The built-in kernels declare nothing (every problem, zero, deterministic). A kernel loaded with
 // `attncheck fuzz --kernel-lib` may export, with C linkage, a NUL-terminated string named after its
 // symbol, `<symbol>_declaration` (a `const char[]` variable, or a function returning
@@ -29,6 +50,7 @@
 #include <vector>
 
 #include "attncheck/kernel_abi.h"
+#include "attncheck/kernel_abi_v2.h"
 
 namespace attncheck {
 
@@ -45,6 +67,16 @@ struct KernelDeclaration {
     bool empty_rows_nan = false;
     bool deterministic = true;
 
+    // Version 2 (every one true / empty by default: all the ABI has).
+    bool dtype_f32 = true, dtype_f16 = true, dtype_bf16 = true;
+    bool gqa = true;
+    bool layout_any = true;     // false: layout=contiguous
+    bool positions_any = true;  // false: positions=bottom_right
+    bool varlen = true, paged = true;
+    std::vector<Range> block_sizes;  // empty: any
+    bool window = true, softcap = true, alibi = true, lse = true;
+    bool rounds_probabilities = false;
+
     // True when the declaration says nothing beyond the ABI's defaults.
     bool is_default() const;
     // Applies the items of `text` on top of this declaration. Throws std::invalid_argument naming
@@ -56,6 +88,12 @@ struct KernelDeclaration {
     // "" when p is within the declaration, else the first reason it is not ("head_dim 48 is not
     // declared (head_dim=64,128)").
     std::string unsupported_reason(const attncheck_problem& p) const;
+    // The same for a version 2 problem: the v1 items read through per-sequence lengths (max_kv_len
+    // against the longest sequence's keys, padding against kv_lens of a dense cache), then the
+    // dtype and every v2 feature. p must be well formed (problem_v2_error(p) empty).
+    std::string unsupported_reason(const attncheck_problem_v2& p) const;
+    bool allows_dtype(std::int32_t dtype) const;
+    bool allows_block_size(int block_size) const;
     bool allows_head_dim(int d) const;
     bool allows_value_dim(int value_dim, int head_dim) const;
 };

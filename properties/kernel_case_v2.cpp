@@ -1,0 +1,961 @@
+// properties/kernel_case_v2.cpp — version 2 cases: the logical inputs, their placement into
+// buffers (layouts, poison, guards), the read-back, the transforms and the generator.
+#include "properties/kernel_case_v2.hpp"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <ostream>
+#include <sstream>
+#include <stdexcept>
+#include <utility>
+
+#include "attncheck/problem_v2.hpp"
+#include "properties/stream.hpp"
+
+namespace attncheck::properties {
+
+const char* to_string(LayoutKind l) {
+    switch (l) {
+        case LayoutKind::bhtd: return "bhtd";
+        case LayoutKind::bthd: return "bthd";
+        case LayoutKind::gapped: return "gapped";
+        case LayoutKind::varlen: return "varlen";
+        case LayoutKind::paged: return "paged";
+    }
+    return "?";
+}
+
+const char* to_string(Filler f) {
+    switch (f) {
+        case Filler::nan: return "nan";
+        case Filler::inf: return "inf";
+        case Filler::finite: return "finite";
+    }
+    return "?";
+}
+
+int KernelCaseV2::max_q_len() const { return q_lens.empty() ? 0 : *std::max_element(q_lens.begin(), q_lens.end()); }
+int KernelCaseV2::max_kv_len() const { return kv_lens.empty() ? 0 : *std::max_element(kv_lens.begin(), kv_lens.end()); }
+
+bool KernelCaseV2::visible(int b, int i, int j) const {
+    if (j < 0 || j >= kv_lens[std::size_t(b)]) return false;
+    const std::int64_t a = std::int64_t(q_pos[std::size_t(b)]) + i;
+    if (causal && j > a) return false;
+    if (window_left >= 0 && j < a - window_left) return false;
+    if (!causal && window_right >= 0 && j > a + window_right) return false;
+    return true;
+}
+
+namespace {
+
+template <class T>
+std::string list(const std::vector<T>& v) {
+    std::ostringstream s;
+    s.precision(6);
+    s << "[";
+    for (std::size_t i = 0; i < v.size(); ++i) s << (i ? "," : "") << v[i];
+    s << "]";
+    return s.str();
+}
+
+}  // namespace
+
+std::string describe(const KernelCaseV2& c) {
+    std::ostringstream s;
+    s.precision(9);
+    s << "dtype=" << dtype_name(c.dtype) << " B=" << c.batch << " Hq=" << c.q_heads << " Hk=" << c.kv_heads
+      << " Dk=" << c.head_dim << " Dv=" << c.value_dim << " Tq=" << list(c.q_lens) << " Tk=" << list(c.kv_lens)
+      << " q_pos=" << list(c.q_pos) << " (" << to_string(c.mode) << ") causal=" << (c.causal ? 1 : 0);
+    if (c.window_left >= 0 || c.window_right >= 0) s << " window=(" << c.window_left << "," << c.window_right << ")";
+    s << " scale=" << c.scale << " (" << c.scale_kind << ")";
+    if (c.softcap > 0) s << " softcap=" << c.softcap;
+    if (!c.alibi_slopes.empty()) s << " alibi=" << list(c.alibi_slopes);
+    if (c.want_lse) s << " lse";
+    s << " style=" << to_string(c.style) << " data_seed=" << c.data_seed << " layout=" << to_string(c.layout.kind);
+    if (c.layout.kind == LayoutKind::paged)
+        s << "(block_size=" << c.layout.block_size << " spare=" << c.layout.spare_blocks
+          << " slack=" << c.layout.table_slack << " block_seed=" << c.layout.block_seed
+          << (c.layout.blocks_bthd ? " [blk,row,h,d]" : " [blk,h,row,d]") << ")";
+    else if (c.layout.kind != LayoutKind::varlen)
+        s << "(kv_capacity=" << c.layout.kv_capacity << ")";
+    s << " filler=" << to_string(c.filler);
+    if (c.poison_invisible) s << " poison_invisible";
+    return s.str();
+}
+
+void showValue(const KernelCaseV2& c, std::ostream& os) { os << describe(c); }
+
+// ---- logical inputs ---------------------------------------------------------------------------
+
+namespace {
+
+std::vector<std::size_t> firsts(const KernelCaseV2& c, const std::vector<int>& lens, int heads, int width) {
+    std::vector<std::size_t> f(std::size_t(c.batch) + 1, 0);
+    for (int b = 0; b < c.batch; ++b)
+        f[std::size_t(b) + 1] = f[std::size_t(b)] + std::size_t(heads) * std::size_t(lens[std::size_t(b)]) * std::size_t(width);
+    return f;
+}
+
+std::size_t at(const std::vector<std::size_t>& first, int b, int h, int rows, int t, int width, int c) {
+    return first[std::size_t(b)] + (std::size_t(h) * std::size_t(rows) + std::size_t(t)) * std::size_t(width) + std::size_t(c);
+}
+
+}  // namespace
+
+float& LogicalInputsV2::q_at(int b, int h, int i, int c, const KernelCaseV2& cs) {
+    return q[at(q_first, b, h, cs.q_lens[std::size_t(b)], i, cs.head_dim, c)];
+}
+float& LogicalInputsV2::k_at(int b, int h, int j, int c, const KernelCaseV2& cs) {
+    return k[at(k_first, b, h, cs.kv_lens[std::size_t(b)], j, cs.head_dim, c)];
+}
+float& LogicalInputsV2::v_at(int b, int h, int j, int c, const KernelCaseV2& cs) {
+    return v[at(v_first, b, h, cs.kv_lens[std::size_t(b)], j, cs.value_dim, c)];
+}
+float LogicalInputsV2::q_at(int b, int h, int i, int c, const KernelCaseV2& cs) const {
+    return q[at(q_first, b, h, cs.q_lens[std::size_t(b)], i, cs.head_dim, c)];
+}
+float LogicalInputsV2::k_at(int b, int h, int j, int c, const KernelCaseV2& cs) const {
+    return k[at(k_first, b, h, cs.kv_lens[std::size_t(b)], j, cs.head_dim, c)];
+}
+float LogicalInputsV2::v_at(int b, int h, int j, int c, const KernelCaseV2& cs) const {
+    return v[at(v_first, b, h, cs.kv_lens[std::size_t(b)], j, cs.value_dim, c)];
+}
+
+LogicalInputsV2 empty_inputs_v2(const KernelCaseV2& c) {
+    LogicalInputsV2 in;
+    in.q_first = firsts(c, c.q_lens, c.q_heads, c.head_dim);
+    in.k_first = firsts(c, c.kv_lens, c.kv_heads, c.head_dim);
+    in.v_first = firsts(c, c.kv_lens, c.kv_heads, c.value_dim);
+    in.q.assign(in.q_first.back(), 0.0f);
+    in.k.assign(in.k_first.back(), 0.0f);
+    in.v.assign(in.v_first.back(), 0.0f);
+    return in;
+}
+
+LogicalInputsV2 fill_inputs_v2(const KernelCaseV2& c) {
+    LogicalInputsV2 in = empty_inputs_v2(c);
+    Stream rng(c.data_seed);
+    const auto rounded = [&](double x) { return round_to(c.dtype, float(x)); };
+    switch (c.style) {
+        case InputStyle::normal:
+            for (float& x : in.q) x = rounded(rng.normal());
+            for (float& x : in.k) x = rounded(rng.normal());
+            for (float& x : in.v) x = rounded(rng.normal());
+            break;
+        case InputStyle::large: {
+            // As v1's large style (kernel_case.cpp): integer q, k and a power-of-two scale give
+            // exact scores around 1e3, past exp's overflow without the max subtraction. The
+            // integers stay within 256, exact in f16 and bf16 too.
+            const double s = std::abs(double(c.scale)), dk = double(c.head_dim);
+            const double cap = std::min(256.0, std::floor(std::sqrt(double(1 << 24) / dk)) - 1);
+            const int a = int(std::clamp(std::round(std::sqrt(3e3 / (s * std::sqrt(dk)))), 1.0, cap));
+            for (float& x : in.q) x = float(rng.integer(-a, a));
+            for (float& x : in.k) x = float(rng.integer(-a, a));
+            for (float& x : in.v) x = rounded(rng.normal());
+            break;
+        }
+        case InputStyle::ties: {
+            // Every key row of a (b, kv head) is one of a pool of 1-3 rows: exactly equal scores.
+            for (float& x : in.q) x = rounded(rng.normal());
+            for (int b = 0; b < c.batch; ++b)
+                for (int h = 0; h < c.kv_heads; ++h) {
+                    const int pool = rng.integer(1, 3);
+                    std::vector<float> rows(std::size_t(pool) * std::size_t(c.head_dim));
+                    for (float& x : rows) x = rounded(rng.normal());
+                    for (int j = 0; j < c.kv_lens[std::size_t(b)]; ++j) {
+                        const int pick = rng.integer(0, pool - 1);
+                        for (int col = 0; col < c.head_dim; ++col)
+                            in.k_at(b, h, j, col, c) = rows[std::size_t(pick) * std::size_t(c.head_dim) + std::size_t(col)];
+                    }
+                }
+            for (float& x : in.v) x = rounded(rng.normal());
+            break;
+        }
+        case InputStyle::small_int:
+            for (float& x : in.q) x = float(rng.integer(-2, 2));
+            for (float& x : in.k) x = float(rng.integer(-2, 2));
+            for (float& x : in.v) x = float(rng.integer(-2, 2));
+            break;
+    }
+    return in;
+}
+
+// ---- the guard page ---------------------------------------------------------------------------
+
+GuardPageBuffer::GuardPageBuffer(std::size_t bytes) : bytes_(bytes) {
+    const std::size_t page = std::size_t(sysconf(_SC_PAGESIZE));
+    const std::size_t body = (bytes + page - 1) / page * page;
+    map_bytes_ = body + page;
+    map_ = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map_ == MAP_FAILED) {
+        map_ = nullptr;
+        throw std::runtime_error("GuardPageBuffer: mmap of " + std::to_string(map_bytes_) + " bytes failed");
+    }
+    unsigned char* base = static_cast<unsigned char*>(map_);
+    if (mprotect(base + body, page, PROT_NONE) != 0) {
+        munmap(map_, map_bytes_);
+        map_ = nullptr;
+        throw std::runtime_error("GuardPageBuffer: mprotect of the guard page failed");
+    }
+    data_ = base + body - bytes;  // the last byte is the one before the guard page
+}
+
+GuardPageBuffer::GuardPageBuffer(GuardPageBuffer&& o) noexcept
+    : map_(std::exchange(o.map_, nullptr)), map_bytes_(std::exchange(o.map_bytes_, 0)),
+      bytes_(std::exchange(o.bytes_, 0)), data_(std::exchange(o.data_, nullptr)) {}
+
+GuardPageBuffer& GuardPageBuffer::operator=(GuardPageBuffer&& o) noexcept {
+    if (this != &o) {
+        if (map_) munmap(map_, map_bytes_);
+        map_ = std::exchange(o.map_, nullptr);
+        map_bytes_ = std::exchange(o.map_bytes_, 0);
+        bytes_ = std::exchange(o.bytes_, 0);
+        data_ = std::exchange(o.data_, nullptr);
+    }
+    return *this;
+}
+
+GuardPageBuffer::~GuardPageBuffer() {
+    if (map_) munmap(map_, map_bytes_);
+}
+
+// ---- building -----------------------------------------------------------------------------------
+
+namespace {
+
+// Bit patterns no conversion produces: "never written" in out, and the guards around it.
+constexpr std::uint32_t kUnwritten32 = 0x7FC0BEEFu, kCanary32 = 0x7FE5A5A5u;
+constexpr std::uint16_t kUnwrittenF16 = 0x7D5Bu, kCanaryF16 = 0x7C5Au;
+constexpr std::uint16_t kUnwrittenBF16 = 0x7F9Bu, kCanaryBF16 = 0x7F8Au;
+
+std::uint32_t unwritten_bits(std::int32_t dtype) {
+    return dtype == ATTNCHECK_DTYPE_F16 ? kUnwrittenF16 : dtype == ATTNCHECK_DTYPE_BF16 ? kUnwrittenBF16 : kUnwritten32;
+}
+std::uint32_t canary_bits(std::int32_t dtype) {
+    return dtype == ATTNCHECK_DTYPE_F16 ? kCanaryF16 : dtype == ATTNCHECK_DTYPE_BF16 ? kCanaryBF16 : kCanary32;
+}
+
+std::uint32_t raw(std::int32_t dtype, const unsigned char* data, std::size_t i) {
+    if (dtype == ATTNCHECK_DTYPE_F32) {
+        std::uint32_t u;
+        std::memcpy(&u, data + 4 * i, 4);
+        return u;
+    }
+    std::uint16_t u;
+    std::memcpy(&u, data + 2 * i, 2);
+    return u;
+}
+void set_raw(std::int32_t dtype, unsigned char* data, std::size_t i, std::uint32_t u) {
+    if (dtype == ATTNCHECK_DTYPE_F32) {
+        std::memcpy(data + 4 * i, &u, 4);
+    } else {
+        const std::uint16_t h = std::uint16_t(u);
+        std::memcpy(data + 2 * i, &h, 2);
+    }
+}
+
+// Strides of a tensor of `heads` x `rows` x `width` per outer index, in a dense layout.
+void dense_strides(LayoutKind kind, std::int64_t heads, std::int64_t rows, std::int64_t width, std::int64_t* s) {
+    switch (kind) {
+        case LayoutKind::bthd:
+            s[3] = 1, s[1] = width, s[2] = heads * width, s[0] = rows * heads * width;
+            break;
+        case LayoutKind::gapped: {
+            // Gaps of 3 elements after each row, 5 after each head, 7 after each sequence.
+            s[3] = 1, s[2] = width + 3, s[1] = rows * s[2] + 5, s[0] = heads * s[1] + 7;
+            break;
+        }
+        default:  // bhtd (and paged q/out)
+            s[3] = 1, s[2] = width, s[1] = rows * width, s[0] = heads * rows * width;
+    }
+}
+
+// Varlen: [total rows, heads, width] with a gap of one element after each head's row.
+void varlen_strides(std::int64_t heads, std::int64_t width, std::int64_t* s) {
+    s[0] = 0, s[3] = 1, s[1] = width + 1, s[2] = heads * (width + 1);
+}
+
+float filler_value(Filler f, Stream& rng) {
+    switch (f) {
+        case Filler::nan: return std::numeric_limits<float>::quiet_NaN();
+        case Filler::inf: return std::numeric_limits<float>::infinity();
+        case Filler::finite: return float(rng.integer(-8, 8));
+    }
+    return 0.0f;
+}
+
+// Allocates an input of `span` elements, filled with the filler.
+void prepare_input(std::int32_t dtype, std::size_t span, Filler f, Stream& rng, bool guard_page,
+                   std::vector<unsigned char>& bytes, GuardPageBuffer& page, unsigned char*& data) {
+    const std::size_t n = std::max<std::size_t>(span, 1) * dtype_size(dtype);
+    if (guard_page) {
+        page = GuardPageBuffer(n);
+        data = page.data();
+    } else {
+        bytes.assign(n, 0);
+        data = bytes.data();
+    }
+    for (std::size_t i = 0; i < std::max<std::size_t>(span, 1); ++i) store_element(dtype, data, std::int64_t(i), filler_value(f, rng));
+}
+
+// The largest offset + 1 a tensor addresses, over an index space given as a visitor.
+template <class Visit>
+std::size_t span_of(Visit visit) {
+    std::int64_t hi = -1;
+    visit([&](std::int64_t off) { hi = std::max(hi, off); });
+    return std::size_t(hi + 1);
+}
+
+}  // namespace
+
+BuiltV2 build_v2(const KernelCaseV2& c, const LogicalInputsV2& in, const BuildOptionsV2& options) {
+    BuiltV2 r;
+    r.dtype = c.dtype;
+    r.q_lens = c.q_lens;
+    const int B = c.batch;
+    const std::size_t Bz = std::size_t(B);
+    attncheck_problem_v2& p = r.problem;
+    p.abi_version = ATTNCHECK_ABI_VERSION_2;
+    p.struct_size = std::int32_t(sizeof(attncheck_problem_v2));
+    p.dtype = c.dtype;
+    p.batch = B;
+    p.q_heads = c.q_heads;
+    p.kv_heads = c.kv_heads;
+    p.head_dim = c.head_dim;
+    p.value_dim = c.value_dim;
+    p.causal = c.causal ? 1 : 0;
+    p.window_left = c.window_left;
+    p.window_right = c.window_right;
+    p.scale = c.scale;
+    p.softcap = c.softcap;
+    const int max_q = std::max(1, c.max_q_len()), max_k = std::max(1, c.max_kv_len());
+    const LayoutKind kind = c.layout.kind;
+
+    r.q_pos.assign(c.q_pos.begin(), c.q_pos.end());
+    p.q_pos = r.q_pos.data();
+    if (!c.alibi_slopes.empty()) {
+        r.alibi = c.alibi_slopes;
+        p.alibi_slopes = r.alibi.data();
+    }
+
+    // Query side: q, out, lse.
+    const bool varlen = kind == LayoutKind::varlen;
+    if (varlen) {
+        r.cu_q.assign(Bz + 1, 0);
+        r.cu_k.assign(Bz + 1, 0);
+        for (std::size_t b = 0; b < Bz; ++b) {
+            r.cu_q[b + 1] = r.cu_q[b] + c.q_lens[b];
+            r.cu_k[b + 1] = r.cu_k[b] + c.kv_lens[b];
+        }
+        p.cu_seqlens_q = r.cu_q.data();
+        p.cu_seqlens_k = r.cu_k.data();
+        p.q_len = max_q;
+        p.kv_len = max_k;
+        varlen_strides(c.q_heads, c.head_dim, p.q.stride);
+        varlen_strides(c.q_heads, c.value_dim, p.out.stride);
+        varlen_strides(c.kv_heads, c.head_dim, p.k.stride);
+        varlen_strides(c.kv_heads, c.value_dim, p.v.stride);
+        p.lse_stride[0] = 0, p.lse_stride[1] = 1, p.lse_stride[2] = c.q_heads;
+    } else {
+        p.q_len = c.q_lens[0];
+        const LayoutKind qkind = kind == LayoutKind::paged ? LayoutKind::bhtd : kind;
+        dense_strides(qkind, c.q_heads, p.q_len, c.head_dim, p.q.stride);
+        dense_strides(qkind, c.q_heads, p.q_len, c.value_dim, p.out.stride);
+        const std::int64_t H = c.q_heads, T = p.q_len;
+        switch (qkind) {
+            case LayoutKind::bthd: p.lse_stride[0] = T * H, p.lse_stride[1] = 1, p.lse_stride[2] = H; break;
+            case LayoutKind::gapped: p.lse_stride[0] = H * (T + 2) + 3, p.lse_stride[1] = T + 2, p.lse_stride[2] = 1; break;
+            default: p.lse_stride[0] = H * T, p.lse_stride[1] = T, p.lse_stride[2] = 1;
+        }
+    }
+
+    // Key side.
+    std::vector<std::vector<int>> blocks_of(Bz);  // paged: the blocks of each sequence, in order
+    if (kind == LayoutKind::paged) {
+        const int bs = std::max(1, c.layout.block_size);
+        int used = 0, widest = 1;
+        for (std::size_t b = 0; b < Bz; ++b) {
+            const int n = (c.kv_lens[b] + bs - 1) / bs;
+            used += n;
+            widest = std::max(widest, n);
+        }
+        const int num_blocks = std::max(1, used + c.layout.spare_blocks);
+        std::vector<int> order(static_cast<std::size_t>(num_blocks));
+        std::iota(order.begin(), order.end(), 0);
+        Stream shuffle(c.layout.block_seed);
+        for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[std::size_t(shuffle.integer(0, int(i) - 1))]);
+        const int stride = widest + c.layout.table_slack;
+        r.block_table.assign(Bz * std::size_t(stride), 0);
+        // Entries past a sequence's blocks are never read: they name a spare block (poisoned)
+        // when there is one, so a kernel that reads past its blocks reads poison.
+        const int spare = used < num_blocks ? order[std::size_t(used)] : order[0];
+        int next = 0;
+        for (std::size_t b = 0; b < Bz; ++b) {
+            const int n = (c.kv_lens[b] + bs - 1) / bs;
+            for (int e = 0; e < stride; ++e) {
+                const int blk = e < n ? order[std::size_t(next++)] : spare;
+                r.block_table[b * std::size_t(stride) + std::size_t(e)] = blk;
+                if (e < n) blocks_of[b].push_back(blk);
+            }
+        }
+        p.block_table = r.block_table.data();
+        p.block_table_stride = stride;
+        p.block_size = bs;
+        p.num_blocks = num_blocks;
+        p.kv_len = max_k;
+        r.kv_lens.assign(c.kv_lens.begin(), c.kv_lens.end());
+        p.kv_lens = r.kv_lens.data();
+        const auto block_strides = [&](std::int64_t width, std::int64_t* s) {
+            const std::int64_t Hk = c.kv_heads;
+            if (c.layout.blocks_bthd) s[3] = 1, s[1] = width, s[2] = Hk * width, s[0] = bs * Hk * width;
+            else s[3] = 1, s[2] = width, s[1] = bs * width, s[0] = Hk * bs * width;
+        };
+        block_strides(c.head_dim, p.k.stride);
+        block_strides(c.value_dim, p.v.stride);
+    } else if (!varlen) {
+        const int capacity = std::max({1, c.layout.kv_capacity, c.max_kv_len()});
+        p.kv_len = capacity;
+        if (std::any_of(c.kv_lens.begin(), c.kv_lens.end(), [&](int n) { return n != capacity; })) {
+            r.kv_lens.assign(c.kv_lens.begin(), c.kv_lens.end());
+            p.kv_lens = r.kv_lens.data();
+        }
+        dense_strides(kind, c.kv_heads, capacity, c.head_dim, p.k.stride);
+        dense_strides(kind, c.kv_heads, capacity, c.value_dim, p.v.stride);
+    }
+
+    // Spans: the largest offset each tensor can address (padding rows and unused blocks
+    // included, they are part of the tensor the kernel is given).
+    const auto q_span = [&](const attncheck_tensor_v2& t, int width) {
+        return span_of([&](auto f) {
+            for (int b = 0; b < B; ++b)
+                for (int h = 0; h < c.q_heads; ++h)
+                    for (int i = 0; i < c.q_lens[std::size_t(b)]; ++i) f(q_offset_v2(p, t, b, h, i, width - 1));
+        });
+    };
+    const auto kv_span = [&](const attncheck_tensor_v2& t, int width) {
+        const std::int64_t last = width - 1;
+        if (kind == LayoutKind::paged)
+            return std::size_t(std::int64_t(p.num_blocks - 1) * t.stride[0] + (c.kv_heads - 1) * t.stride[1] +
+                               (p.block_size - 1) * t.stride[2] + last * t.stride[3] + 1);
+        if (varlen)
+            return std::size_t(std::max<std::int64_t>(0, std::int64_t(r.cu_k[Bz]) - 1) * t.stride[2] +
+                               (c.kv_heads - 1) * t.stride[1] + last * t.stride[3] + 1);
+        return std::size_t(std::int64_t(B - 1) * t.stride[0] + (c.kv_heads - 1) * t.stride[1] +
+                           (p.kv_len - 1) * t.stride[2] + last * t.stride[3] + 1);
+    };
+
+    Stream filler_rng(c.data_seed ^ 0x5EEDu);
+    unsigned char *qd = nullptr, *kd = nullptr, *vd = nullptr;
+    prepare_input(c.dtype, q_span(p.q, c.head_dim), c.filler, filler_rng, options.guard_page_inputs, r.q_bytes, r.q_page, qd);
+    prepare_input(c.dtype, kv_span(p.k, c.head_dim), c.filler, filler_rng, options.guard_page_inputs, r.k_bytes, r.k_page, kd);
+    prepare_input(c.dtype, kv_span(p.v, c.value_dim), c.filler, filler_rng, options.guard_page_inputs, r.v_bytes, r.v_page, vd);
+    p.q.data = qd;
+    p.k.data = kd;
+    p.v.data = vd;
+
+    for (int b = 0; b < B; ++b) {
+        for (int h = 0; h < c.q_heads; ++h)
+            for (int i = 0; i < c.q_lens[std::size_t(b)]; ++i)
+                for (int col = 0; col < c.head_dim; ++col)
+                    store_element(c.dtype, qd, q_offset_v2(p, p.q, b, h, i, col), in.q_at(b, h, i, col, c));
+        const int Tk = c.kv_lens[std::size_t(b)];
+        std::vector<char> seen(std::size_t(Tk), 0);
+        if (c.poison_invisible)
+            for (int i = 0; i < c.q_lens[std::size_t(b)]; ++i)
+                for (int j = 0; j < Tk; ++j) seen[std::size_t(j)] |= c.visible(b, i, j) ? 1 : 0;
+        const float poison = c.filler == Filler::inf ? std::numeric_limits<float>::infinity()
+                                                     : std::numeric_limits<float>::quiet_NaN();
+        for (int h = 0; h < c.kv_heads; ++h)
+            for (int j = 0; j < Tk; ++j) {
+                const bool hide = c.poison_invisible && !seen[std::size_t(j)];
+                for (int col = 0; col < c.head_dim; ++col)
+                    store_element(c.dtype, kd, kv_offset_v2(p, p.k, b, h, j, col), hide ? poison : in.k_at(b, h, j, col, c));
+                for (int col = 0; col < c.value_dim; ++col)
+                    store_element(c.dtype, vd, kv_offset_v2(p, p.v, b, h, j, col), hide ? poison : in.v_at(b, h, j, col, c));
+            }
+    }
+    const std::size_t es = dtype_size(c.dtype);
+    r.q_before.assign(qd, qd + std::max<std::size_t>(q_span(p.q, c.head_dim), 1) * es);
+    r.k_before.assign(kd, kd + std::max<std::size_t>(kv_span(p.k, c.head_dim), 1) * es);
+    r.v_before.assign(vd, vd + std::max<std::size_t>(kv_span(p.v, c.value_dim), 1) * es);
+
+    // out: guards as long as out's span (at least 64 elements) either side; gaps stay canary.
+    r.out_span = q_span(p.out, c.value_dim);
+    r.out_guard = std::max<std::size_t>(64, r.out_span);
+    const std::size_t out_n = 2 * r.out_guard + r.out_span;
+    r.out_bytes.assign(out_n * es, 0);
+    r.out_mask.assign(out_n, 0);
+    unsigned char* od = r.out_bytes.data() + r.out_guard * es;
+    p.out.data = od;
+    for (int b = 0; b < B; ++b)
+        for (int h = 0; h < c.q_heads; ++h)
+            for (int i = 0; i < c.q_lens[std::size_t(b)]; ++i)
+                for (int col = 0; col < c.value_dim; ++col)
+                    r.out_mask[r.out_guard + std::size_t(q_offset_v2(p, p.out, b, h, i, col))] = 1;
+    if (c.want_lse) {
+        r.lse_span = span_of([&](auto f) {
+            for (int b = 0; b < B; ++b)
+                for (int h = 0; h < c.q_heads; ++h)
+                    for (int i = 0; i < c.q_lens[std::size_t(b)]; ++i) f(lse_offset_v2(p, b, h, i));
+        });
+        r.lse_guard = std::max<std::size_t>(64, r.lse_span);
+        r.lse_buffer.assign(2 * r.lse_guard + r.lse_span, 0.0f);
+        r.lse_mask.assign(r.lse_buffer.size(), 0);
+        p.lse = r.lse_buffer.data() + r.lse_guard;
+        for (int b = 0; b < B; ++b)
+            for (int h = 0; h < c.q_heads; ++h)
+                for (int i = 0; i < c.q_lens[std::size_t(b)]; ++i)
+                    r.lse_mask[r.lse_guard + std::size_t(lse_offset_v2(p, b, h, i))] = 1;
+    }
+    r.reset_outputs();
+
+    r.first_row.assign(Bz + 1, 0);
+    for (std::size_t b = 0; b < Bz; ++b) r.first_row[b + 1] = r.first_row[b] + std::size_t(c.q_heads) * std::size_t(c.q_lens[b]);
+    return r;
+}
+
+void BuiltV2::reset_outputs() {
+    for (std::size_t i = 0; i < out_mask.size(); ++i)
+        set_raw(dtype, out_bytes.data(), i, out_mask[i] ? unwritten_bits(dtype) : canary_bits(dtype));
+    for (std::size_t i = 0; i < lse_mask.size(); ++i)
+        lse_buffer[i] = std::bit_cast<float>(lse_mask[i] ? kUnwritten32 : kCanary32);
+}
+
+std::vector<float> BuiltV2::out_logical() const {
+    const attncheck_problem_v2& p = problem;
+    std::vector<float> out(rows() * std::size_t(p.value_dim));
+    for (int b = 0; b < p.batch; ++b)
+        for (int h = 0; h < p.q_heads; ++h)
+            for (int i = 0; i < q_lens[std::size_t(b)]; ++i) {
+                const std::size_t row = first_row[std::size_t(b)] + std::size_t(h) * std::size_t(q_lens[std::size_t(b)]) + std::size_t(i);
+                for (int col = 0; col < p.value_dim; ++col)
+                    out[row * std::size_t(p.value_dim) + std::size_t(col)] = load_element(dtype, p.out.data, q_offset_v2(p, p.out, b, h, i, col));
+            }
+    return out;
+}
+
+std::vector<float> BuiltV2::lse_logical() const {
+    const attncheck_problem_v2& p = problem;
+    if (!p.lse) return {};
+    std::vector<float> lse(rows());
+    for (int b = 0; b < p.batch; ++b)
+        for (int h = 0; h < p.q_heads; ++h)
+            for (int i = 0; i < q_lens[std::size_t(b)]; ++i)
+                lse[first_row[std::size_t(b)] + std::size_t(h) * std::size_t(q_lens[std::size_t(b)]) + std::size_t(i)] =
+                    p.lse[lse_offset_v2(p, b, h, i)];
+    return lse;
+}
+
+std::string BuiltV2::element(std::size_t row, int c) const {
+    std::size_t b = 0;
+    while (b + 1 < first_row.size() && first_row[b + 1] <= row) ++b;
+    const std::size_t in_b = row - first_row[b], Tq = std::size_t(std::max(1, q_lens[b]));
+    return "[" + std::to_string(b) + "," + std::to_string(in_b / Tq) + "," + std::to_string(in_b % Tq) + "," +
+           std::to_string(c) + "]";
+}
+
+namespace {
+
+std::string where(const char* name, std::size_t i, std::size_t guard, std::size_t span) {
+    if (i < guard) return std::to_string(guard - i) + " elements before " + name;
+    if (i >= guard + span) return std::to_string(i - guard - span + 1) + " elements past the end of " + name;
+    return std::string(name) + "[" + std::to_string(i - guard) + "], a gap between the elements of " + name +
+           " (its strides skip it)";
+}
+
+std::string fmt_bits(float x) {
+    std::ostringstream s;
+    s.precision(9);
+    s << x;
+    return s.str();
+}
+
+}  // namespace
+
+std::string BuiltV2::write_outside() const {
+    for (std::size_t i = 0; i < out_mask.size(); ++i)
+        if (!out_mask[i] && raw(dtype, out_bytes.data(), i) != canary_bits(dtype))
+            return "wrote " + fmt_bits(load_element(dtype, out_bytes.data(), std::int64_t(i))) + " " +
+                   where("out", i, out_guard, out_span);
+    for (std::size_t i = 0; i < lse_mask.size(); ++i)
+        if (!lse_mask[i] && std::bit_cast<std::uint32_t>(lse_buffer[i]) != kCanary32)
+            return "wrote " + fmt_bits(lse_buffer[i]) + " " + where("lse", i, lse_guard, lse_span);
+    return {};
+}
+
+std::string BuiltV2::unwritten() const {
+    const attncheck_problem_v2& p = problem;
+    for (int b = 0; b < p.batch; ++b)
+        for (int h = 0; h < p.q_heads; ++h)
+            for (int i = 0; i < q_lens[std::size_t(b)]; ++i) {
+                const std::string e = "[" + std::to_string(b) + "," + std::to_string(h) + "," + std::to_string(i);
+                for (int col = 0; col < p.value_dim; ++col)
+                    if (raw(dtype, static_cast<const unsigned char*>(p.out.data), std::size_t(q_offset_v2(p, p.out, b, h, i, col))) ==
+                        unwritten_bits(dtype))
+                        return "out" + e + "," + std::to_string(col) + "] [b,h,i,c] was never written";
+                if (p.lse && std::bit_cast<std::uint32_t>(p.lse[lse_offset_v2(p, b, h, i)]) == kUnwritten32)
+                    return "lse" + e + "] [b,h,i] was never written";
+            }
+    return {};
+}
+
+std::string BuiltV2::input_change() const {
+    const std::size_t es = dtype_size(dtype);
+    const struct { const char* name; const void* now; const std::vector<unsigned char>& before; } inputs[] = {
+        {"q", problem.q.data, q_before}, {"k", problem.k.data, k_before}, {"v", problem.v.data, v_before}};
+    for (const auto& t : inputs)
+        for (std::size_t i = 0; i < t.before.size() / es; ++i)
+            if (std::memcmp(static_cast<const unsigned char*>(t.now) + i * es, t.before.data() + i * es, es) != 0)
+                return std::string(t.name) + " element " + std::to_string(i) + " (buffer offset) changed from " +
+                       fmt_bits(load_element(dtype, t.before.data(), std::int64_t(i))) + " to " +
+                       fmt_bits(load_element(dtype, t.now, std::int64_t(i)));
+    return {};
+}
+
+// ---- transforms ---------------------------------------------------------------------------------
+
+KernelCaseV2 with_layout(KernelCaseV2 c, LayoutKind kind) {
+    c.layout.kind = kind;
+    return c;
+}
+
+KernelCaseV2 with_pages(KernelCaseV2 c, int block_size, std::uint32_t block_seed, int spare_blocks, int table_slack) {
+    c.layout.kind = LayoutKind::paged;
+    c.layout.block_size = block_size;
+    c.layout.block_seed = block_seed;
+    c.layout.spare_blocks = spare_blocks;
+    c.layout.table_slack = table_slack;
+    return c;
+}
+
+KernelCaseV2 with_capacity(KernelCaseV2 c, int capacity) {
+    c.layout.kv_capacity = capacity;
+    return c;
+}
+
+void replicate_kv_heads(KernelCaseV2& c, LogicalInputsV2& in) {
+    KernelCaseV2 mha = c;
+    mha.kv_heads = c.q_heads;
+    LogicalInputsV2 out = empty_inputs_v2(mha);
+    out.q = in.q;
+    const int group = c.q_heads / c.kv_heads;
+    for (int b = 0; b < c.batch; ++b)
+        for (int h = 0; h < c.q_heads; ++h)
+            for (int j = 0; j < c.kv_lens[std::size_t(b)]; ++j) {
+                for (int col = 0; col < c.head_dim; ++col) out.k_at(b, h, j, col, mha) = in.k_at(b, h / group, j, col, c);
+                for (int col = 0; col < c.value_dim; ++col) out.v_at(b, h, j, col, mha) = in.v_at(b, h / group, j, col, c);
+            }
+    c = std::move(mha);
+    in = std::move(out);
+}
+
+KernelCaseV2 sequence_alone(const KernelCaseV2& c, int b) {
+    KernelCaseV2 s = c;
+    const std::size_t bz = std::size_t(b);
+    s.batch = 1;
+    s.q_lens = {c.q_lens[bz]};
+    s.kv_lens = {c.kv_lens[bz]};
+    s.q_pos = {c.q_pos[bz]};
+    return s;
+}
+
+LogicalInputsV2 sequence_inputs(const KernelCaseV2& c, const LogicalInputsV2& in, int b) {
+    const KernelCaseV2 s = sequence_alone(c, b);
+    LogicalInputsV2 r = empty_inputs_v2(s);
+    const std::size_t bz = std::size_t(b);
+    std::copy(in.q.begin() + std::ptrdiff_t(in.q_first[bz]), in.q.begin() + std::ptrdiff_t(in.q_first[bz + 1]), r.q.begin());
+    std::copy(in.k.begin() + std::ptrdiff_t(in.k_first[bz]), in.k.begin() + std::ptrdiff_t(in.k_first[bz + 1]), r.k.begin());
+    std::copy(in.v.begin() + std::ptrdiff_t(in.v_first[bz]), in.v.begin() + std::ptrdiff_t(in.v_first[bz + 1]), r.v.begin());
+    return r;
+}
+
+KernelCaseV2 rows_alone(const KernelCaseV2& c, int b, int from, int to) {
+    KernelCaseV2 s = sequence_alone(c, b);
+    s.q_lens = {to - from};
+    s.q_pos = {c.q_pos[std::size_t(b)] + from};
+    if (c.causal) s.kv_lens = {std::min(c.kv_lens[std::size_t(b)], s.q_pos[0] + s.q_lens[0])};
+    s.mode = to - from == 1 ? OffsetMode::decode : OffsetMode::chunk;
+    return s;
+}
+
+LogicalInputsV2 rows_inputs(const KernelCaseV2& c, const LogicalInputsV2& in, int b, int from, int to) {
+    const KernelCaseV2 s = rows_alone(c, b, from, to);
+    LogicalInputsV2 r = empty_inputs_v2(s);
+    for (int h = 0; h < c.q_heads; ++h)
+        for (int i = from; i < to; ++i)
+            for (int col = 0; col < c.head_dim; ++col) r.q_at(0, h, i - from, col, s) = in.q_at(b, h, i, col, c);
+    for (int h = 0; h < c.kv_heads; ++h)
+        for (int j = 0; j < s.kv_lens[0]; ++j) {
+            for (int col = 0; col < c.head_dim; ++col) r.k_at(0, h, j, col, s) = in.k_at(b, h, j, col, c);
+            for (int col = 0; col < c.value_dim; ++col) r.v_at(0, h, j, col, s) = in.v_at(b, h, j, col, c);
+        }
+    return r;
+}
+
+}  // namespace attncheck::properties
+
+// ---- the generator --------------------------------------------------------------------------------
+
+namespace attncheck::properties {
+
+namespace {
+
+// A weighted choice that shrinks towards the first option, drawn at full size from case 1 (as
+// kernel_case.cpp's pick).
+template <class T>
+T pick(std::initializer_list<std::pair<int, T>> options, const char* label) {
+    int total = 0;
+    for (const auto& o : options) total += o.first;
+    int r = *rc::gen::resize(100, rc::gen::inRange(0, total)).as(label);
+    for (const auto& o : options) {
+        if (r < o.first) return o.second;
+        r -= o.first;
+    }
+    return options.begin()->second;
+}
+
+// Lengths next to powers of two and the usual tile sizes (16, 32, 64-key tiles, 96-key tiles).
+const std::vector<int>& tile_edges() {
+    static const std::vector<int> edges = {15, 16, 17, 31, 32, 33, 63, 64, 65, 95, 96, 97, 127, 128, 129, 191, 192, 193, 255, 256, 257};
+    return edges;
+}
+
+int clamp_to(int v, int lo, int hi) { return std::max(lo, std::min(v, hi)); }
+
+// A key length in [lo, hi]: small ones mostly, tile edges in the large tier.
+int draw_kv_len(int lo, int hi, bool large, const char* label) {
+    using namespace rc;
+    if (hi <= lo) return lo;
+    if (large) {
+        std::vector<int> edges;
+        for (const int e : tile_edges())
+            if (e >= lo && e <= hi) edges.push_back(e);
+        if (edges.empty()) edges.push_back(hi);
+        return *gen::resize(100, gen::weightedOneOf<int>({{3, gen::elementOf(edges)}, {1, gen::inRange(lo, hi + 1)}})).as(label);
+    }
+    return *gen::weightedOneOf<int>({{4, gen::inRange(lo, std::min(hi, 9) + 1)},
+                                     {3, gen::inRange(lo, std::min(hi, 33) + 1)},
+                                     {1, gen::inRange(lo, hi + 1)}})
+                .as(label);
+}
+
+std::vector<int> widths_of(const std::vector<KernelDeclaration::Range>& ranges) {
+    std::vector<int> out;
+    for (const auto& r : ranges)
+        for (int v = r.lo; v <= r.hi && out.size() < 2048; ++v) out.push_back(v);
+    return out;
+}
+
+int draw_width(bool large, const char* label) {
+    using namespace rc;
+    if (large)
+        return *gen::resize(100, gen::weightedOneOf<int>({{3, gen::element(16, 32, 64, 80, 96, 128)}, {1, gen::inRange(1, 130)}}))
+                    .as(label);
+    return *gen::weightedOneOf<int>({{1, gen::just(1)}, {4, gen::inRange(1, 9)}, {2, gen::inRange(1, 33)}}).as(label);
+}
+
+KernelCaseV2 draw_case(const CaseOptionsV2& o, const KernelDeclaration& d, bool large) {
+    using namespace rc;
+    KernelCaseV2 c;
+
+    // dtype, among the declared ones.
+    std::vector<std::pair<int, std::int32_t>> dtypes;
+    if (d.dtype_f32) dtypes.push_back({2, ATTNCHECK_DTYPE_F32});
+    if (d.dtype_f16) dtypes.push_back({1, ATTNCHECK_DTYPE_F16});
+    if (d.dtype_bf16) dtypes.push_back({1, ATTNCHECK_DTYPE_BF16});
+    {
+        int total = 0;
+        for (const auto& w : dtypes) total += w.first;
+        int r = *gen::resize(100, gen::inRange(0, total)).as("dtype");
+        for (const auto& w : dtypes) {
+            if (r < w.first) {
+                c.dtype = w.second;
+                break;
+            }
+            r -= w.first;
+        }
+    }
+
+    // Layout kind.
+    std::vector<LayoutKind> kinds;
+    if (o.need_paged) kinds = {LayoutKind::paged};
+    else if (o.need_varlen) kinds = {LayoutKind::varlen};
+    else {
+        kinds.push_back(LayoutKind::bhtd);
+        if (d.layout_any) kinds.insert(kinds.end(), {LayoutKind::bthd, LayoutKind::gapped});
+        if (!o.need_dense && d.varlen) kinds.push_back(LayoutKind::varlen);
+        if (!o.need_dense && d.paged) kinds.push_back(LayoutKind::paged);
+    }
+    c.layout.kind = kinds[std::size_t(*gen::resize(100, gen::inRange<int>(0, int(kinds.size()))).as("layout"))];
+    const bool dense = c.dense();
+
+    // Batch and heads.
+    const int min_b = std::max(o.need_varlen ? 2 : 1, o.min_batch);
+    c.batch = std::max(min_b, large ? pick<int>({{3, 1}, {1, 2}}, "batch") : pick<int>({{5, 1}, {3, 2}, {2, 3}}, "batch"));
+    if (d.max_batch) c.batch = std::max(min_b, std::min(c.batch, d.max_batch));
+    c.kv_heads = pick<int>({{3, 1}, {2, 2}}, "kv_heads");
+    int group = 1;
+    if (o.need_gqa) group = pick<int>({{2, 2}, {1, 3}, {1, 4}}, "group");
+    else if (d.gqa) group = pick<int>({{2, 1}, {2, 2}, {1, 3}, {1, 4}}, "group");
+    c.q_heads = c.kv_heads * group;
+    if (d.max_heads && c.q_heads > d.max_heads) {
+        c.kv_heads = 1;
+        c.q_heads = o.need_gqa ? std::max(2, std::min(group, d.max_heads)) : std::min(group, d.max_heads);
+    }
+
+    // Widths.
+    c.head_dim = draw_width(large, "head_dim");
+    if (!d.allows_head_dim(c.head_dim)) c.head_dim = *gen::elementOf(widths_of(d.head_dims)).as("declared head_dim");
+    c.value_dim = pick<bool>({{1, true}, {1, false}}, "value_dim = head_dim") ? c.head_dim : draw_width(large, "value_dim");
+    if (d.value_dim_same) c.value_dim = c.head_dim;
+    else if (!d.allows_value_dim(c.value_dim, c.head_dim)) c.value_dim = *gen::elementOf(widths_of(d.value_dims)).as("declared value_dim");
+
+    // Mask.
+    if (o.need_causal_future || o.need_prefill) c.causal = true;
+    else if (!d.causal) c.causal = false;
+    else if (!d.non_causal) c.causal = true;
+    else c.causal = pick<bool>({{3, true}, {1, false}}, "causal");
+
+    // Lengths and positions.
+    const int hi_kv = clamp_to(d.max_kv_len ? d.max_kv_len : 1 << 30, 1, large ? 260 : 64);
+    const int hi_q = clamp_to(d.max_q_len ? d.max_q_len : 1 << 30, 1, large ? 160 : 64);
+    std::vector<std::pair<int, OffsetMode>> modes = {{1, OffsetMode::prefill}, {1, OffsetMode::decode}, {1, OffsetMode::chunk}};
+    if (d.positions_any || o.need_empty) modes.push_back({1, OffsetMode::general});
+    if (o.need_prefill) modes = {{1, OffsetMode::prefill}};
+    else if (o.need_empty) modes = {{1, OffsetMode::general}};
+    else if (o.need_causal_future) modes = {{1, OffsetMode::prefill}, {1, OffsetMode::chunk}};
+    else if (o.need_invisible) modes = {{1, OffsetMode::decode}, {1, OffsetMode::chunk}};
+    {
+        int total = 0;
+        for (const auto& m : modes) total += m.first;
+        int r = *gen::resize(100, gen::inRange(0, total)).as("mode");
+        for (const auto& m : modes) {
+            if (r < m.first) {
+                c.mode = m.second;
+                break;
+            }
+            r -= m.first;
+        }
+    }
+    if (o.need_prefill) c.batch = 1;
+    const std::size_t Bz = std::size_t(c.batch);
+    c.q_lens.assign(Bz, 1);
+    c.kv_lens.assign(Bz, 1);
+    c.q_pos.assign(Bz, 0);
+    const int lo_kv = o.need_causal_future || o.need_invisible ? 2 : 1;
+    // A dense layout has one Tq for every sequence; a dense cache without declared padding one Tk.
+    const bool one_tk = dense && c.layout.kind != LayoutKind::paged && !d.padding;
+    const int common_tk = draw_kv_len(lo_kv, std::max(lo_kv, hi_kv), large, "Tk");
+    const int common_tq = dense ? clamp_to(draw_kv_len(1, hi_q, large, "Tq"), 1, std::min(hi_q, hi_kv)) : 1;
+    for (std::size_t b = 0; b < Bz; ++b) {
+        int Tk = one_tk || b == 0 ? common_tk : draw_kv_len(lo_kv, std::max(lo_kv, hi_kv), large, "Tk(b)");
+        switch (c.mode) {
+            case OffsetMode::prefill:
+                if (dense) Tk = std::min(common_tq, hi_kv), Tk = std::max(Tk, lo_kv);
+                Tk = std::min(Tk, hi_q);
+                c.q_lens[b] = Tk, c.q_pos[b] = 0;
+                break;
+            case OffsetMode::decode:
+                c.q_lens[b] = 1, c.q_pos[b] = Tk - 1;
+                break;
+            case OffsetMode::chunk: {
+                int Tq = dense ? common_tq : *gen::inRange(1, std::min(Tk, hi_q) + 1).as("Tq(b)");
+                if (o.need_causal_future) Tq = std::max(Tq, 2);
+                Tk = std::max(Tk, Tq + (o.need_invisible ? 1 : 0));
+                c.q_lens[b] = Tq, c.q_pos[b] = Tk - Tq;
+                break;
+            }
+            case OffsetMode::general:
+                c.q_lens[b] = dense ? common_tq : *gen::inRange(1, hi_q + 1).as("Tq(b)");
+                c.q_pos[b] = *gen::inRange(0, Tk + 5).as("q_pos(b)");
+                if (d.padding || !dense || c.layout.kind == LayoutKind::paged)
+                    if (pick<bool>({{4, false}, {1, true}}, "Tk(b) = 0")) Tk = 0;
+                break;
+        }
+        c.kv_lens[b] = Tk;
+    }
+    if (one_tk) {
+        // Every sequence then has the longest Tk (prefill and chunk may have raised one).
+        const int tk = c.max_kv_len();
+        for (std::size_t b = 0; b < Bz; ++b) {
+            if (c.mode != OffsetMode::general) c.q_pos[b] += tk - c.kv_lens[b];
+            c.kv_lens[b] = tk;
+        }
+    }
+    if (o.need_empty) c.kv_lens[std::size_t(*gen::inRange(0, c.batch).as("empty b"))] = 0;
+
+    // Window.
+    const bool want_window = d.window && (o.need_invisible ? pick<int>({{1, 0}, {3, 1}}, "window") == 1
+                                                           : pick<int>({{3, 0}, {1, 1}}, "window") == 1);
+    if (want_window) {
+        const int mk = std::max(1, c.max_kv_len());
+        c.window_left = o.need_invisible ? *gen::inRange(0, 4).as("window_left")
+                                         : *gen::weightedOneOf<int>({{2, gen::inRange(0, std::min(mk, 8) + 1)},
+                                                                     {1, gen::inRange(-1, mk + 1)}})
+                                                .as("window_left");
+        if (!c.causal) c.window_right = *gen::inRange(-1, std::min(mk, 8) + 1).as("window_right");
+    }
+
+    // Scores: style, scale, softcap, ALiBi.
+    c.style = pick<InputStyle>({{4, InputStyle::normal}, {2, InputStyle::large}, {2, InputStyle::ties}, {2, InputStyle::small_int}},
+                               "style");
+    const float standard = 1.0f / std::sqrt(float(c.head_dim));
+    if (c.style == InputStyle::large) {
+        c.scale = std::ldexp(pick<bool>({{4, false}, {1, true}}, "scale < 0") ? -1.0f : 1.0f, *gen::inRange(-4, 3).as("log2 |scale|"));
+        c.scale_kind = "power of two: exact scores";
+    } else {
+        switch (pick<int>({{5, 0}, {1, 1}, {1, 2}, {1, 3}, {2, 4}}, "scale kind")) {
+            case 0: c.scale = standard, c.scale_kind = "1/sqrt(Dk)"; break;
+            case 1: c.scale = 0.0f, c.scale_kind = "zero: uniform weights"; break;
+            case 2: c.scale = 1.0f, c.scale_kind = "one"; break;
+            case 3: c.scale = -standard, c.scale_kind = "negative"; break;
+            default: {
+                const int cap = c.head_dim > 32 ? int(400.0 * std::sqrt(32.0 / c.head_dim)) : 400;
+                c.scale = float(*gen::inRange(-cap, cap + 1).as("scale*100")) / 100.0f;
+                c.scale_kind = "random";
+            }
+        }
+    }
+    if (d.softcap && (o.need_softcap || pick<int>({{4, 0}, {1, 1}}, "softcap") == 1))
+        c.softcap = *gen::element(1.0f, 5.0f, 20.0f, 50.0f).as("softcap");
+    else if (o.need_softcap)
+        c.softcap = 5.0f;
+    if (d.alibi && pick<int>({{4, 0}, {1, 1}}, "alibi") == 1) {
+        c.alibi_slopes.resize(std::size_t(c.q_heads));
+        for (int h = 0; h < c.q_heads; ++h) c.alibi_slopes[std::size_t(h)] = std::exp2(-8.0f * float(h + 1) / float(c.q_heads));
+    }
+    c.want_lse = o.need_lse || (d.lse && pick<bool>({{1, false}, {1, true}}, "lse"));
+
+    // Layout details.
+    if (c.layout.kind == LayoutKind::paged) {
+        std::vector<int> sizes = {1, 2, 4, 8, 16, 32};
+        if (!d.block_sizes.empty()) sizes = widths_of(d.block_sizes);
+        c.layout.block_size = *gen::elementOf(sizes).as("block_size");
+        c.layout.spare_blocks = *gen::inRange(0, 4).as("spare_blocks");
+        c.layout.table_slack = *gen::inRange(0, 3).as("table_slack");
+        c.layout.block_seed = *gen::arbitrary<std::uint32_t>().as("block_seed");
+        c.layout.blocks_bthd = d.layout_any && pick<bool>({{1, true}, {1, false}}, "blocks [blk,row,h,d]");
+    } else if (dense && d.padding) {
+        c.layout.kv_capacity = c.max_kv_len() + pick<int>({{3, 0}, {1, 1}, {1, 7}}, "kv_capacity extra");
+    }
+    c.filler = pick<Filler>({{3, Filler::nan}, {1, Filler::inf}}, "filler");
+    c.data_seed = *gen::arbitrary<std::uint32_t>().as("data_seed");
+    return c;
+}
+
+}  // namespace
+
+rc::Gen<KernelCaseV2> gen_kernel_case_v2(const CaseOptionsV2& o, const KernelDeclaration& d) {
+    const int percent = std::clamp(o.large_percent, 0, 100);
+    const rc::Gen<bool> tier =
+        rc::gen::map(rc::gen::resize(100, rc::gen::inRange(0, 100)), [percent](int r) { return r >= 100 - percent; });
+    return rc::gen::mapcat(tier, [o, d](bool large) { return rc::gen::exec([o, d, large] { return draw_case(o, d, large); }); });
+}
+
+}  // namespace attncheck::properties

@@ -1,0 +1,38 @@
+// properties/kernel_properties_v2.hpp — the kernel-level properties of ABI version 2, over a
+// KernelUnderTest's fn_v2 (attncheck/kernel_abi_v2.h).
+//
+// Each property is a name, one line saying which bug it catches, the options its cases need
+// (gen_kernel_case_v2 builds such cases, it never filters) and a check of one case. Most are
+// metamorphic: the same logical problem posed another way (another layout, GQA as MHA, another
+// block permutation or cache capacity, one call per sequence, a prefill split into chunks and
+// decode steps) must give the same answer, within the sum of the two calls' oracle bounds (a
+// correct kernel may take another code path for another layout), and bitwise where the two
+// calls do the same arithmetic (poison in elements no row reads, for a deterministic kernel).
+//
+// Dimension legend: B = batch, Hq / Hk = query / kv heads, Tq(b) / Tk(b), Dk, Dv.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "properties/kernel_case_v2.hpp"
+#include "properties/kernel_properties.hpp"
+#include "properties/verdict.hpp"
+
+namespace attncheck::properties {
+
+struct KernelPropertyV2 {
+    std::string name;
+    std::string summary;
+    CaseOptionsV2 options;
+    Verdict (*check)(const KernelUnderTest& kernel, const KernelCaseV2& c);
+};
+
+// agreement_v2, lse, causality_v2, empty_rows_v2, gqa_equals_replicated, layout_invariance,
+// paged_permutation, varlen_equals_separate, poison_invisible, capacity_invariance,
+// split_agreement, softcap_bound, no_oob_write_v2, inputs_unchanged_v2, no_oob_read,
+// refuses_undeclared_v2, refuses_malformed — in that order. The names differ from every v1
+// kernel property's and decoder property's (one --property flag selects any of them).
+const std::vector<KernelPropertyV2>& kernel_properties_v2();
+
+}  // namespace attncheck::properties
