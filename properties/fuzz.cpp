@@ -21,6 +21,7 @@
 #include "attncheck/isa.hpp"
 #include "kernels/registry.hpp"
 #include "properties/fuzz_run.hpp"
+#include "properties/kernel_properties_v2.hpp"
 
 namespace attncheck::properties {
 namespace {
