@@ -369,16 +369,14 @@ KernelEntry base(std::string name, attncheck_kernel_v2_fn fn, std::string descri
             .reads_only_visible_keys = false, .fn_v2 = fn};
 }
 
-// A mutant's registry entry; `reads_out_of_bounds`: on some problems it reads outside k, v or
-// block_table (run it only in an isolated worker, or with the inputs against guard pages).
-KernelEntry mutant(std::string name, attncheck_kernel_v2_fn fn, std::string bug, bool reads_out_of_bounds = false) {
-    const bool tiled = fn != naive_kernel<Bug::f16_exp_unshifted> && fn != naive_kernel<Bug::softcap_before_scale> &&
-                       fn != naive_kernel<Bug::alibi_sign_flipped> && fn != naive_kernel<Bug::k_rows_contiguous> &&
-                       fn != naive_kernel<Bug::bf16_read_as_f16>;
-    return {.name = std::move(name), .fn = nullptr,
-            .description = tiled ? "v2_tiled with one bug" : "v2_naive with one bug", .role = KernelRole::mutant,
-            .declaration = "", .bug = std::move(bug), .reads_only_visible_keys = false, .fn_v2 = fn,
-            .reads_out_of_bounds = reads_out_of_bounds};
+// A mutant's registry entry: `base` with one bug; `reads_out_of_bounds`: on some problems it
+// reads outside k, v or block_table (run it only in an isolated worker, or with the inputs
+// against guard pages).
+KernelEntry mutant(std::string name, const char* base, attncheck_kernel_v2_fn fn, std::string bug,
+                   bool reads_out_of_bounds = false) {
+    return {.name = std::move(name), .fn = nullptr, .description = std::string(base) + " with one bug",
+            .role = KernelRole::mutant, .declaration = "", .bug = std::move(bug), .reads_only_visible_keys = false,
+            .fn_v2 = fn, .reads_out_of_bounds = reads_out_of_bounds};
 }
 
 }  // namespace
@@ -393,43 +391,49 @@ std::vector<KernelEntry> zoo_v2_entries() {
              "correct v2 kernel: FlashAttention-style online softmax, 16-row query blocks against 96-key tiles, "
              "unseen tiles skipped, paged cache read block by block, float32",
              ""),
-        mutant("v2_gqa_head_modulo", tiled_kernel<Bug::gqa_head_modulo>,
-               "GQA maps query head h to kv head h % kv_heads instead of h / (q_heads / kv_heads) (right only for MHA and MQA)"),
-        mutant("v2_window_both_sides", tiled_kernel<Bug::window_both_sides>,
+        mutant("v2_gqa_head_modulo", "v2_tiled", tiled_kernel<Bug::gqa_head_modulo>,
+               "GQA maps query head h to kv head h % kv_heads instead of h / (q_heads / kv_heads) "
+               "(right only for MHA and MQA)"),
+        mutant("v2_window_both_sides", "v2_tiled", tiled_kernel<Bug::window_both_sides>,
                "window_left applied on both sides of a non-causal row (2w+1 keys), window_right ignored"),
-        mutant("v2_window_off_by_one", tiled_kernel<Bug::window_off_by_one>,
+        mutant("v2_window_off_by_one", "v2_tiled", tiled_kernel<Bug::window_off_by_one>,
                "sliding window keeps keys j > a - w: w keys instead of w + 1 with the diagonal"),
-        mutant("v2_window_top_left", tiled_kernel<Bug::window_top_left>,
+        mutant("v2_window_top_left", "v2_tiled", tiled_kernel<Bug::window_top_left>,
                "causal and window masks aligned top-left: row i masked at position i, q_pos ignored"),
-        mutant("v2_causal_from_capacity", tiled_kernel<Bug::causal_from_capacity>,
-               "causal/window position taken as kv_len - Tq + i (the capacity) instead of q_pos[b] + i: depends on the cache capacity"),
-        mutant("v2_padding_times_zero", tiled_kernel<Bug::padding_times_zero>,
-               "the last key tile is loaded to its end and the padding keys' weights multiplied by 0 instead of skipped: NaN/Inf in K/V padding leaks"),
-        mutant("v2_paged_capacity_keys", tiled_kernel<Bug::paged_capacity_keys>,
-               "paged cache: a sequence's key count taken as kv_len (the capacity) instead of kv_lens[b], reading block_table past its keys",
+        mutant("v2_causal_from_capacity", "v2_tiled", tiled_kernel<Bug::causal_from_capacity>,
+               "causal/window position taken as kv_len - Tq + i instead of q_pos[b] + i: "
+               "the result depends on the cache capacity"),
+        mutant("v2_padding_times_zero", "v2_tiled", tiled_kernel<Bug::padding_times_zero>,
+               "the last key tile is loaded to its end and the padding keys' weights multiplied by 0 "
+               "instead of skipped: NaN/Inf in K/V padding leaks"),
+        mutant("v2_paged_capacity_keys", "v2_tiled", tiled_kernel<Bug::paged_capacity_keys>,
+               "paged cache: a sequence's key count taken as kv_len (the capacity) instead of kv_lens[b], "
+               "reading block_table past its keys",
                /*reads_out_of_bounds=*/true),
-        mutant("v2_tile_tail_dropped", tiled_kernel<Bug::tile_tail_dropped>,
-               "the partial 96-key tile after full ones is dropped: kv_len 97 decode loses key 96, prefill and decode disagree"),
-        mutant("v2_f16_exp_unshifted", naive_kernel<Bug::f16_exp_unshifted>,
+        mutant("v2_tile_tail_dropped", "v2_tiled", tiled_kernel<Bug::tile_tail_dropped>,
+               "the partial 96-key tile after full ones is dropped: kv_len 97 decode loses key 96, "
+               "prefill and decode disagree"),
+        mutant("v2_f16_exp_unshifted", "v2_naive", naive_kernel<Bug::f16_exp_unshifted>,
                "float16: exp(s) without the max subtraction, kept in float16 (a score above ~11 overflows to inf)"),
-        mutant("v2_softcap_after_mask", tiled_kernel<Bug::softcap_after_mask>,
+        mutant("v2_softcap_after_mask", "v2_tiled", tiled_kernel<Bug::softcap_after_mask>,
                "softcap applied after the mask: a masked key's -inf becomes -cap, so masked keys of a tile get weight"),
-        mutant("v2_softcap_before_scale", naive_kernel<Bug::softcap_before_scale>,
+        mutant("v2_softcap_before_scale", "v2_naive", naive_kernel<Bug::softcap_before_scale>,
                "softcap applied before the scale: scale * cap * tanh(q.k / cap)"),
-        mutant("v2_lse_log2", tiled_kernel<Bug::lse_log2>, "log-sum-exp written in log2 units instead of the natural log"),
-        mutant("v2_empty_row_lse_zero", tiled_kernel<Bug::empty_row_lse_zero>,
+        mutant("v2_lse_log2", "v2_tiled", tiled_kernel<Bug::lse_log2>,
+               "log-sum-exp written in log2 units instead of the natural log"),
+        mutant("v2_empty_row_lse_zero", "v2_tiled", tiled_kernel<Bug::empty_row_lse_zero>,
                "a row with no visible key gets lse 0 instead of -inf"),
-        mutant("v2_alibi_sign_flipped", naive_kernel<Bug::alibi_sign_flipped>,
+        mutant("v2_alibi_sign_flipped", "v2_naive", naive_kernel<Bug::alibi_sign_flipped>,
                "ALiBi bias added with the wrong sign: + m_h (a - j)"),
-        mutant("v2_alibi_row_relative", tiled_kernel<Bug::alibi_row_relative>,
+        mutant("v2_alibi_row_relative", "v2_tiled", tiled_kernel<Bug::alibi_row_relative>,
                "ALiBi distance from the row index i instead of the absolute position q_pos[b] + i"),
-        mutant("v2_k_rows_contiguous", naive_kernel<Bug::k_rows_contiguous>,
+        mutant("v2_k_rows_contiguous", "v2_naive", naive_kernel<Bug::k_rows_contiguous>,
                "assumes contiguous key rows: steps head_dim elements from one k row to the next, ignoring k.stride[2]",
                /*reads_out_of_bounds=*/true),
-        mutant("v2_varlen_k_from_q", tiled_kernel<Bug::varlen_k_from_q>,
+        mutant("v2_varlen_k_from_q", "v2_tiled", tiled_kernel<Bug::varlen_k_from_q>,
                "varlen: k and v rows located and counted with cu_seqlens_q instead of cu_seqlens_k",
                /*reads_out_of_bounds=*/true),
-        mutant("v2_bf16_read_as_f16", naive_kernel<Bug::bf16_read_as_f16>,
+        mutant("v2_bf16_read_as_f16", "v2_naive", naive_kernel<Bug::bf16_read_as_f16>,
                "bfloat16 keys and values decoded as float16 bit patterns"),
     };
 }

@@ -7,9 +7,9 @@
 // some problems):
 //   - v2_gqa_head_modulo needs 1 < kv_heads < q_heads (MHA and MQA map heads the same way).
 //   - v2_window_both_sides needs a non-causal window with window_right != window_left;
-//     v2_window_off_by_one a window whose left edge is inside the keys; v2_window_top_left and
-//     v2_alibi_row_relative a q_pos[b] != 0; v2_causal_from_capacity q_pos[b] != kv_len - Tq(b)
-//     (kv_lens below the capacity, or a chunk that is not the last one).
+//     v2_window_off_by_one a window whose left edge is inside the keys; v2_window_top_left a
+//     q_pos[b] != 0; v2_causal_from_capacity q_pos[b] != kv_len - Tq(b) (kv_lens below the
+//     capacity, or a chunk that is not the last one).
 //   - v2_padding_times_zero needs NaN or Inf (or large values) in the key/value padding of a
 //     sequence's last key tile (rows past kv_lens[b], within kv_len or the last block).
 //   - v2_paged_capacity_keys needs a paged cache with kv_lens[b] < kv_len and keys past
@@ -20,7 +20,9 @@
 //   - v2_softcap_after_mask needs softcap > 0 and a masked key inside a tile that holds visible
 //     ones; v2_softcap_before_scale softcap > 0 and scale != 1.
 //   - v2_lse_log2 needs lse; v2_empty_row_lse_zero lse and a row with no visible key.
-//   - v2_alibi_sign_flipped needs alibi slopes != 0 and more than one visible key.
+//   - v2_alibi_sign_flipped needs alibi slopes != 0 and more than one visible key;
+//     v2_alibi_row_relative q_pos[b] != 0 and lse (its bias is off by the same amount for every
+//     key of a row, which the softmax cancels: out stays right).
 //   - v2_k_rows_contiguous needs k.stride[2] != head_dim ([B,T,H,D] with Hk > 1, or gaps);
 //     v2_varlen_k_from_q varlen with cu_seqlens_q != cu_seqlens_k; v2_bf16_read_as_f16 bf16.
 // The entries with reads_out_of_bounds may read outside k, v or block_table on some problems

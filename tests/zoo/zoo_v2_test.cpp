@@ -163,8 +163,10 @@ struct Case {
         for (int b = 0; b < B; ++b)
             for (int hk = 0; hk < s.Hk; ++hk)
                 for (int j = 0; j < kv_len_of(p, b); ++j) {
-                    for (int c = 0; c < s.Dk; ++c) store_element(s.dtype, k.data(), kv_offset_v2(p, p.k, b, hk, j, c), uni(rng));
-                    for (int c = 0; c < s.Dv; ++c) store_element(s.dtype, v.data(), kv_offset_v2(p, p.v, b, hk, j, c), uni(rng));
+                    for (int c = 0; c < s.Dk; ++c)
+                        store_element(s.dtype, k.data(), kv_offset_v2(p, p.k, b, hk, j, c), uni(rng));
+                    for (int c = 0; c < s.Dv; ++c)
+                        store_element(s.dtype, v.data(), kv_offset_v2(p, p.v, b, hk, j, c), uni(rng));
                 }
     }
     Case(const Case&) = delete;
@@ -216,7 +218,8 @@ Result float64_attention(const Case& c) {
                 for (int col = 0; col < p.value_dim; ++col) {
                     double acc = 0;
                     for (std::size_t n = 0; n < s.size(); ++n)
-                        acc += std::exp(s[n] - m) * load_element(p.dtype, p.v.data, kv_offset_v2(p, p.v, b, hk, js[n], col));
+                        acc += std::exp(s[n] - m) *
+                               load_element(p.dtype, p.v.data, kv_offset_v2(p, p.v, b, hk, js[n], col));
                     r.out.push_back(s.empty() ? 0.0f : float(acc / sum));
                 }
                 r.lse.push_back(s.empty() ? -std::numeric_limits<float>::infinity() : float(m + std::log(sum)));
@@ -277,7 +280,8 @@ std::string base_of(const KernelEntry& m) {
 
 // The mutant `name` differs from its base on `shows` (beyond the tolerance, in out or, with
 // `in_lse`, in lse) and equals it on each of `hides`, the bases being right on all of them.
-void mutant_is_its_bug(const std::string& name, const Spec& shows, const std::vector<Spec>& hides, bool in_lse = false) {
+void mutant_is_its_bug(const std::string& name, const Spec& shows, const std::vector<Spec>& hides,
+                       bool in_lse = false) {
     const KernelEntry* m = find_kernel(name, KernelRole::mutant);
     REQUIRE(m != nullptr);
     const attncheck_kernel_v2_fn base = v2_kernel(base_of(*m));
