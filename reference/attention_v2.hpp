@@ -42,6 +42,10 @@ struct OracleV2 {
 // Throws std::invalid_argument naming the problem when problem_v2_error(p) is not empty.
 OracleV2 attention_v2_oracle(const attncheck_problem_v2& p, const OracleV2Options& options = {});
 
+// x rounded to nearest even in `dtype` (ATTNCHECK_DTYPE_*) directly from float64, as a float:
+// what the reference kernel stores (no double rounding through float32).
+float round_double_to(std::int32_t dtype, double x);
+
 }  // namespace attncheck::reference
 
 extern "C" {
