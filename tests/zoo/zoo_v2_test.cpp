@@ -1,8 +1,8 @@
 // tests/zoo/zoo_v2_test.cpp — the version 2 zoo of kernels/zoo_v2.cpp: the two correct kernels
-// agree with each other and with a float64 loop written here (on hand-made and random problems
-// covering every feature of kernel_abi_v2.h), and every mutant is exactly its bug: it differs
-// from its base on a problem that shows the bug and equals it on problems where the bug cannot
-// show.
+// agree with each other, with a float64 loop written here and within the float64 oracle's bound
+// (on hand-made and random problems covering every feature of kernel_abi_v2.h), and every mutant
+// is exactly its bug: it differs from its base (and leaves the oracle's bound) on a problem that
+// shows the bug, and equals its base on problems where the bug cannot show.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -17,6 +17,7 @@
 
 #include "attncheck/problem_v2.hpp"
 #include "kernels/registry.hpp"
+#include "reference/attention_v2.hpp"
 
 using namespace attncheck;
 
@@ -261,9 +262,26 @@ attncheck_kernel_v2_fn v2_kernel(const std::string& name) {
     return e->fn_v2;
 }
 
-// Both bases return OK and agree with the float64 loop (and so with each other) on c.
+// Elements of `got` outside the float64 oracle's bound (reference/attention_v2.hpp), out and lse.
+int outside_oracle_bound(const Result& got, const reference::OracleV2& oracle, bool with_lse) {
+    int outside = 0;
+    REQUIRE(got.out.size() == oracle.out.size());
+    for (std::size_t x = 0; x < got.out.size(); ++x)
+        if (!(std::fabs(double(got.out[x]) - oracle.out[x]) <= oracle.out_bound[x])) ++outside;
+    if (with_lse)
+        for (std::size_t x = 0; x < got.lse.size(); ++x) {
+            const double want = oracle.lse[x];
+            if (std::isinf(want) ? got.lse[x] != want : !(std::fabs(double(got.lse[x]) - want) <= oracle.lse_bound[x]))
+                ++outside;
+        }
+    return outside;
+}
+
+// Both bases return OK and agree with the float64 loop (and so with each other) on c, and are
+// within the float64 oracle's bound.
 void bases_are_right(Case& c) {
     const Result want = float64_attention(c);
+    const reference::OracleV2 oracle = reference::attention_v2_oracle(c.p);
     for (const char* name : {"v2_naive", "v2_tiled"}) {
         const Result got = c.run(v2_kernel(name));
         INFO(name << " on " << describe_v2(c.p));
@@ -271,6 +289,7 @@ void bases_are_right(Case& c) {
         const Gap g = gap(got, want, c.spec.lse);
         CHECK(g.out <= out_tolerance(c.p.dtype));
         CHECK(g.lse <= kLseTolerance);
+        CHECK(outside_oracle_bound(got, oracle, c.spec.lse) == 0);
     }
 }
 
@@ -291,6 +310,7 @@ void mutant_is_its_bug(const std::string& name, const Spec& shows, const std::ve
         bases_are_right(c);
         const Result want = c.run(base), got = c.run(m->fn_v2);
         REQUIRE(got.rc == ATTNCHECK_OK);
+        CHECK(outside_oracle_bound(got, reference::attention_v2_oracle(c.p), shows.lse) > 0);
         const Gap g = gap(got, want, shows.lse);
         if (in_lse) {  // a bug of lse alone: out still right
             CHECK(g.lse > kLseTolerance);
