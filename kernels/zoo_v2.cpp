@@ -59,6 +59,9 @@ enum class Bug {
     k_rows_contiguous,      // k's row stride taken as head_dim, ignoring k.stride[2]
     varlen_k_from_q,        // varlen: k/v rows packed by cu_seqlens_q
     bf16_read_as_f16,       // bf16 inputs decoded as float16
+    window_right_ignored,   // non-causal: window_right dropped (left windows only)
+    table_stride_from_capacity,  // block_table rows ceil(kv_len / block_size) apart
+    lse_contiguous,         // lse written as a contiguous [B, Hq, Tq], lse_stride ignored
 };
 
 // ---- reading a problem ------------------------------------------------------------------------
@@ -107,7 +110,12 @@ std::int64_t query_row_offset(const Problem& p, const Tensor& t, int b, int h, s
     if (p.cu_seqlens_q) return h * t.stride[1] + (p.cu_seqlens_q[b] + i) * t.stride[2];
     return b * t.stride[0] + h * t.stride[1] + i * t.stride[2];
 }
+template <Bug bug>
 std::int64_t lse_offset(const Problem& p, int b, int h, std::int64_t i) {
+    if constexpr (bug == Bug::lse_contiguous) {
+        if (p.cu_seqlens_q) return std::int64_t(h) * p.cu_seqlens_q[p.batch] + p.cu_seqlens_q[b] + i;
+        return (std::int64_t(b) * p.q_heads + h) * p.q_len + i;
+    }
     if (p.cu_seqlens_q) return h * p.lse_stride[1] + (p.cu_seqlens_q[b] + i) * p.lse_stride[2];
     return b * p.lse_stride[0] + h * p.lse_stride[1] + i * p.lse_stride[2];
 }
@@ -126,7 +134,9 @@ template <Bug bug>
 std::int64_t key_row_offset(const Problem& p, const Tensor& t, int b, int hk, std::int64_t j) {
     const std::int64_t row_stride = key_row_stride<bug>(p, t);
     if (p.block_table) {
-        const std::int64_t block = p.block_table[std::int64_t(b) * p.block_table_stride + j / p.block_size];
+        std::int64_t table_stride = p.block_table_stride;
+        if constexpr (bug == Bug::table_stride_from_capacity) table_stride = (p.kv_len + p.block_size - 1) / p.block_size;
+        const std::int64_t block = p.block_table[b * table_stride + j / p.block_size];
         return block * t.stride[0] + hk * t.stride[1] + (j % p.block_size) * row_stride;
     }
     if (p.cu_seqlens_k) {
@@ -160,7 +170,7 @@ RowKeys row_keys(const Problem& p, int b, std::int64_t i, std::int64_t keys) {
     }
     if constexpr (bug == Bug::window_both_sides) {
         if (!p.causal && p.window_left >= 0) r.hi = std::min(r.hi, a + p.window_left);
-    } else {
+    } else if constexpr (bug != Bug::window_right_ignored) {
         if (!p.causal && p.window_right >= 0) r.hi = std::min(r.hi, a + p.window_right);
     }
     return r;
@@ -199,7 +209,7 @@ void write_row(const Problem& p, int b, int h, std::int64_t i, const float* acc,
         if (!empty) lse *= std::numbers::log2e_v<float>;
     if constexpr (bug == Bug::empty_row_lse_zero)
         if (empty) lse = 0.0f;
-    p.lse[lse_offset(p, b, h, i)] = lse;
+    p.lse[lse_offset<bug>(p, b, h, i)] = lse;
 }
 
 void load_query_row(const Problem& p, int b, int h, std::int64_t i, float* row) {
@@ -369,14 +379,15 @@ KernelEntry base(std::string name, attncheck_kernel_v2_fn fn, std::string descri
             .reads_only_visible_keys = false, .fn_v2 = fn};
 }
 
-// A mutant's registry entry: `base` with one bug; `reads_out_of_bounds`: on some problems it
-// reads outside k, v or block_table (run it only in an isolated worker, or with the inputs
-// against guard pages).
+// A mutant's registry entry: `base` with one bug; `reads_out_of_bounds` / `writes_out_of_bounds`:
+// on some problems it reads outside k, v or block_table / writes outside lse (run it only in an
+// isolated worker, or with its buffers against guard pages).
 KernelEntry mutant(std::string name, const char* base, attncheck_kernel_v2_fn fn, std::string bug,
-                   bool reads_out_of_bounds = false) {
+                   bool reads_out_of_bounds = false, bool writes_out_of_bounds = false) {
     return {.name = std::move(name), .fn = nullptr, .description = std::string(base) + " with one bug",
-            .role = KernelRole::mutant, .declaration = "", .bug = std::move(bug), .reads_only_visible_keys = false,
-            .fn_v2 = fn, .reads_out_of_bounds = reads_out_of_bounds};
+            .role = KernelRole::mutant, .declaration = "", .writes_out_of_bounds = writes_out_of_bounds,
+            .bug = std::move(bug), .reads_only_visible_keys = false, .fn_v2 = fn,
+            .reads_out_of_bounds = reads_out_of_bounds};
 }
 
 }  // namespace
@@ -435,6 +446,15 @@ std::vector<KernelEntry> zoo_v2_entries() {
                /*reads_out_of_bounds=*/true),
         mutant("v2_bf16_read_as_f16", "v2_naive", naive_kernel<Bug::bf16_read_as_f16>,
                "bfloat16 keys and values decoded as float16 bit patterns"),
+        mutant("v2_window_right_ignored", "v2_naive", naive_kernel<Bug::window_right_ignored>,
+               "non-causal window_right ignored (only left windows honoured): a row sees every key to its right"),
+        mutant("v2_table_stride_from_capacity", "v2_tiled", tiled_kernel<Bug::table_stride_from_capacity>,
+               "paged cache: block_table rows taken as ceil(kv_len / block_size) entries apart instead of "
+               "block_table_stride",
+               /*reads_out_of_bounds=*/true),
+        mutant("v2_lse_contiguous", "v2_tiled", tiled_kernel<Bug::lse_contiguous>,
+               "lse written as a contiguous [B, Hq, Tq] (varlen: [Hq, total rows]), lse_stride ignored",
+               /*reads_out_of_bounds=*/false, /*writes_out_of_bounds=*/true),
     };
 }
 

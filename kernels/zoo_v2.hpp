@@ -25,8 +25,12 @@
 //     key of a row, which the softmax cancels: out stays right).
 //   - v2_k_rows_contiguous needs k.stride[2] != head_dim ([B,T,H,D] with Hk > 1, or gaps);
 //     v2_varlen_k_from_q varlen with cu_seqlens_q != cu_seqlens_k; v2_bf16_read_as_f16 bf16.
+//   - v2_window_right_ignored needs a non-causal window_right that hides keys;
+//     v2_table_stride_from_capacity a paged batch of B > 1 whose block_table_stride is not
+//     ceil(kv_len / block_size); v2_lse_contiguous lse strides other than [B, Hq, Tq]'s.
 // The entries with reads_out_of_bounds may read outside k, v or block_table on some problems
-// (the three whose bug is in the addressing): only an isolated worker may run them unguarded.
+// (the four whose bug is in the addressing of the inputs), v2_lse_contiguous (writes_out_of_bounds)
+// may write outside lse: only an isolated worker may run them unguarded.
 #pragma once
 
 #include <vector>

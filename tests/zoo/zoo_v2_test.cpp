@@ -44,6 +44,7 @@ struct Spec {
     int causal = 1, window_left = -1, window_right = -1;
     float scale = 0.3f, softcap = 0.0f;
     bool alibi = false, lse = true;
+    bool lse_rows_outer = false;  // lse laid out [B, Tq, Hq] (else the contiguous [B, Hq, Tq])
     float padding = kNaN;   // every k/v element that is not a key's: padding rows, gaps, unused blocks
     float magnitude = 1.0f; // inputs uniform in [-magnitude, magnitude]
     std::uint32_t seed = 1;
@@ -118,7 +119,8 @@ struct Case {
         for (std::size_t x = 0; x < n; ++x) store_element(s.dtype, out.data(), std::int64_t(x), kNaN);
         if (s.lse) {
             lse.assign(static_cast<std::size_t>(q_n0 * s.Hq * q_T), kNaN);
-            p.lse_stride[0] = s.mode == Mode::varlen ? 0 : s.Hq * q_T, p.lse_stride[1] = q_T, p.lse_stride[2] = 1;
+            p.lse_stride[0] = s.mode == Mode::varlen ? 0 : s.Hq * q_T;
+            p.lse_stride[1] = s.lse_rows_outer ? 1 : q_T, p.lse_stride[2] = s.lse_rows_outer ? s.Hq : 1;
         }
         // k, v
         std::int64_t k_n0 = B, k_T = capacity;
@@ -368,6 +370,7 @@ Spec random_spec(std::uint32_t seed) {
     s.softcap = pick(0, 2) == 0 ? std::uniform_real_distribution<float>(0.5f, 10.0f)(rng) : 0.0f;
     s.alibi = pick(0, 2) == 0;
     s.lse = pick(0, 3) != 0;
+    s.lse_rows_outer = pick(0, 1);
     s.padding = pick(0, 1) ? kNaN : INFINITY;
     return s;
 }
@@ -614,4 +617,26 @@ TEST_CASE("v2 mutant: bfloat16 read as float16") {
     Spec shows = prefill(10); shows.dtype = ATTNCHECK_DTYPE_BF16;
     Spec f16 = prefill(10); f16.dtype = ATTNCHECK_DTYPE_F16;
     mutant_is_its_bug("v2_bf16_read_as_f16", shows, {prefill(10), f16});
+}
+
+TEST_CASE("v2 mutant: window_right ignored") {
+    Spec shows = prefill(12); shows.causal = 0, shows.window_left = 2, shows.window_right = 3;
+    Spec left_only = prefill(12); left_only.causal = 0, left_only.window_left = 2;
+    Spec causal = prefill(12); causal.window_left = 2;
+    mutant_is_its_bug("v2_window_right_ignored", shows, {left_only, causal});
+}
+
+TEST_CASE("v2 mutant: block_table rows apart by the capacity's block count") {
+    Spec shows; shows.mode = Mode::paged, shows.block_size = 4;  // block_table_stride 4, not 3
+    shows.q_rows = {1, 1}, shows.keys = {10, 7}, shows.q_pos = {9, 6}, shows.capacity = 12, shows.with_kv_lens = true;
+    Spec one_sequence = shows; one_sequence.q_rows = {1}, one_sequence.keys = {10}, one_sequence.q_pos = {9};
+    Spec dense = shows; dense.mode = Mode::dense;
+    mutant_is_its_bug("v2_table_stride_from_capacity", shows, {one_sequence, dense});
+}
+
+TEST_CASE("v2 mutant: lse strides ignored") {
+    Spec shows = prefill(10); shows.lse_rows_outer = true;
+    Spec varlen; varlen.mode = Mode::varlen; varlen.q_rows = {3, 5}, varlen.keys = {3, 5}, varlen.q_pos = {0, 0};
+    Spec no_lse = shows; no_lse.lse = false;
+    mutant_is_its_bug("v2_lse_contiguous", shows, {prefill(10), varlen, no_lse}, /*in_lse=*/true);
 }
