@@ -1,5 +1,5 @@
 // kernels/registry.cpp — the kernel registry (kernels/registry.hpp): the built-in kernels listed
-// here, then the mutant zoo's entries (kernels/mutants.cpp).
+// here, then the mutant zoo's entries (kernels/mutants.cpp, version 1; kernels/zoo_v2.cpp, version 2).
 //
 // To add a built-in kernel: implement an attncheck_kernel_fn (kernel_abi.h), declare it in
 // attncheck/kernels.hpp, and append one line to kBuiltins below. To add a mutant, see the top of
@@ -7,6 +7,7 @@
 #include "kernels/registry.hpp"
 
 #include "kernels/mutants.hpp"
+#include "kernels/zoo_v2.hpp"
 
 namespace attncheck {
 
@@ -47,6 +48,7 @@ const std::vector<KernelEntry>& kernel_registry() {
              .reads_only_visible_keys = true},
         };
         for (KernelEntry& e : zoo_entries()) all.push_back(std::move(e));
+        for (KernelEntry& e : zoo_v2_entries()) all.push_back(std::move(e));
         return all;
     }();
     return registry;

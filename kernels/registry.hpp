@@ -43,6 +43,9 @@ struct KernelEntry {
     bool reads_only_visible_keys = false;
     // A version 2 kernel (attncheck/kernel_abi_v2.h): fn is null and this is its entry point.
     attncheck_kernel_v2_fn fn_v2 = nullptr;
+    // True for a kernel that may read outside its inputs (k, v, block_table) on some problems:
+    // call it only with the inputs against guard pages, or in an isolated worker.
+    bool reads_out_of_bounds = false;
 };
 
 // The kernel as the optimized decoder takes it: the entry's function with what the entry

@@ -1,0 +1,642 @@
+// tests/zoo/zoo_v2_test.cpp — the version 2 zoo of kernels/zoo_v2.cpp: the two correct kernels
+// agree with each other, with a float64 loop written here and within the float64 oracle's bound
+// (on hand-made and random problems covering every feature of kernel_abi_v2.h), and every mutant
+// is exactly its bug: it differs from its base (and leaves the oracle's bound) on a problem that
+// shows the bug, and equals its base on problems where the bug cannot show.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "attncheck/problem_v2.hpp"
+#include "kernels/registry.hpp"
+#include "reference/attention_v2.hpp"
+
+using namespace attncheck;
+
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+enum class Layout { bhtd, bthd, gapped };
+enum class Mode { dense, varlen, paged };
+
+// One v2 problem in words; Case builds its buffers.
+struct Spec {
+    std::int32_t dtype = ATTNCHECK_DTYPE_F32;
+    int Hq = 2, Hk = 2, Dk = 8, Dv = 8;
+    std::vector<int> q_rows = {6};  // Tq(b) per sequence (dense: all equal)
+    std::vector<int> keys = {6};    // Tk(b) per sequence
+    std::vector<int> q_pos = {0};
+    int capacity = 0;        // dense kv_len; 0: the largest Tk(b)
+    bool with_kv_lens = false;
+    Mode mode = Mode::dense;
+    int block_size = 4;
+    bool table_covers_capacity = false;  // paged: valid blocks for all kv_len keys (else -1 past a sequence's)
+    Layout layout = Layout::bhtd;
+    int causal = 1, window_left = -1, window_right = -1;
+    float scale = 0.3f, softcap = 0.0f;
+    bool alibi = false, lse = true;
+    bool lse_rows_outer = false;  // lse laid out [B, Tq, Hq] (else the contiguous [B, Hq, Tq])
+    float padding = kNaN;   // every k/v element that is not a key's: padding rows, gaps, unused blocks
+    float magnitude = 1.0f; // inputs uniform in [-magnitude, magnitude]
+    std::uint32_t seed = 1;
+};
+
+// Strides of a (n0, H, T, D) tensor in a layout; sets `size` to the elements it spans.
+void strides_of(Layout layout, std::int64_t n0, std::int64_t H, std::int64_t T, std::int64_t D, std::int64_t* s,
+                std::size_t& size) {
+    switch (layout) {
+    case Layout::bhtd: s[3] = 1, s[2] = D, s[1] = T * D, s[0] = H * T * D; break;
+    case Layout::bthd: s[3] = 1, s[1] = D, s[2] = H * D, s[0] = T * H * D; break;
+    case Layout::gapped: s[3] = 2, s[1] = 2 * D + 3, s[2] = H * (2 * D + 3) + 1, s[0] = T * s[2] + 5; break;
+    }
+    size = static_cast<std::size_t>((n0 - 1) * s[0] + (H - 1) * s[1] + (T - 1) * s[2] + (D - 1) * s[3] + 1);
+}
+
+struct Result {
+    int rc = 0;
+    std::vector<float> out;  // logical rows (b, h, i), Dv each
+    std::vector<float> lse;  // logical rows (b, h, i)
+};
+
+// The buffers of a Spec, and the problem pointing at them.
+struct Case {
+    Spec spec;
+    int B;
+    std::vector<std::int32_t> kv_lens, cu_q, cu_k, q_pos, table;
+    std::vector<float> slopes;
+    std::vector<std::uint8_t> q, k, v, out;  // dtype elements
+    std::vector<float> lse;
+    attncheck_problem_v2 p{};
+
+    explicit Case(const Spec& s) : spec(s), B(int(s.keys.size())) {
+        std::mt19937 rng(s.seed);
+        std::uniform_real_distribution<float> uni(-s.magnitude, s.magnitude);
+        const std::size_t es = dtype_size(s.dtype);
+        const int max_q = *std::max_element(s.q_rows.begin(), s.q_rows.end());
+        const int max_k = std::max(1, *std::max_element(s.keys.begin(), s.keys.end()));
+        const int capacity = s.capacity ? s.capacity : max_k;
+        p.abi_version = ATTNCHECK_ABI_VERSION_2;
+        p.struct_size = sizeof(attncheck_problem_v2);
+        p.dtype = s.dtype;
+        p.batch = B, p.q_heads = s.Hq, p.kv_heads = s.Hk, p.head_dim = s.Dk, p.value_dim = s.Dv;
+        p.q_len = std::max(1, max_q);
+        p.kv_len = capacity;
+        p.causal = s.causal, p.window_left = s.window_left, p.window_right = s.window_right;
+        p.scale = s.scale, p.softcap = s.softcap;
+        q_pos = s.q_pos;
+        p.q_pos = q_pos.data();
+        if (s.alibi) {
+            for (int h = 0; h < s.Hq; ++h) slopes.push_back(0.05f + 0.4f * float(h + 1) / float(s.Hq));
+            p.alibi_slopes = slopes.data();
+        }
+        const auto prefix = [](const std::vector<int>& n) {
+            std::vector<std::int32_t> cu = {0};
+            for (int x : n) cu.push_back(cu.back() + x);
+            return cu;
+        };
+        // q, out, lse
+        std::int64_t q_n0 = B, q_T = p.q_len;
+        if (s.mode == Mode::varlen) {
+            cu_q = prefix(s.q_rows);
+            p.cu_seqlens_q = cu_q.data();
+            q_n0 = 1, q_T = std::max(1, cu_q.back());
+        }
+        std::size_t n;
+        strides_of(s.layout, q_n0, s.Hq, q_T, s.Dk, p.q.stride, n);
+        q.resize(n * es);
+        for (std::size_t x = 0; x < n; ++x) store_element(s.dtype, q.data(), std::int64_t(x), uni(rng));
+        strides_of(s.layout, q_n0, s.Hq, q_T, s.Dv, p.out.stride, n);
+        out.resize(n * es);
+        for (std::size_t x = 0; x < n; ++x) store_element(s.dtype, out.data(), std::int64_t(x), kNaN);
+        if (s.lse) {
+            lse.assign(static_cast<std::size_t>(q_n0 * s.Hq * q_T), kNaN);
+            p.lse_stride[0] = s.mode == Mode::varlen ? 0 : s.Hq * q_T;
+            p.lse_stride[1] = s.lse_rows_outer ? 1 : q_T, p.lse_stride[2] = s.lse_rows_outer ? s.Hq : 1;
+        }
+        // k, v
+        std::int64_t k_n0 = B, k_T = capacity;
+        if (s.mode == Mode::varlen) {
+            cu_k = prefix(s.keys);
+            p.cu_seqlens_k = cu_k.data();
+            k_n0 = 1, k_T = std::max(1, cu_k.back());
+        } else if (s.with_kv_lens) {
+            kv_lens.assign(s.keys.begin(), s.keys.end());
+            p.kv_lens = kv_lens.data();
+        }
+        if (s.mode == Mode::paged) {
+            const int bs = s.block_size;
+            const int stride = (capacity + bs - 1) / bs + 1;
+            int used = 0;
+            std::vector<std::vector<int>> rows(static_cast<std::size_t>(B));
+            for (int b = 0; b < B; ++b) {
+                const int keys = s.with_kv_lens ? s.keys[size_t(b)] : capacity;
+                const int need = s.table_covers_capacity ? stride : (keys + bs - 1) / bs;
+                for (int e = 0; e < need; ++e) rows[size_t(b)].push_back(used++);
+            }
+            const int num_blocks = used + 2;  // two never used
+            std::vector<int> perm(static_cast<std::size_t>(num_blocks));
+            std::iota(perm.begin(), perm.end(), 0);
+            std::shuffle(perm.begin(), perm.end(), rng);
+            table.assign(static_cast<std::size_t>(B * stride), -1);
+            for (int b = 0; b < B; ++b)
+                for (std::size_t e = 0; e < rows[size_t(b)].size(); ++e)
+                    table[size_t(b * stride) + e] = perm[size_t(rows[size_t(b)][e])];
+            p.block_table = table.data(), p.block_table_stride = stride, p.block_size = bs, p.num_blocks = num_blocks;
+            k_n0 = num_blocks, k_T = bs;
+        }
+        // A paged cache is [blocks, block_size, Hk, D]: its bhtd / bthd are the row-major
+        // orders of (block, head, row) / (block, row, head) as for dense tensors.
+        strides_of(s.layout, k_n0, s.Hk, k_T, s.Dk, p.k.stride, n);
+        k.resize(n * es);
+        for (std::size_t x = 0; x < n; ++x) store_element(s.dtype, k.data(), std::int64_t(x), s.padding);
+        strides_of(s.layout, k_n0, s.Hk, k_T, s.Dv, p.v.stride, n);
+        v.resize(n * es);
+        for (std::size_t x = 0; x < n; ++x) store_element(s.dtype, v.data(), std::int64_t(x), s.padding);
+        p.q.data = q.data(), p.k.data = k.data(), p.v.data = v.data(), p.out.data = out.data();
+        p.lse = s.lse ? lse.data() : nullptr;
+        for (int b = 0; b < B; ++b)
+            for (int hk = 0; hk < s.Hk; ++hk)
+                for (int j = 0; j < kv_len_of(p, b); ++j) {
+                    for (int c = 0; c < s.Dk; ++c)
+                        store_element(s.dtype, k.data(), kv_offset_v2(p, p.k, b, hk, j, c), uni(rng));
+                    for (int c = 0; c < s.Dv; ++c)
+                        store_element(s.dtype, v.data(), kv_offset_v2(p, p.v, b, hk, j, c), uni(rng));
+                }
+    }
+    Case(const Case&) = delete;
+
+    // The logical rows of out and lse as `fn` writes them on a fresh copy of the outputs.
+    Result run(attncheck_kernel_v2_fn fn) {
+        std::fill(lse.begin(), lse.end(), kNaN);
+        for (std::size_t x = 0; x < out.size() / dtype_size(p.dtype); ++x)
+            store_element(p.dtype, out.data(), std::int64_t(x), kNaN);
+        Result r;
+        r.rc = fn(&p);
+        for (int b = 0; b < B; ++b)
+            for (int h = 0; h < p.q_heads; ++h)
+                for (int i = 0; i < q_len_of(p, b); ++i) {
+                    for (int c = 0; c < p.value_dim; ++c)
+                        r.out.push_back(load_element(p.dtype, out.data(), q_offset_v2(p, p.out, b, h, i, c)));
+                    r.lse.push_back(p.lse ? p.lse[lse_offset_v2(p, b, h, i)] : 0.0f);
+                }
+        return r;
+    }
+};
+
+// The problem's attention in float64, straight from the ABI's text (visible_v2, the score
+// formula, kv_offset_v2), on the same dtype-rounded inputs.
+Result float64_attention(const Case& c) {
+    const attncheck_problem_v2& p = c.p;
+    Result r;
+    for (int b = 0; b < p.batch; ++b)
+        for (int h = 0; h < p.q_heads; ++h)
+            for (int i = 0; i < q_len_of(p, b); ++i) {
+                const int hk = kv_head_of(p, h);
+                std::vector<double> s;
+                std::vector<int> js;
+                for (int j = 0; j < kv_len_of(p, b); ++j) {
+                    if (!visible_v2(p, b, i, j)) continue;
+                    double dot = 0;
+                    for (int x = 0; x < p.head_dim; ++x)
+                        dot += double(load_element(p.dtype, p.q.data, q_offset_v2(p, p.q, b, h, i, x))) *
+                               load_element(p.dtype, p.k.data, kv_offset_v2(p, p.k, b, hk, j, x));
+                    double sc = p.scale * dot;
+                    if (p.softcap > 0) sc = p.softcap * std::tanh(sc / p.softcap);
+                    if (p.alibi_slopes) sc -= double(p.alibi_slopes[h]) * double(std::int64_t(p.q_pos[b]) + i - j);
+                    s.push_back(sc);
+                    js.push_back(j);
+                }
+                const double m = s.empty() ? 0 : *std::max_element(s.begin(), s.end());
+                double sum = 0;
+                for (double x : s) sum += std::exp(x - m);
+                for (int col = 0; col < p.value_dim; ++col) {
+                    double acc = 0;
+                    for (std::size_t n = 0; n < s.size(); ++n)
+                        acc += std::exp(s[n] - m) *
+                               load_element(p.dtype, p.v.data, kv_offset_v2(p, p.v, b, hk, js[n], col));
+                    r.out.push_back(s.empty() ? 0.0f : float(acc / sum));
+                }
+                r.lse.push_back(s.empty() ? -std::numeric_limits<float>::infinity() : float(m + std::log(sum)));
+            }
+    return r;
+}
+
+// Largest |a - b| over out and over lse (inf where one is NaN and the other not, or -inf
+// matched with a finite lse).
+struct Gap {
+    double out = 0, lse = 0;
+};
+double gap_of(float a, float b) {
+    if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b) ? 0 : INFINITY;
+    if (std::isinf(a) || std::isinf(b)) return a == b ? 0 : INFINITY;
+    return std::fabs(double(a) - double(b));
+}
+Gap gap(const Result& a, const Result& b, bool with_lse) {
+    Gap g;
+    REQUIRE(a.out.size() == b.out.size());
+    for (std::size_t x = 0; x < a.out.size(); ++x) g.out = std::max(g.out, gap_of(a.out[x], b.out[x]));
+    if (with_lse)
+        for (std::size_t x = 0; x < a.lse.size(); ++x)
+            if (const double d = gap_of(a.lse[x], b.lse[x]); d > 0)
+                g.lse = std::max(g.lse, std::isinf(d) ? d : d / (1.0 + std::fabs(double(b.lse[x]))));
+    return g;
+}
+
+// What float32 accumulation and an output rounded to the dtype may cost, on inputs in [-1, 1]:
+// the output's rounding (half an ulp at 1) twice over, and float32 sums of a few hundred terms.
+double out_tolerance(std::int32_t dtype) { return 2 * unit_roundoff(dtype) + 2e-5; }
+constexpr double kLseTolerance = 1e-5;
+
+attncheck_kernel_v2_fn v2_kernel(const std::string& name) {
+    const KernelEntry* e = find_kernel(name);
+    REQUIRE(e != nullptr);
+    REQUIRE(e->fn == nullptr);
+    REQUIRE(e->fn_v2 != nullptr);
+    return e->fn_v2;
+}
+
+// Elements of `got` outside the float64 oracle's bound (reference/attention_v2.hpp), out and lse.
+int outside_oracle_bound(const Result& got, const reference::OracleV2& oracle, bool with_lse) {
+    int outside = 0;
+    REQUIRE(got.out.size() == oracle.out.size());
+    for (std::size_t x = 0; x < got.out.size(); ++x)
+        if (!(std::fabs(double(got.out[x]) - oracle.out[x]) <= oracle.out_bound[x])) ++outside;
+    if (with_lse)
+        for (std::size_t x = 0; x < got.lse.size(); ++x) {
+            const double want = oracle.lse[x];
+            if (std::isinf(want) ? got.lse[x] != want : !(std::fabs(double(got.lse[x]) - want) <= oracle.lse_bound[x]))
+                ++outside;
+        }
+    return outside;
+}
+
+// Both bases return OK and agree with the float64 loop (and so with each other) on c, and are
+// within the float64 oracle's bound.
+void bases_are_right(Case& c) {
+    const Result want = float64_attention(c);
+    const reference::OracleV2 oracle = reference::attention_v2_oracle(c.p);
+    for (const char* name : {"v2_naive", "v2_tiled"}) {
+        const Result got = c.run(v2_kernel(name));
+        INFO(name << " on " << describe_v2(c.p));
+        REQUIRE(got.rc == ATTNCHECK_OK);
+        const Gap g = gap(got, want, c.spec.lse);
+        CHECK(g.out <= out_tolerance(c.p.dtype));
+        CHECK(g.lse <= kLseTolerance);
+        CHECK(outside_oracle_bound(got, oracle, c.spec.lse) == 0);
+    }
+}
+
+std::string base_of(const KernelEntry& m) {
+    return m.description.rfind("v2_tiled", 0) == 0 ? "v2_tiled" : "v2_naive";
+}
+
+// The mutant `name` differs from its base on `shows` (beyond the tolerance, in out or, with
+// `in_lse`, in lse) and equals it on each of `hides`, the bases being right on all of them.
+void mutant_is_its_bug(const std::string& name, const Spec& shows, const std::vector<Spec>& hides,
+                       bool in_lse = false) {
+    const KernelEntry* m = find_kernel(name, KernelRole::mutant);
+    REQUIRE(m != nullptr);
+    const attncheck_kernel_v2_fn base = v2_kernel(base_of(*m));
+    {
+        Case c(shows);
+        INFO(name << " shows its bug on " << describe_v2(c.p));
+        bases_are_right(c);
+        const Result want = c.run(base), got = c.run(m->fn_v2);
+        REQUIRE(got.rc == ATTNCHECK_OK);
+        CHECK(outside_oracle_bound(got, reference::attention_v2_oracle(c.p), shows.lse) > 0);
+        const Gap g = gap(got, want, shows.lse);
+        if (in_lse) {  // a bug of lse alone: out still right
+            CHECK(g.lse > kLseTolerance);
+            CHECK(g.out <= out_tolerance(c.p.dtype));
+        } else {
+            CHECK(g.out > out_tolerance(c.p.dtype));
+        }
+    }
+    for (const Spec& s : hides) {
+        Case c(s);
+        INFO(name << " equals its base on " << describe_v2(c.p));
+        bases_are_right(c);
+        const Result want = c.run(base), got = c.run(m->fn_v2);
+        REQUIRE(got.rc == ATTNCHECK_OK);
+        const Gap g = gap(got, want, s.lse);
+        CHECK(g.out == 0);
+        CHECK(g.lse == 0);
+    }
+}
+
+// A random problem of every feature: dtype, GQA, layouts, dense / varlen / paged, kv_lens,
+// positions, causal or not, windows, softcap, ALiBi, lse, lengths across the 96-key tiles.
+Spec random_spec(std::uint32_t seed) {
+    std::mt19937 rng(seed);
+    const auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+    Spec s;
+    s.seed = seed;
+    s.dtype = pick(0, 2);
+    s.Hk = pick(1, 2);
+    s.Hq = s.Hk * pick(1, 3);
+    s.Dk = pick(1, 20);
+    s.Dv = pick(0, 1) ? s.Dk : pick(1, 12);
+    s.layout = Layout(pick(0, 2));
+    s.mode = Mode(pick(0, 2));
+    const int B = pick(1, 3);
+    const bool long_keys = pick(0, 2) == 0;
+    const bool decode = pick(0, 2) == 0;
+    s.keys.clear(), s.q_rows.clear(), s.q_pos.clear();
+    const int dense_q = decode ? 1 : pick(1, 40);
+    for (int b = 0; b < B; ++b) {
+        const int keys = long_keys ? pick(90, 200) : pick(0, 30);
+        s.keys.push_back(keys);
+        const int rows = s.mode == Mode::varlen ? (decode ? 1 : pick(0, 40)) : dense_q;
+        s.q_rows.push_back(rows);
+        s.q_pos.push_back(pick(0, 3) == 0 ? pick(0, 220) : std::max(0, keys - rows));
+    }
+    s.with_kv_lens = s.mode != Mode::varlen && pick(0, 1);
+    s.capacity = std::max(1, *std::max_element(s.keys.begin(), s.keys.end()) + (s.with_kv_lens ? pick(0, 9) : 0));
+    if (!s.with_kv_lens && s.mode != Mode::varlen) std::fill(s.keys.begin(), s.keys.end(), s.capacity);
+    s.block_size = pick(1, 40);
+    s.causal = pick(0, 1);
+    s.window_left = pick(0, 1) ? -1 : pick(0, 120);
+    s.window_right = s.causal || pick(0, 1) ? -1 : pick(0, 60);
+    s.scale = std::uniform_real_distribution<float>(0.05f, 1.5f)(rng);
+    s.softcap = pick(0, 2) == 0 ? std::uniform_real_distribution<float>(0.5f, 10.0f)(rng) : 0.0f;
+    s.alibi = pick(0, 2) == 0;
+    s.lse = pick(0, 3) != 0;
+    s.lse_rows_outer = pick(0, 1);
+    s.padding = pick(0, 1) ? kNaN : INFINITY;
+    return s;
+}
+
+Spec decode(int keys) {
+    Spec s;
+    s.q_rows = {1}, s.keys = {keys}, s.q_pos = {keys - 1};
+    return s;
+}
+Spec prefill(int n) {
+    Spec s;
+    s.q_rows = {n}, s.keys = {n}, s.q_pos = {0};
+    return s;
+}
+
+}  // namespace
+
+TEST_CASE("the v2 zoo: two bases and at least 12 mutants, each with fn_v2 and a one-line bug") {
+    std::set<std::string> bases, mutants;
+    for (const KernelEntry& e : kernel_registry()) {
+        if (!e.fn_v2) continue;
+        INFO(e.name);
+        CHECK(e.fn == nullptr);
+        CHECK(e.name.rfind("v2_", 0) == 0);
+        if (e.role == KernelRole::zoo_base) {
+            bases.insert(e.name);
+            CHECK(e.bug.empty());
+            CHECK_FALSE(e.reads_out_of_bounds);
+        } else {
+            REQUIRE(e.role == KernelRole::mutant);
+            mutants.insert(e.name);
+            CHECK(!e.bug.empty());
+            CHECK(e.bug.find('\n') == std::string::npos);
+            CHECK(find_kernel(base_of(e), KernelRole::zoo_base) != nullptr);
+        }
+    }
+    CHECK(bases == std::set<std::string>{"v2_naive", "v2_tiled"});
+    CHECK(mutants.size() >= 12);
+}
+
+TEST_CASE("v2 bases refuse a malformed problem") {
+    Case c(prefill(4));
+    for (const char* name : {"v2_naive", "v2_tiled"}) {
+        attncheck_problem_v2 p = c.p;
+        p.kv_heads = 3;  // does not divide q_heads = 2
+        CHECK(v2_kernel(name)(&p) == ATTNCHECK_UNSUPPORTED);
+        p = c.p;
+        p.abi_version = 1;
+        CHECK(v2_kernel(name)(&p) == ATTNCHECK_UNSUPPORTED);
+        CHECK(v2_kernel(name)(nullptr) == ATTNCHECK_UNSUPPORTED);
+    }
+}
+
+TEST_CASE("v2 bases agree with a float64 loop on hand-made problems of every feature") {
+    std::vector<Spec> specs;
+    for (int dtype : {ATTNCHECK_DTYPE_F32, ATTNCHECK_DTYPE_F16, ATTNCHECK_DTYPE_BF16}) {
+        Spec s = prefill(100);  // two tiles, a partial one
+        s.dtype = dtype;
+        specs.push_back(s);
+    }
+    { Spec s = decode(97); s.Hq = 6, s.Hk = 2; specs.push_back(s); }      // GQA, tile edge
+    { Spec s = decode(193); s.Hq = 4, s.Hk = 1; specs.push_back(s); }     // MQA
+    { Spec s = prefill(20); s.layout = Layout::bthd; specs.push_back(s); }
+    { Spec s = prefill(20); s.layout = Layout::gapped; s.Dv = 5; specs.push_back(s); }
+    { Spec s = prefill(130); s.window_left = 40; specs.push_back(s); }    // window across tiles
+    { Spec s = prefill(30); s.causal = 0, s.window_left = 3, s.window_right = 7; specs.push_back(s); }
+    { Spec s = prefill(30); s.causal = 0; specs.push_back(s); }
+    { Spec s = prefill(30); s.softcap = 2.0f, s.scale = 2.0f; specs.push_back(s); }
+    { Spec s = prefill(30); s.alibi = true; s.q_pos = {0}; specs.push_back(s); }
+    {   // chunked prefill with ALiBi: positions past 0
+        Spec s; s.q_rows = {5}, s.keys = {40}, s.q_pos = {35}, s.alibi = true; specs.push_back(s);
+    }
+    {   // kv_lens below the capacity, one sequence empty (its rows: zeros, lse -inf)
+        Spec s; s.q_rows = {1, 1, 1}, s.keys = {10, 0, 120}, s.q_pos = {9, 0, 119}, s.capacity = 130;
+        s.with_kv_lens = true; specs.push_back(s);
+    }
+    {   // varlen
+        Spec s; s.mode = Mode::varlen; s.q_rows = {3, 0, 7}, s.keys = {9, 4, 7}, s.q_pos = {6, 4, 0};
+        specs.push_back(s);
+    }
+    {   // paged, block table permuted, kv_lens
+        Spec s; s.mode = Mode::paged, s.block_size = 16; s.q_rows = {4, 4}, s.keys = {50, 100};
+        s.q_pos = {46, 96}, s.capacity = 110, s.with_kv_lens = true, s.layout = Layout::bthd; specs.push_back(s);
+    }
+    { Spec s = prefill(12); s.q_pos = {0}; s.causal = 1; s.window_left = 0; specs.push_back(s); }  // diagonal only
+    for (const Spec& s : specs) {
+        Case c(s);
+        bases_are_right(c);
+    }
+}
+
+TEST_CASE("v2 bases agree with a float64 loop on random problems (NaN/Inf in every unread element)") {
+    for (std::uint32_t seed = 1; seed <= 150; ++seed) {
+        Case c(random_spec(seed));
+        INFO("seed " << seed);
+        bases_are_right(c);
+    }
+}
+
+TEST_CASE("v2 tiled base: a prefill's last row equals the decode step at kv_len 97") {
+    const auto tiled = v2_kernel("v2_tiled");
+    Spec pre = prefill(97);
+    pre.seed = 5;
+    Case full(pre);
+    const Result all = full.run(tiled);
+    Spec dec = decode(97);
+    dec.seed = 5;
+    Case step(dec);
+    // The decode step reads the same keys; give it the prefill's last query row.
+    for (int h = 0; h < 2; ++h)
+        for (int x = 0; x < 8; ++x)
+            store_element(step.p.dtype, step.q.data(), q_offset_v2(step.p, step.p.q, 0, h, 0, x),
+                          load_element(full.p.dtype, full.q.data(), q_offset_v2(full.p, full.p.q, 0, h, 96, x)));
+    step.k = full.k, step.v = full.v;
+    step.p.k.data = step.k.data(), step.p.v.data = step.v.data();
+    const Result one = step.run(tiled);
+    for (int h = 0; h < 2; ++h)
+        for (int x = 0; x < 8; ++x) CHECK(one.out[size_t(h * 8 + x)] == all.out[size_t((h * 97 + 96) * 8 + x)]);
+}
+
+TEST_CASE("v2 mutant: GQA head mapping by modulus") {
+    Spec shows = decode(20); shows.Hq = 4, shows.Hk = 2;
+    Spec mha = decode(20); mha.Hq = 3, mha.Hk = 3;
+    Spec mqa = decode(20); mqa.Hq = 4, mqa.Hk = 1;
+    mutant_is_its_bug("v2_gqa_head_modulo", shows, {mha, mqa});
+}
+
+TEST_CASE("v2 mutant: window applied on both sides") {
+    Spec shows = prefill(12); shows.causal = 0, shows.window_left = 2;
+    Spec causal = prefill(12); causal.window_left = 2;
+    Spec symmetric = prefill(12); symmetric.causal = 0, symmetric.window_left = 2, symmetric.window_right = 2;
+    mutant_is_its_bug("v2_window_both_sides", shows, {causal, symmetric});
+}
+
+TEST_CASE("v2 mutant: window one key short") {
+    Spec shows = decode(30); shows.window_left = 5;
+    Spec none = decode(30);
+    Spec edge_at_0 = decode(30); edge_at_0.window_left = 29;  // key 0 is the window's last: dropped
+    Spec edge_outside = decode(30); edge_outside.window_left = 30;
+    mutant_is_its_bug("v2_window_off_by_one", shows, {none, edge_outside});
+    mutant_is_its_bug("v2_window_off_by_one", edge_at_0, {});
+}
+
+TEST_CASE("v2 mutant: mask aligned top-left") {
+    Spec shows = decode(30);
+    Spec windowed = decode(30); windowed.window_left = 4;
+    Spec first_chunk = prefill(30); first_chunk.window_left = 4;
+    mutant_is_its_bug("v2_window_top_left", shows, {prefill(30), first_chunk});
+    mutant_is_its_bug("v2_window_top_left", windowed, {});
+}
+
+TEST_CASE("v2 mutant: mask position from the cache capacity") {
+    Spec chunk; chunk.q_rows = {4}, chunk.keys = {12}, chunk.q_pos = {0};  // a first chunk of 4 rows
+    Spec short_seq = decode(8); short_seq.keys = {8}, short_seq.capacity = 20, short_seq.with_kv_lens = true;
+    short_seq.window_left = 3;
+    Spec last_chunk; last_chunk.q_rows = {4}, last_chunk.keys = {12}, last_chunk.q_pos = {8};
+    mutant_is_its_bug("v2_causal_from_capacity", chunk, {prefill(20), decode(20), last_chunk});
+    mutant_is_its_bug("v2_causal_from_capacity", short_seq, {});
+}
+
+TEST_CASE("v2 mutant: padding of the last tile multiplied by 0") {
+    Spec shows = decode(10); shows.capacity = 30, shows.with_kv_lens = true;  // NaN padding rows 10..29
+    Spec paged = shows; paged.mode = Mode::paged, paged.block_size = 16;     // NaN rows 10..15 of the block
+    Spec zero_padding = shows; zero_padding.padding = 0.0f;
+    Spec no_padding = decode(10);
+    mutant_is_its_bug("v2_padding_times_zero", shows, {zero_padding, no_padding});
+    mutant_is_its_bug("v2_padding_times_zero", paged, {});
+}
+
+TEST_CASE("v2 mutant: paged key count from the capacity") {
+    Spec shows; shows.mode = Mode::paged, shows.block_size = 4, shows.causal = 0;
+    shows.q_rows = {2}, shows.keys = {6}, shows.q_pos = {4}, shows.capacity = 16, shows.with_kv_lens = true;
+    shows.table_covers_capacity = true, shows.padding = 0.5f;
+    Spec full = shows; full.keys = {16}, full.padding = kNaN;                  // kv_lens[b] == kv_len
+    Spec dense = shows; dense.mode = Mode::dense, dense.padding = kNaN;        // not paged
+    mutant_is_its_bug("v2_paged_capacity_keys", shows, {full, dense});
+}
+
+TEST_CASE("v2 mutant: the partial tile after a full one dropped") {
+    Spec long_prefill = prefill(100);
+    mutant_is_its_bug("v2_tile_tail_dropped", decode(97), {decode(96), decode(192), decode(50), prefill(96)});
+    mutant_is_its_bug("v2_tile_tail_dropped", long_prefill, {});
+}
+
+TEST_CASE("v2 mutant: float16 exp without the max subtraction") {
+    Spec shows = decode(16); shows.dtype = ATTNCHECK_DTYPE_F16, shows.scale = 6.0f, shows.Dk = 32;
+    Spec f32 = shows; f32.dtype = ATTNCHECK_DTYPE_F32;
+    Spec bf16 = shows; bf16.dtype = ATTNCHECK_DTYPE_BF16;
+    mutant_is_its_bug("v2_f16_exp_unshifted", shows, {f32, bf16});
+}
+
+TEST_CASE("v2 mutant: softcap after the mask") {
+    Spec shows = prefill(10); shows.softcap = 3.0f;
+    // Rows of one query block see different keys of the tile the block loads.
+    Spec windowed = prefill(40); windowed.softcap = 3.0f, windowed.window_left = 5;
+    mutant_is_its_bug("v2_softcap_after_mask", shows, {prefill(10), decode(10)});
+    mutant_is_its_bug("v2_softcap_after_mask", windowed, {});
+}
+
+TEST_CASE("v2 mutant: softcap before the scale") {
+    Spec shows = prefill(10); shows.softcap = 1.0f, shows.scale = 0.25f;
+    Spec unit_scale = shows; unit_scale.scale = 1.0f;
+    mutant_is_its_bug("v2_softcap_before_scale", shows, {prefill(10), unit_scale});
+}
+
+TEST_CASE("v2 mutant: lse in log2 units") {
+    Spec no_lse = prefill(10); no_lse.lse = false;
+    mutant_is_its_bug("v2_lse_log2", prefill(10), {no_lse}, /*in_lse=*/true);
+}
+
+TEST_CASE("v2 mutant: empty row's lse 0") {
+    Spec shows; shows.q_rows = {1, 1}, shows.keys = {0, 5}, shows.q_pos = {0, 4}, shows.capacity = 5;
+    shows.with_kv_lens = true;
+    Spec no_empty = shows; no_empty.keys = {3, 5}, no_empty.q_pos = {2, 4};
+    mutant_is_its_bug("v2_empty_row_lse_zero", shows, {no_empty}, /*in_lse=*/true);
+}
+
+TEST_CASE("v2 mutant: ALiBi with the wrong sign") {
+    Spec shows = prefill(10); shows.alibi = true;
+    Spec one_key = decode(1); one_key.alibi = true;  // a bias of 0 either way
+    mutant_is_its_bug("v2_alibi_sign_flipped", shows, {prefill(10), one_key});
+}
+
+TEST_CASE("v2 mutant: ALiBi relative to the row index (a per-row shift: only lse shows it)") {
+    Spec shows = decode(10); shows.alibi = true;
+    Spec first_chunk = prefill(10); first_chunk.alibi = true;
+    Spec no_alibi = decode(10);
+    mutant_is_its_bug("v2_alibi_row_relative", shows, {first_chunk, no_alibi}, /*in_lse=*/true);
+}
+
+TEST_CASE("v2 mutant: key rows assumed contiguous") {
+    Spec shows = prefill(10); shows.layout = Layout::bthd;  // k.stride[2] = Hk * Dk
+    Spec one_head = shows; one_head.Hq = 1, one_head.Hk = 1;  // bthd with one head: stride[2] = Dk
+    mutant_is_its_bug("v2_k_rows_contiguous", shows, {prefill(10), one_head});
+}
+
+TEST_CASE("v2 mutant: varlen keys packed by cu_seqlens_q") {
+    Spec shows; shows.mode = Mode::varlen; shows.q_rows = {3, 2}, shows.keys = {6, 4}, shows.q_pos = {3, 2};
+    Spec self = shows; self.q_rows = {6, 4}, self.q_pos = {0, 0};
+    mutant_is_its_bug("v2_varlen_k_from_q", shows, {self});
+}
+
+TEST_CASE("v2 mutant: bfloat16 read as float16") {
+    Spec shows = prefill(10); shows.dtype = ATTNCHECK_DTYPE_BF16;
+    Spec f16 = prefill(10); f16.dtype = ATTNCHECK_DTYPE_F16;
+    mutant_is_its_bug("v2_bf16_read_as_f16", shows, {prefill(10), f16});
+}
+
+TEST_CASE("v2 mutant: window_right ignored") {
+    Spec shows = prefill(12); shows.causal = 0, shows.window_left = 2, shows.window_right = 3;
+    Spec left_only = prefill(12); left_only.causal = 0, left_only.window_left = 2;
+    Spec causal = prefill(12); causal.window_left = 2;
+    mutant_is_its_bug("v2_window_right_ignored", shows, {left_only, causal});
+}
+
+TEST_CASE("v2 mutant: block_table rows apart by the capacity's block count") {
+    Spec shows; shows.mode = Mode::paged, shows.block_size = 4;  // block_table_stride 4, not 3
+    shows.q_rows = {1, 1}, shows.keys = {10, 7}, shows.q_pos = {9, 6}, shows.capacity = 12, shows.with_kv_lens = true;
+    Spec one_sequence = shows; one_sequence.q_rows = {1}, one_sequence.keys = {10}, one_sequence.q_pos = {9};
+    Spec dense = shows; dense.mode = Mode::dense;
+    mutant_is_its_bug("v2_table_stride_from_capacity", shows, {one_sequence, dense});
+}
+
+TEST_CASE("v2 mutant: lse strides ignored") {
+    Spec shows = prefill(10); shows.lse_rows_outer = true;
+    Spec varlen; varlen.mode = Mode::varlen; varlen.q_rows = {3, 5}, varlen.keys = {3, 5}, varlen.q_pos = {0, 0};
+    Spec no_lse = shows; no_lse.lse = false;
+    mutant_is_its_bug("v2_lse_contiguous", shows, {prefill(10), varlen, no_lse}, /*in_lse=*/true);
+}
