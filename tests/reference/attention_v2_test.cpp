@@ -630,6 +630,33 @@ TEST_CASE("planted bugs exceed the bound", "[reference][v2][bound]") {
         }
 }
 
+TEST_CASE("a tanh of declared accuracy: within the bound that declares it, over the default one",
+          "[reference][v2][bound]") {
+    // tanh.approx.f32 (relative error up to 2^-11 = 4096 ulps) is a correct softcap for a kernel
+    // that declares tanh_ulps = 4096, and a score error far over the default 2 ulps.
+    Random r(31);
+    double declared = 0, undeclared = 0;
+    for (const std::int32_t dtype : kDtypes)
+        for (int t = 0; t < 20; ++t) {
+            Spec s = random_spec(r, dtype, kStyles[t % 3], false);
+            s.softcap = float(r.uniform(5, 30));
+            V2Case c(s);
+            fill_random(c, r, kStyles[t % 3]);
+            INFO(describe_v2(c.p));
+            const test::Evaluation ev = test::evaluate_f32(c.p, test::Order::two_pass, test::PRounding::none, test::Bug::tanh_approx);
+            OracleV2Options options;
+            options.tanh_ulps = 4096;
+            const Ratios x = ratios(attention_v2_oracle(c.p, options), ev, true);
+            REQUIRE(x.out <= 1.0);
+            REQUIRE(x.lse <= 1.0);
+            declared = std::max({declared, x.out, x.lse});
+            const Ratios y = ratios(attention_v2_oracle(c.p), ev, true);
+            undeclared = std::max({undeclared, y.out, y.lse});
+        }
+    WARN("tanh of 2^-11: largest ratio " << declared << " declared, " << undeclared << " undeclared");
+    CHECK(undeclared > 1.0);
+}
+
 TEST_CASE("the v2 oracle equals the v1 oracle on v1-expressible problems", "[reference][v2][consistency]") {
     // f32, Hq = Hk, contiguous [B,H,T,D], one q_offset (q_pos the same for every sequence).
     Random r(5);

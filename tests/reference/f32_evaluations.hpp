@@ -41,8 +41,9 @@ inline constexpr Order kOrders[] = {Order::two_pass, Order::online, Order::exp2,
 // Where the probabilities are rounded to the dtype: nowhere, only in P V, or in P V and the sum.
 enum class PRounding { none, numerator, both };
 
-// Bugs seen in real kernels, planted into the two-pass evaluation.
-enum class Bug { none, no_scale, dropped_key, lse_log2, window_both_sides, gqa_modulus, softcap_before_scale };
+// Bugs seen in real kernels, planted into the two-pass evaluation. tanh_approx is not a bug
+// when declared: a tanh with a relative error of 0.9 * 2^-11 (tanh.approx.f32 on a GPU).
+enum class Bug { none, no_scale, dropped_key, lse_log2, window_both_sides, gqa_modulus, softcap_before_scale, tanh_approx };
 
 // Results in the oracle's logical order: rows (b, h, i), out [rows, Dv] as stored (rounded to
 // the dtype, read back as float), the same before that rounding (out_f32), lse [rows].
@@ -88,6 +89,7 @@ inline float score(const RowContext& r, int j) {
     float s = scale_in_q ? dot : scale * dot;
     if (p.softcap > 0) {
         if (r.bug == Bug::softcap_before_scale) s = scale * (p.softcap * std::tanh(dot / p.softcap));
+        else if (r.bug == Bug::tanh_approx) s = p.softcap * (std::tanh(s / p.softcap) * (1.0f + 0.9f * 0x1p-11f));
         else s = p.softcap * std::tanh(s / p.softcap);
         if (base2) s *= kLog2e;
     }
