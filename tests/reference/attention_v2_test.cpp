@@ -64,6 +64,14 @@ double round_to_format(double x, int bits, int emin) {
     return std::ldexp(std::nearbyint(q), e - (bits - 1));
 }
 
+// Significant bits and minimum normal exponent of a dtype.
+struct Format {
+    int bits, emin;
+};
+Format format_of(std::int32_t dtype) {
+    return dtype == ATTNCHECK_DTYPE_F16 ? Format{11, -14} : dtype == ATTNCHECK_DTYPE_BF16 ? Format{8, -126} : Format{24, -126};
+}
+
 TEST_CASE("f16: every bit pattern converts to float and back (NaN stays NaN)", "[reference][v2][dtype]") {
     int nans = 0;
     for (std::uint32_t h = 0; h < 65536; ++h) {
@@ -747,6 +755,7 @@ TEST_CASE("C entry: out rounded to the dtype, lse in float32, nothing else writt
             run_and_check_untouched(c);
             const OracleV2 o = attention_v2_oracle(c.p);
             const double ud = unit_roundoff(dtype);
+            const Format format = format_of(dtype);
             for (int b = 0; b < c.p.batch; ++b)
                 for (int h = 0; h < c.p.q_heads; ++h)
                     for (int i = 0; i < c.tq(b); ++i) {
@@ -754,9 +763,8 @@ TEST_CASE("C entry: out rounded to the dtype, lse in float32, nothing else writt
                         for (int d = 0; d < c.p.value_dim; ++d) {
                             const double x = o.out[row * std::size_t(c.p.value_dim) + std::size_t(d)];
                             const float got = c.out.get(c.out_at(b, h, i, d));
-                            // Representable in the dtype, and the nearest such value to x.
-                            REQUIRE(round_to(dtype, got) == got);
-                            REQUIRE(got == reference::round_double_to(dtype, x));
+                            // x rounded to nearest even in the dtype, directly from float64.
+                            REQUIRE(double(got) == round_to_format(x, format.bits, format.emin));
                             REQUIRE(std::abs(double(got) - x) <= ud * std::abs(x) + 0x1p-25);
                         }
                         const float l = c.lse[std::size_t(c.out_guard + lse_offset_v2(c.p, b, h, i))];
@@ -764,6 +772,29 @@ TEST_CASE("C entry: out rounded to the dtype, lse in float32, nothing else writt
                         else REQUIRE(l == float(o.lse[row]));
                     }
         }
+}
+
+TEST_CASE("round_double_to rounds once, from float64", "[reference][v2][dtype]") {
+    // Just above the midpoint between two dtype values, by less than float32 can hold: through
+    // float32 first, x becomes the midpoint and ties to even go down; rounded once, it goes up.
+    for (const std::int32_t dtype : kDtypes) {
+        const Format f = format_of(dtype);
+        const double one_ulp = std::ldexp(1.0, 1 - f.bits);
+        const double x = 1.0 + one_ulp / 2 + 0x1p-40;
+        CHECK(double(reference::round_double_to(dtype, x)) == 1.0 + one_ulp);
+        CHECK(double(reference::round_double_to(dtype, -x)) == -(1.0 + one_ulp));
+        CHECK(double(reference::round_double_to(dtype, 1.0 + one_ulp / 2)) == 1.0);  // the tie: even
+    }
+    // And on random doubles, against the independent rounding.
+    Random r(37);
+    for (int t = 0; t < 100000; ++t) {
+        const double x = r.normal() * std::exp2(r.uniform(-30, 12));  // within f16's range
+        for (const std::int32_t dtype : kDtypes) {
+            const Format f = format_of(dtype);
+            INFO(dtype_name(dtype) << " x = " << x);
+            REQUIRE(double(reference::round_double_to(dtype, x)) == round_to_format(x, f.bits, f.emin));
+        }
+    }
 }
 
 TEST_CASE("C entry: refuses a malformed problem and writes nothing", "[reference][v2][kernel]") {
