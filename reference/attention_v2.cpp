@@ -137,12 +137,15 @@ void attend_row(const attncheck_problem_v2& p, const OracleV2Options& options, i
                      4.0 * u * (std::abs(o.lse[r]) + std::abs(m)) + nn * kMinNormal32 +
                      (p_rounded ? 1.1 * (ud + nn * tiny_rounding(p.dtype)) : 0.0);
 
-    // The output, column by column (docs/numerics.md 1.1 and "Version 2"):
-    //   softmax term   min(e^{2E} sum_j p_j e_j |v_j - o|, max_j |v_j - o|)
-    //   arithmetic     u (3n + 8) (sum_j p_j |v_j| + |o|)
+    // The output, column by column (docs/numerics.md 1.1 and 4.3):
+    //   softmax term   first = min(e^{2E} sum_j p_j e_j |v_j - o|, max_j |v_j - o|)
+    //   The later roundings act on the kernel's weights p~_j (p~_j <= e^{2E} p_j, summing to 1)
+    //   and its output o~ (|o~| <= |o| + first): sum_j p~_j |v_j| <= M = min(e^{2E} sum_j p_j |v_j|,
+    //   max_j |v_j|).
+    //   arithmetic     u (3n + 8) (M + |o| + first)
     //   underflow      (n + 2) 2^-126 (max_j |v_j| + 1)
     //   probabilities rounded to the dtype before P V (when declared):
-    //                  1.1 ud (sum_j p_j |v_j| + |o|) + n tiny(dtype) max_j |v_j|
+    //                  1.1 ud (M + |o| + first) + n tiny(dtype) max_j |v_j|
     //   the output rounded to the dtype (not float32): ud (|o| + bound) + tiny(dtype)
     const int hk = kv_head_of(p, h);
     const double growth = std::exp(2.0 * E);
@@ -162,9 +165,10 @@ void attend_row(const attncheck_problem_v2& p, const OracleV2Options& options, i
             cap = std::max(cap, std::abs(v[t] - out));
         }
         const double first = (std::isfinite(growth) && growth < 2.0) ? std::min(growth * soft, cap) : cap;
-        double bound = first + arith * (mag + std::abs(out)) + (nn + 2.0) * kMinNormal32 * (vmax + 1.0);
-        if (p_rounded)
-            bound += 1.1 * ud * (mag + std::abs(out)) + nn * tiny_rounding(p.dtype) * vmax;
+        const double M = std::isfinite(growth) ? std::min(growth * mag, vmax) : vmax;
+        const double weighted = M + std::abs(out) + first;
+        double bound = first + arith * weighted + (nn + 2.0) * kMinNormal32 * (vmax + 1.0);
+        if (p_rounded) bound += 1.1 * ud * weighted + nn * tiny_rounding(p.dtype) * vmax;
         if (narrow) bound += ud * (std::abs(out) + bound) + tiny_rounding(p.dtype);
         o.out[r * Dv + c] = out;
         o.out_bound[r * Dv + c] = bound;
