@@ -49,11 +49,13 @@ struct ScoredKey {
 //   dot and scale:  e0 = u ((Dk + 4) |scale| sum_d |q_d k_d| + |s0|)
 //   softcap:        the tanh argument x = s0 / cap (or s0 (1/cap), or q.k (scale/cap)) errs by
 //                   (e0 + 2u (|s0| + e0)) / cap; |tanh'| <= 1 carries it to tanh, a tanh of
-//                   2 ulps adds 4u |tanh| (of the perturbed argument), the product with cap u:
-//                   e_c = (1 + 6u) ex + 6u |c|,  ex = e0 + 2u (|s0| + e0)
-//   ALiBi:          beta = slope (a - j) with a - j exact, the product rounds (u |beta|, one
-//                   spare u |beta|), the subtraction u |s|: e_s = (1 + u) e_c + 2u |beta| + u |s|
-ScoredKey score_of(const attncheck_problem_v2& p, int b, int h, int i, int j) {
+//                   k ulps adds t = 2ku relative (of the perturbed argument's tanh), the product
+//                   with cap u:  e_c = (1 + u)(1 + t) ex + (t + 2u) |c|,  ex = e0 + 2u (|s0| + e0)
+//   ALiBi:          beta = slope (a - j) with a - j exact: the product rounds (u |beta|); in
+//                   base 2, log2 e folded into the slope (2u |beta|) and into c (2u |c| <=
+//                   2u (|s| + |beta|), the |s| part counted with the exponential's stage); one
+//                   spare; the subtraction u |s|:  e_s = (1 + u) e_c + 6u |beta| + u |s|
+ScoredKey score_of(const attncheck_problem_v2& p, const OracleV2Options& options, int b, int h, int i, int j) {
     const int hk = kv_head_of(p, h);
     const double scale = double(p.scale);
     double dot = 0, mag = 0;
@@ -69,14 +71,15 @@ ScoredKey score_of(const attncheck_problem_v2& p, int b, int h, int i, int j) {
     if (p.softcap > 0) {
         const double cap = double(p.softcap);
         s = cap * std::tanh(s0 / cap);
+        const double t = 2.0 * options.tanh_ulps * u;
         const double ex = e + 2.0 * u * (std::abs(s0) + e);
-        e = (1.0 + 6.0 * u) * ex + 6.0 * u * std::abs(s);
+        e = (1.0 + u) * (1.0 + t) * ex + (t + 2.0 * u) * std::abs(s);
     }
     if (p.alibi_slopes) {
         const double a = double(p.q_pos[b]) + double(i);
         const double beta = double(p.alibi_slopes[h]) * (a - double(j));
         s -= beta;
-        e = (1.0 + u) * e + 2.0 * u * std::abs(beta) + u * std::abs(s);
+        e = (1.0 + u) * e + 6.0 * u * std::abs(beta) + u * std::abs(s);
     }
     return {j, s, e, 0.0};
 }
@@ -88,7 +91,7 @@ void attend_row(const attncheck_problem_v2& p, const OracleV2Options& options, i
     keys.clear();
     const int Tk = kv_len_of(p, b);
     for (int j = 0; j < Tk; ++j)
-        if (visible_v2(p, b, i, j)) keys.push_back(score_of(p, b, h, i, j));
+        if (visible_v2(p, b, i, j)) keys.push_back(score_of(p, options, b, h, i, j));
     const std::size_t n = keys.size();
     o.visible[r] = int(n);
     if (n == 0) {  // the ABI's empty row: out 0 and lse -inf, exactly (bounds 0)
@@ -122,23 +125,29 @@ void attend_row(const attncheck_problem_v2& p, const OracleV2Options& options, i
     // merge) errs relatively by u (3n + 8), its log by that over 1 - that (u (3n + 9)); a log or
     // log2 times ln 2 of a few ulps: 6u |log z|; the add of the maximum (in base 2: the maximum
     // times log2 e, the sum times ln 2): 4u (|lse| + |m|); weights flushed under 2^-126 move z
-    // (>= 1) by n 2^-126.
+    // (>= 1) by n 2^-126. A kernel that sums the probabilities rounded to the dtype moves z by
+    // a relative ud + n tiny(dtype) more, its log by 1.1 times that.
     const double nn = double(n);
+    const double ud = unit_roundoff(p.dtype);
+    const bool narrow = p.dtype != ATTNCHECK_DTYPE_F32;
+    const bool p_rounded = options.probabilities_rounded && narrow;
     const double log_z = std::log(z);
     o.lse[r] = m + log_z;
     o.lse_bound[r] = std::min(std::exp(E) * weighted_e, E) + u * (3.0 * nn + 9.0) + 6.0 * u * std::abs(log_z) +
-                     4.0 * u * (std::abs(o.lse[r]) + std::abs(m)) + nn * kMinNormal32;
+                     4.0 * u * (std::abs(o.lse[r]) + std::abs(m)) + nn * kMinNormal32 +
+                     (p_rounded ? 1.1 * (ud + nn * tiny_rounding(p.dtype)) : 0.0);
 
-    // The output, column by column (docs/numerics.md 1.1 and "Version 2"):
-    //   softmax term   min(e^{2E} sum_j p_j e_j |v_j - o|, max_j |v_j - o|)
-    //   arithmetic     u (3n + 8) (sum_j p_j |v_j| + |o|)
+    // The output, column by column (docs/numerics.md 1.1 and 4.3):
+    //   softmax term   first = min(e^{2E} sum_j p_j e_j |v_j - o|, max_j |v_j - o|)
+    //   The later roundings act on the kernel's weights p~_j (p~_j <= e^{2E} p_j, summing to 1)
+    //   and its output o~ (|o~| <= |o| + first): sum_j p~_j |v_j| <= M = min(e^{2E} sum_j p_j |v_j|,
+    //   max_j |v_j|).
+    //   arithmetic     u (3n + 8) (M + |o| + first)
     //   underflow      (n + 2) 2^-126 (max_j |v_j| + 1)
     //   probabilities rounded to the dtype before P V (when declared):
-    //                  1.1 ud (sum_j p_j |v_j| + |o|) + n tiny(dtype) max_j |v_j|
+    //                  1.1 ud (M + |o| + first) + n tiny(dtype) max_j |v_j|
     //   the output rounded to the dtype (not float32): ud (|o| + bound) + tiny(dtype)
     const int hk = kv_head_of(p, h);
-    const double ud = unit_roundoff(p.dtype);
-    const bool narrow = p.dtype != ATTNCHECK_DTYPE_F32;
     const double growth = std::exp(2.0 * E);
     const double arith = u * (3.0 * nn + 8.0);
     std::vector<double> v(n);
@@ -156,9 +165,10 @@ void attend_row(const attncheck_problem_v2& p, const OracleV2Options& options, i
             cap = std::max(cap, std::abs(v[t] - out));
         }
         const double first = (std::isfinite(growth) && growth < 2.0) ? std::min(growth * soft, cap) : cap;
-        double bound = first + arith * (mag + std::abs(out)) + (nn + 2.0) * kMinNormal32 * (vmax + 1.0);
-        if (options.probabilities_rounded && narrow)
-            bound += 1.1 * ud * (mag + std::abs(out)) + nn * tiny_rounding(p.dtype) * vmax;
+        const double M = std::isfinite(growth) ? std::min(growth * mag, vmax) : vmax;
+        const double weighted = M + std::abs(out) + first;
+        double bound = first + arith * weighted + (nn + 2.0) * kMinNormal32 * (vmax + 1.0);
+        if (p_rounded) bound += 1.1 * ud * weighted + nn * tiny_rounding(p.dtype) * vmax;
         if (narrow) bound += ud * (std::abs(out) + bound) + tiny_rounding(p.dtype);
         o.out[r * Dv + c] = out;
         o.out_bound[r * Dv + c] = bound;

@@ -20,6 +20,10 @@ struct OracleV2Options {
     // The kernel rounds the probabilities to the problem's dtype before multiplying them by v
     // (FlashAttention does, for float16 / bfloat16): the bound then includes that rounding.
     bool probabilities_rounded = false;
+    // Accuracy of the kernel's float32 tanh (softcap), in ulps. 2 covers glibc's tanhf and
+    // correctly rounded ones; a GPU kernel on tanh.approx.f32 (relative error 2^-11) declares
+    // 4096.
+    double tanh_ulps = 2.0;
 };
 
 struct OracleV2 {

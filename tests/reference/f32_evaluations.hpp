@@ -11,8 +11,8 @@
 //              exp2 and log2, the output times the reciprocal of the sum
 //   reversed   keys and the dot product's terms in reverse order
 //   split_kv   three chunks of keys evaluated apart and merged (flash-decoding)
-// With round_p (float16 / bfloat16), P is rounded to the dtype before P V while the sum uses the
-// unrounded P (FlashAttention). The output is rounded to the dtype; lse is float32.
+// P may be rounded to the dtype (float16 / bfloat16) before P V, with the sum of the unrounded P
+// (FlashAttention) or of the rounded one. The output is rounded to the dtype; lse is float32.
 #pragma once
 
 #include <algorithm>
@@ -38,13 +38,17 @@ inline const char* order_name(Order o) {
 }
 inline constexpr Order kOrders[] = {Order::two_pass, Order::online, Order::exp2, Order::reversed, Order::split_kv};
 
-// Bugs seen in real kernels, planted into the two-pass evaluation.
-enum class Bug { none, no_scale, dropped_key, lse_log2, window_both_sides, gqa_modulus, softcap_before_scale };
+// Where the probabilities are rounded to the dtype: nowhere, only in P V, or in P V and the sum.
+enum class PRounding { none, numerator, both };
+
+// Bugs seen in real kernels, planted into the two-pass evaluation. tanh_approx is not a bug
+// when declared: a tanh with a relative error of 0.9 * 2^-11 (tanh.approx.f32 on a GPU).
+enum class Bug { none, no_scale, dropped_key, lse_log2, window_both_sides, gqa_modulus, softcap_before_scale, tanh_approx };
 
 // Results in the oracle's logical order: rows (b, h, i), out [rows, Dv] as stored (rounded to
-// the dtype, read back as float), lse [rows].
+// the dtype, read back as float), the same before that rounding (out_f32), lse [rows].
 struct Evaluation {
-    std::vector<float> out, lse;
+    std::vector<float> out, out_f32, lse;
 };
 
 namespace detail {
@@ -63,7 +67,7 @@ struct RowContext {
     const attncheck_problem_v2& p;
     int b, h, i, hk;
     Order order;
-    bool round_p;
+    PRounding round_p;
     Bug bug;
 };
 
@@ -85,6 +89,7 @@ inline float score(const RowContext& r, int j) {
     float s = scale_in_q ? dot : scale * dot;
     if (p.softcap > 0) {
         if (r.bug == Bug::softcap_before_scale) s = scale * (p.softcap * std::tanh(dot / p.softcap));
+        else if (r.bug == Bug::tanh_approx) s = p.softcap * (std::tanh(s / p.softcap) * (1.0f + 0.9f * 0x1p-11f));
         else s = p.softcap * std::tanh(s / p.softcap);
         if (base2) s *= kLog2e;
     }
@@ -109,8 +114,8 @@ inline void absorb(const RowContext& r, const std::vector<int>& js, const std::v
     st.m = m_new;
     for (std::size_t t = 0; t < js.size(); ++t) {
         const float w = expo(r, s[t] - m_new);
-        st.l += w;
-        const float wv = r.round_p ? round_to(p.dtype, w) : w;
+        const float wv = r.round_p == PRounding::none ? w : round_to(p.dtype, w);
+        st.l += r.round_p == PRounding::both ? wv : w;
         for (int c = 0; c < p.value_dim; ++c) {
             const float vj = load_element(p.dtype, p.v.data, kv_offset_v2(p, p.v, r.b, r.hk, js[t], c));
             st.acc[std::size_t(c)] = r.order == Order::online ? std::fma(wv, vj, st.acc[std::size_t(c)])
@@ -129,7 +134,8 @@ inline bool visible(const RowContext& r, int j) {
 
 }  // namespace detail
 
-inline Evaluation evaluate_f32(const attncheck_problem_v2& p, Order order, bool round_p, Bug bug = Bug::none) {
+inline Evaluation evaluate_f32(const attncheck_problem_v2& p, Order order, PRounding round_p = PRounding::none,
+                               Bug bug = Bug::none) {
     using namespace detail;
     Evaluation ev;
     const std::size_t Dv = std::size_t(p.value_dim);
@@ -178,6 +184,7 @@ inline Evaluation evaluate_f32(const attncheck_problem_v2& p, Order order, bool 
                     float o = 0;
                     if (!js.empty()) o = order == Order::exp2 ? run.acc[c] * (1.0f / run.l) : run.acc[c] / run.l;
                     ev.out.push_back(round_to(p.dtype, o));
+                    ev.out_f32.push_back(o);
                 }
                 float lse = kNegInf;
                 if (!js.empty()) {
