@@ -176,24 +176,32 @@ RowKeys row_keys(const Problem& p, int b, std::int64_t i, std::int64_t keys) {
     return r;
 }
 
+// A score before its bias: the dot product q.k scaled, then softcapped.
+template <Bug bug>
+float capped(const Problem& p, float dot) {
+    if constexpr (bug == Bug::softcap_before_scale) {
+        if (p.softcap > 0) return p.scale * (p.softcap * std::tanh(dot / p.softcap));
+        return p.scale * dot;
+    }
+    const float s = p.scale * dot;
+    if constexpr (bug == Bug::softcap_after_mask) return s;  // capped after the mask, by the caller
+    return p.softcap > 0 ? p.softcap * std::tanh(s / p.softcap) : s;
+}
+
+// s with the ALiBi bias of a query row at bias_position and key j.
+template <Bug bug>
+float biased(const Problem& p, float s, int h, std::int64_t bias_position, std::int64_t j) {
+    if (!p.alibi_slopes) return s;
+    const float bias = p.alibi_slopes[h] * float(bias_position - j);
+    if constexpr (bug == Bug::alibi_sign_flipped) return s + bias;
+    return s - bias;
+}
+
 // The score of a query row (at bias_position) and key j from their dot product q.k: scaled,
 // softcapped, biased.
 template <Bug bug>
 float score(const Problem& p, float dot, int h, std::int64_t bias_position, std::int64_t j) {
-    float s = p.scale * dot;
-    if constexpr (bug == Bug::softcap_before_scale) {
-        if (p.softcap > 0) s = p.scale * (p.softcap * std::tanh(dot / p.softcap));
-    } else if constexpr (bug != Bug::softcap_after_mask) {
-        if (p.softcap > 0) s = p.softcap * std::tanh(s / p.softcap);
-    }
-    if (p.alibi_slopes) {
-        const float bias = p.alibi_slopes[h] * float(bias_position - j);
-        if constexpr (bug == Bug::alibi_sign_flipped)
-            s += bias;
-        else
-            s -= bias;
-    }
-    return s;
+    return biased<bug>(p, capped<bug>(p, dot), h, bias_position, j);
 }
 
 // A finished row: out = acc / sum (zeros for an empty row), lse = max + log(sum) (-inf empty).
@@ -334,10 +342,12 @@ int tiled_kernel(const Problem* pp) {
                             float d = 0.0f;
                             for (std::int64_t c = 0; c < Dk; ++c) d += qr[c] * kr[c];
                             float& sj = s[size(j - j0)];
-                            sj = score<bug>(p, d, h, rk.bias_position, j);
                             if constexpr (bug == Bug::softcap_after_mask) {
-                                if (j < a0 || j >= a1) sj = kNegInf;
-                                if (p.softcap > 0) sj = p.softcap * std::tanh(sj / p.softcap);
+                                float masked = j < a0 || j >= a1 ? kNegInf : capped<bug>(p, d);
+                                if (p.softcap > 0) masked = p.softcap * std::tanh(masked / p.softcap);
+                                sj = biased<bug>(p, masked, h, rk.bias_position, j);
+                            } else {
+                                sj = score<bug>(p, d, h, rk.bias_position, j);
                             }
                             tile_max = std::max(tile_max, sj);
                         }

@@ -566,7 +566,10 @@ TEST_CASE("v2 mutant: softcap after the mask") {
     Spec shows = prefill(10); shows.softcap = 3.0f;
     // Rows of one query block see different keys of the tile the block loads.
     Spec windowed = prefill(40); windowed.softcap = 3.0f, windowed.window_left = 5;
-    mutant_is_its_bug("v2_softcap_after_mask", shows, {prefill(10), decode(10)});
+    // Every key visible: nothing masked, so the order of softcap and mask cannot show (ALiBi
+    // still after the softcap).
+    Spec all_visible = prefill(10); all_visible.causal = 0, all_visible.softcap = 3.0f, all_visible.alibi = true;
+    mutant_is_its_bug("v2_softcap_after_mask", shows, {prefill(10), decode(10), all_visible});
     mutant_is_its_bug("v2_softcap_after_mask", windowed, {});
 }
 
