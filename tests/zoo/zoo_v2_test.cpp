@@ -422,6 +422,16 @@ TEST_CASE("v2 bases refuse a malformed problem") {
         CHECK(v2_kernel(name)(&p) == ATTNCHECK_UNSUPPORTED);
         CHECK(v2_kernel(name)(nullptr) == ATTNCHECK_UNSUPPORTED);
     }
+    Spec paged = decode(9);
+    paged.mode = Mode::paged;
+    Case c2(paged);
+    for (const char* name : {"v2_naive", "v2_tiled"}) {
+        attncheck_problem_v2 p = c2.p;
+        std::vector<std::int32_t> table(c2.table);
+        table[0] = p.num_blocks;  // a block that does not exist
+        p.block_table = table.data();
+        CHECK(v2_kernel(name)(&p) == ATTNCHECK_UNSUPPORTED);
+    }
 }
 
 TEST_CASE("v2 bases agree with a float64 loop on hand-made problems of every feature") {
