@@ -642,6 +642,7 @@ TEST_CASE("v2 mutant: window_right ignored") {
 TEST_CASE("v2 mutant: block_table rows apart by the capacity's block count") {
     Spec shows; shows.mode = Mode::paged, shows.block_size = 4;  // block_table_stride 4, not 3
     shows.q_rows = {1, 1}, shows.keys = {10, 7}, shows.q_pos = {9, 6}, shows.capacity = 12, shows.with_kv_lens = true;
+    shows.table_covers_capacity = true;  // every entry a block: the mutant's reads stay inside k and v
     Spec one_sequence = shows; one_sequence.q_rows = {1}, one_sequence.keys = {10}, one_sequence.q_pos = {9};
     Spec dense = shows; dense.mode = Mode::dense;
     mutant_is_its_bug("v2_table_stride_from_capacity", shows, {one_sequence, dense});
