@@ -8,7 +8,8 @@
 //   tiled_kernel  FlashAttention's: blocks of query rows against key tiles of 96 keys with an
 //                 online softmax (running max and sum per row, rescaled per tile), the tiles that
 //                 no row of the block sees skipped, masked keys of a partial tile excluded, a
-//                 paged cache read block by block through block_table.
+//                 paged cache read block by block through block_table, and the probabilities
+//                 rounded to the dtype for the P.V product (declared: rounds_probabilities=yes).
 // Both accumulate in float32, read elements with load_element and write with store_element, read
 // no key that no query row of the call sees, and refuse a malformed problem (problem_v2_error).
 // They share this file's addressing, masking and scoring, written from the ABI's text; the
@@ -25,6 +26,7 @@
 #include <cstdint>
 #include <limits>
 #include <numbers>
+#include <string>
 #include <vector>
 
 #include "attncheck/problem_v2.hpp"
@@ -359,8 +361,11 @@ int tiled_kernel(const Problem* pp) {
                         for (std::int64_t j = s0; j < s1; ++j) {
                             const float w = std::exp(s[size(j - j0)] - new_max);
                             tile_sum += w;
+                            // P in the dtype for the P.V product, as FlashAttention's f16 / bf16
+                            // kernels do; the sum keeps the float32 weights.
+                            const float w_dtype = round_to(p.dtype, w);
                             const float* vr = &v_tile[size((j - j0) * Dv)];
-                            for (std::int64_t c = 0; c < Dv; ++c) ar[c] += w * vr[c];
+                            for (std::int64_t c = 0; c < Dv; ++c) ar[c] += w_dtype * vr[c];
                         }
                         for (std::int64_t j = j1; j < loaded_end; ++j) {  // only with padding_times_zero
                             const float* kr = &k_tile[size((j - j0) * Dk)];
@@ -383,6 +388,10 @@ int tiled_kernel(const Problem* pp) {
     return ATTNCHECK_OK;
 }
 
+// What the bases declare (attncheck/declaration.hpp); a mutant declares what its base does.
+constexpr const char* kNaiveDeclaration = "";
+constexpr const char* kTiledDeclaration = "rounds_probabilities=yes";
+
 KernelEntry base(std::string name, attncheck_kernel_v2_fn fn, std::string description, std::string declaration) {
     return {.name = std::move(name), .fn = nullptr, .description = std::move(description),
             .role = KernelRole::zoo_base, .declaration = std::move(declaration), .bug = "",
@@ -394,8 +403,10 @@ KernelEntry base(std::string name, attncheck_kernel_v2_fn fn, std::string descri
 // isolated worker, or with its buffers against guard pages).
 KernelEntry mutant(std::string name, const char* base, attncheck_kernel_v2_fn fn, std::string bug,
                    bool reads_out_of_bounds = false, bool writes_out_of_bounds = false) {
+    const bool tiled = std::string(base) == "v2_tiled";
     return {.name = std::move(name), .fn = nullptr, .description = std::string(base) + " with one bug",
-            .role = KernelRole::mutant, .declaration = "", .writes_out_of_bounds = writes_out_of_bounds,
+            .role = KernelRole::mutant, .declaration = tiled ? kTiledDeclaration : kNaiveDeclaration,
+            .writes_out_of_bounds = writes_out_of_bounds,
             .bug = std::move(bug), .reads_only_visible_keys = false, .fn_v2 = fn,
             .reads_out_of_bounds = reads_out_of_bounds};
 }
@@ -407,11 +418,12 @@ std::vector<KernelEntry> zoo_v2_entries() {
     // v1's whole-cache call); both read only keys some query row of the call sees.
     return {
         base("v2_naive", naive_kernel<Bug::none>,
-             "correct v2 kernel: per query row two passes over its visible keys (max, then sum and P.V), float32", ""),
+             "correct v2 kernel: per query row two passes over its visible keys (max, then sum and P.V), float32",
+             kNaiveDeclaration),
         base("v2_tiled", tiled_kernel<Bug::none>,
              "correct v2 kernel: FlashAttention-style online softmax, 16-row query blocks against 96-key tiles, "
-             "unseen tiles skipped, paged cache read block by block, float32",
-             ""),
+             "unseen tiles skipped, paged cache read block by block, float32 (P rounded to the dtype for P.V)",
+             kTiledDeclaration),
         mutant("v2_gqa_head_modulo", "v2_tiled", tiled_kernel<Bug::gqa_head_modulo>,
                "GQA maps query head h to kv head h % kv_heads instead of h / (q_heads / kv_heads) "
                "(right only for MHA and MQA)"),

@@ -252,7 +252,9 @@ Gap gap(const Result& a, const Result& b, bool with_lse) {
 }
 
 // What float32 accumulation and an output rounded to the dtype may cost, on inputs in [-1, 1]:
-// the output's rounding (half an ulp at 1) twice over, and float32 sums of a few hundred terms.
+// the output's rounding (half an ulp at 1) twice over (or once, and probabilities rounded to the
+// dtype: at most one unit roundoff of sum(p |v|) / sum(p) <= 1), and float32 sums of a few
+// hundred terms.
 double out_tolerance(std::int32_t dtype) { return 2 * unit_roundoff(dtype) + 2e-5; }
 constexpr double kLseTolerance = 1e-5;
 
@@ -279,11 +281,19 @@ int outside_oracle_bound(const Result& got, const reference::OracleV2& oracle, b
     return outside;
 }
 
+// The float64 oracle with the bound of the kernel `name`'s declaration.
+reference::OracleV2 oracle_of(const Case& c, const std::string& name) {
+    const KernelEntry* e = find_kernel(name);
+    REQUIRE(e != nullptr);
+    reference::OracleV2Options options;
+    options.probabilities_rounded = e->declaration.find("rounds_probabilities=yes") != std::string::npos;
+    return reference::attention_v2_oracle(c.p, options);
+}
+
 // Both bases return OK and agree with the float64 loop (and so with each other) on c, and are
 // within the float64 oracle's bound.
 void bases_are_right(Case& c) {
     const Result want = float64_attention(c);
-    const reference::OracleV2 oracle = reference::attention_v2_oracle(c.p);
     for (const char* name : {"v2_naive", "v2_tiled"}) {
         const Result got = c.run(v2_kernel(name));
         INFO(name << " on " << describe_v2(c.p));
@@ -291,7 +301,7 @@ void bases_are_right(Case& c) {
         const Gap g = gap(got, want, c.spec.lse);
         CHECK(g.out <= out_tolerance(c.p.dtype));
         CHECK(g.lse <= kLseTolerance);
-        CHECK(outside_oracle_bound(got, oracle, c.spec.lse) == 0);
+        CHECK(outside_oracle_bound(got, oracle_of(c, name), c.spec.lse) == 0);
     }
 }
 
@@ -312,7 +322,7 @@ void mutant_is_its_bug(const std::string& name, const Spec& shows, const std::ve
         bases_are_right(c);
         const Result want = c.run(base), got = c.run(m->fn_v2);
         REQUIRE(got.rc == ATTNCHECK_OK);
-        CHECK(outside_oracle_bound(got, reference::attention_v2_oracle(c.p), shows.lse) > 0);
+        CHECK(outside_oracle_bound(got, oracle_of(c, name), shows.lse) > 0);
         const Gap g = gap(got, want, shows.lse);
         if (in_lse) {  // a bug of lse alone: out still right
             CHECK(g.lse > kLseTolerance);
@@ -404,7 +414,9 @@ TEST_CASE("the v2 zoo: two bases and at least 12 mutants, each with fn_v2 and a 
             mutants.insert(e.name);
             CHECK(!e.bug.empty());
             CHECK(e.bug.find('\n') == std::string::npos);
-            CHECK(find_kernel(base_of(e), KernelRole::zoo_base) != nullptr);
+            const KernelEntry* base = find_kernel(base_of(e), KernelRole::zoo_base);
+            REQUIRE(base != nullptr);
+            CHECK(e.declaration == base->declaration);
         }
     }
     CHECK(bases == std::set<std::string>{"v2_naive", "v2_tiled"});
