@@ -60,7 +60,7 @@ enum class Bug {
     alibi_row_relative,     // ALiBi distance from the row index i, not the position q_pos[b] + i
     k_rows_contiguous,      // k's row stride taken as head_dim, ignoring k.stride[2]
     varlen_k_from_q,        // varlen: k/v rows packed by cu_seqlens_q
-    bf16_read_as_f16,       // bf16 inputs decoded as float16
+    bf16_read_as_f16,       // bf16 keys and values decoded as float16
     window_right_ignored,   // non-causal: window_right dropped (left windows only)
     table_stride_from_capacity,  // block_table rows ceil(kv_len / block_size) apart
     lse_contiguous,         // lse written as a contiguous [B, Hq, Tq], lse_stride ignored
