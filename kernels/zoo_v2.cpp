@@ -137,7 +137,8 @@ std::int64_t key_row_offset(const Problem& p, const Tensor& t, int b, int hk, st
     const std::int64_t row_stride = key_row_stride<bug>(p, t);
     if (p.block_table) {
         std::int64_t table_stride = p.block_table_stride;
-        if constexpr (bug == Bug::table_stride_from_capacity) table_stride = (p.kv_len + p.block_size - 1) / p.block_size;
+        if constexpr (bug == Bug::table_stride_from_capacity)
+            table_stride = (p.kv_len + p.block_size - 1) / p.block_size;
         const std::int64_t block = p.block_table[b * table_stride + j / p.block_size];
         return block * t.stride[0] + hk * t.stride[1] + (j % p.block_size) * row_stride;
     }
