@@ -677,3 +677,31 @@ TEST_CASE("v2 mutant: lse strides ignored") {
     Spec no_lse = shows; no_lse.lse = false;
     mutant_is_its_bug("v2_lse_contiguous", shows, {prefill(10), varlen, no_lse}, /*in_lse=*/true);
 }
+
+TEST_CASE("v2 bases read no key row past the last one a query row sees (k and v end there; ASan checks)") {
+    // One kv head in [B, H, T, D]: the rows past kv_lens[b] are the end of the buffers, which are
+    // cut just after the last key the rows see (a sanitizer build faults on any read past it).
+    for (bool causal_window : {false, true}) {
+        Spec s = decode(10);
+        s.Hq = 2, s.Hk = 1, s.capacity = 40, s.with_kv_lens = true;
+        if (causal_window) s.q_rows = {3}, s.q_pos = {5}, s.window_left = 2;  // rows see keys 3..7
+        Case c(s);
+        int last = 0;
+        for (int j = 0; j < 10; ++j)
+            if (c.seen(0, j)) last = j;
+        const std::size_t es = dtype_size(c.p.dtype);
+        const auto cut = [&](const std::vector<std::uint8_t>& full, const attncheck_tensor_v2& t, int width) {
+            const std::int64_t end = kv_offset_v2(c.p, t, 0, 0, last, width - 1) + 1;
+            return std::vector<std::uint8_t>(full.begin(), full.begin() + end * std::int64_t(es));
+        };
+        std::vector<std::uint8_t> k = cut(c.k, c.p.k, s.Dk), v = cut(c.v, c.p.v, s.Dv);
+        const Result whole = c.run(v2_kernel("v2_naive"));
+        c.p.k.data = k.data(), c.p.v.data = v.data();
+        for (const char* name : {"v2_naive", "v2_tiled"}) {
+            INFO(name << " on " << describe_v2(c.p));
+            const Result got = c.run(v2_kernel(name));
+            REQUIRE(got.rc == ATTNCHECK_OK);
+            CHECK(gap(got, whole, true).out <= out_tolerance(c.p.dtype));
+        }
+    }
+}
