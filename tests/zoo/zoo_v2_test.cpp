@@ -678,7 +678,7 @@ TEST_CASE("v2 mutant: lse strides ignored") {
     mutant_is_its_bug("v2_lse_contiguous", shows, {prefill(10), varlen, no_lse}, /*in_lse=*/true);
 }
 
-TEST_CASE("v2 bases read no key row past the last one a query row sees (k and v end there; ASan checks)") {
+TEST_CASE("v2 bases read no key row past the last one a query row sees: k and v end there, ASan checks") {
     // One kv head in [B, H, T, D]: the rows past kv_lens[b] are the end of the buffers, which are
     // cut just after the last key the rows see (a sanitizer build faults on any read past it).
     for (bool causal_window : {false, true}) {
