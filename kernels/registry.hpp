@@ -31,8 +31,8 @@ struct KernelEntry {
     // What the kernel declares (attncheck/declaration.hpp); "": every problem, empty rows 0,
     // deterministic.
     std::string declaration;
-    // True for a kernel that writes outside out: call it only with guard elements after out (or
-    // in an isolated worker).
+    // True for a kernel that writes outside its outputs (out; a v2 kernel's out and lse): call it
+    // only with guard elements after them (or in an isolated worker).
     bool writes_out_of_bounds = false;
     std::string bug;  // a mutant's one bug, in one line; "" for a correct kernel
     // True for a kernel that promises optimized::AttentionKernel::reads_only_visible_keys: it

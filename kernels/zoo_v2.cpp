@@ -8,7 +8,8 @@
 //   tiled_kernel  FlashAttention's: blocks of query rows against key tiles of 96 keys with an
 //                 online softmax (running max and sum per row, rescaled per tile), the tiles that
 //                 no row of the block sees skipped, masked keys of a partial tile excluded, a
-//                 paged cache read block by block through block_table.
+//                 paged cache read block by block through block_table, and the probabilities
+//                 rounded to the dtype for the P.V product (declared: rounds_probabilities=yes).
 // Both accumulate in float32, read elements with load_element and write with store_element, read
 // no key that no query row of the call sees, and refuse a malformed problem (problem_v2_error).
 // They share this file's addressing, masking and scoring, written from the ABI's text; the
@@ -25,6 +26,7 @@
 #include <cstdint>
 #include <limits>
 #include <numbers>
+#include <string>
 #include <vector>
 
 #include "attncheck/problem_v2.hpp"
@@ -58,7 +60,7 @@ enum class Bug {
     alibi_row_relative,     // ALiBi distance from the row index i, not the position q_pos[b] + i
     k_rows_contiguous,      // k's row stride taken as head_dim, ignoring k.stride[2]
     varlen_k_from_q,        // varlen: k/v rows packed by cu_seqlens_q
-    bf16_read_as_f16,       // bf16 inputs decoded as float16
+    bf16_read_as_f16,       // bf16 keys and values decoded as float16
     window_right_ignored,   // non-causal: window_right dropped (left windows only)
     table_stride_from_capacity,  // block_table rows ceil(kv_len / block_size) apart
     lse_contiguous,         // lse written as a contiguous [B, Hq, Tq], lse_stride ignored
@@ -135,7 +137,8 @@ std::int64_t key_row_offset(const Problem& p, const Tensor& t, int b, int hk, st
     const std::int64_t row_stride = key_row_stride<bug>(p, t);
     if (p.block_table) {
         std::int64_t table_stride = p.block_table_stride;
-        if constexpr (bug == Bug::table_stride_from_capacity) table_stride = (p.kv_len + p.block_size - 1) / p.block_size;
+        if constexpr (bug == Bug::table_stride_from_capacity)
+            table_stride = (p.kv_len + p.block_size - 1) / p.block_size;
         const std::int64_t block = p.block_table[b * table_stride + j / p.block_size];
         return block * t.stride[0] + hk * t.stride[1] + (j % p.block_size) * row_stride;
     }
@@ -176,24 +179,32 @@ RowKeys row_keys(const Problem& p, int b, std::int64_t i, std::int64_t keys) {
     return r;
 }
 
+// A score before its bias: the dot product q.k scaled, then softcapped.
+template <Bug bug>
+float capped(const Problem& p, float dot) {
+    if constexpr (bug == Bug::softcap_before_scale) {
+        if (p.softcap > 0) return p.scale * (p.softcap * std::tanh(dot / p.softcap));
+        return p.scale * dot;
+    }
+    const float s = p.scale * dot;
+    if constexpr (bug == Bug::softcap_after_mask) return s;  // capped after the mask, by the caller
+    return p.softcap > 0 ? p.softcap * std::tanh(s / p.softcap) : s;
+}
+
+// s with the ALiBi bias of a query row at bias_position and key j.
+template <Bug bug>
+float biased(const Problem& p, float s, int h, std::int64_t bias_position, std::int64_t j) {
+    if (!p.alibi_slopes) return s;
+    const float bias = p.alibi_slopes[h] * float(bias_position - j);
+    if constexpr (bug == Bug::alibi_sign_flipped) return s + bias;
+    return s - bias;
+}
+
 // The score of a query row (at bias_position) and key j from their dot product q.k: scaled,
 // softcapped, biased.
 template <Bug bug>
 float score(const Problem& p, float dot, int h, std::int64_t bias_position, std::int64_t j) {
-    float s = p.scale * dot;
-    if constexpr (bug == Bug::softcap_before_scale) {
-        if (p.softcap > 0) s = p.scale * (p.softcap * std::tanh(dot / p.softcap));
-    } else if constexpr (bug != Bug::softcap_after_mask) {
-        if (p.softcap > 0) s = p.softcap * std::tanh(s / p.softcap);
-    }
-    if (p.alibi_slopes) {
-        const float bias = p.alibi_slopes[h] * float(bias_position - j);
-        if constexpr (bug == Bug::alibi_sign_flipped)
-            s += bias;
-        else
-            s -= bias;
-    }
-    return s;
+    return biased<bug>(p, capped<bug>(p, dot), h, bias_position, j);
 }
 
 // A finished row: out = acc / sum (zeros for an empty row), lse = max + log(sum) (-inf empty).
@@ -334,10 +345,12 @@ int tiled_kernel(const Problem* pp) {
                             float d = 0.0f;
                             for (std::int64_t c = 0; c < Dk; ++c) d += qr[c] * kr[c];
                             float& sj = s[size(j - j0)];
-                            sj = score<bug>(p, d, h, rk.bias_position, j);
                             if constexpr (bug == Bug::softcap_after_mask) {
-                                if (j < a0 || j >= a1) sj = kNegInf;
-                                if (p.softcap > 0) sj = p.softcap * std::tanh(sj / p.softcap);
+                                float masked = j < a0 || j >= a1 ? kNegInf : capped<bug>(p, d);
+                                if (p.softcap > 0) masked = p.softcap * std::tanh(masked / p.softcap);
+                                sj = biased<bug>(p, masked, h, rk.bias_position, j);
+                            } else {
+                                sj = score<bug>(p, d, h, rk.bias_position, j);
                             }
                             tile_max = std::max(tile_max, sj);
                         }
@@ -349,8 +362,11 @@ int tiled_kernel(const Problem* pp) {
                         for (std::int64_t j = s0; j < s1; ++j) {
                             const float w = std::exp(s[size(j - j0)] - new_max);
                             tile_sum += w;
+                            // P in the dtype for the P.V product, as FlashAttention's f16 / bf16
+                            // kernels do; the sum keeps the float32 weights.
+                            const float w_dtype = round_to(p.dtype, w);
                             const float* vr = &v_tile[size((j - j0) * Dv)];
-                            for (std::int64_t c = 0; c < Dv; ++c) ar[c] += w * vr[c];
+                            for (std::int64_t c = 0; c < Dv; ++c) ar[c] += w_dtype * vr[c];
                         }
                         for (std::int64_t j = j1; j < loaded_end; ++j) {  // only with padding_times_zero
                             const float* kr = &k_tile[size((j - j0) * Dk)];
@@ -373,6 +389,10 @@ int tiled_kernel(const Problem* pp) {
     return ATTNCHECK_OK;
 }
 
+// What the bases declare (attncheck/declaration.hpp); a mutant declares what its base does.
+constexpr const char* kNaiveDeclaration = "";
+constexpr const char* kTiledDeclaration = "rounds_probabilities=yes";
+
 KernelEntry base(std::string name, attncheck_kernel_v2_fn fn, std::string description, std::string declaration) {
     return {.name = std::move(name), .fn = nullptr, .description = std::move(description),
             .role = KernelRole::zoo_base, .declaration = std::move(declaration), .bug = "",
@@ -384,8 +404,10 @@ KernelEntry base(std::string name, attncheck_kernel_v2_fn fn, std::string descri
 // isolated worker, or with its buffers against guard pages).
 KernelEntry mutant(std::string name, const char* base, attncheck_kernel_v2_fn fn, std::string bug,
                    bool reads_out_of_bounds = false, bool writes_out_of_bounds = false) {
+    const bool tiled = std::string(base) == "v2_tiled";
     return {.name = std::move(name), .fn = nullptr, .description = std::string(base) + " with one bug",
-            .role = KernelRole::mutant, .declaration = "", .writes_out_of_bounds = writes_out_of_bounds,
+            .role = KernelRole::mutant, .declaration = tiled ? kTiledDeclaration : kNaiveDeclaration,
+            .writes_out_of_bounds = writes_out_of_bounds,
             .bug = std::move(bug), .reads_only_visible_keys = false, .fn_v2 = fn,
             .reads_out_of_bounds = reads_out_of_bounds};
 }
@@ -397,11 +419,12 @@ std::vector<KernelEntry> zoo_v2_entries() {
     // v1's whole-cache call); both read only keys some query row of the call sees.
     return {
         base("v2_naive", naive_kernel<Bug::none>,
-             "correct v2 kernel: per query row two passes over its visible keys (max, then sum and P.V), float32", ""),
+             "correct v2 kernel: per query row two passes over its visible keys (max, then sum and P.V), float32",
+             kNaiveDeclaration),
         base("v2_tiled", tiled_kernel<Bug::none>,
              "correct v2 kernel: FlashAttention-style online softmax, 16-row query blocks against 96-key tiles, "
-             "unseen tiles skipped, paged cache read block by block, float32",
-             ""),
+             "unseen tiles skipped, paged cache read block by block, float32 (P rounded to the dtype for P.V)",
+             kTiledDeclaration),
         mutant("v2_gqa_head_modulo", "v2_tiled", tiled_kernel<Bug::gqa_head_modulo>,
                "GQA maps query head h to kv head h % kv_heads instead of h / (q_heads / kv_heads) "
                "(right only for MHA and MQA)"),

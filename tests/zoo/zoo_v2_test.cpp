@@ -45,7 +45,9 @@ struct Spec {
     float scale = 0.3f, softcap = 0.0f;
     bool alibi = false, lse = true;
     bool lse_rows_outer = false;  // lse laid out [B, Tq, Hq] (else the contiguous [B, Hq, Tq])
-    float padding = kNaN;   // every k/v element that is not a key's: padding rows, gaps, unused blocks
+    // Every k/v element that is not a key's (padding rows, gaps, unused blocks), and every key
+    // that no query row sees (outside every row's window, past the last row's position).
+    float padding = kNaN;
     float magnitude = 1.0f; // inputs uniform in [-magnitude, magnitude]
     std::uint32_t seed = 1;
 };
@@ -166,11 +168,20 @@ struct Case {
         for (int b = 0; b < B; ++b)
             for (int hk = 0; hk < s.Hk; ++hk)
                 for (int j = 0; j < kv_len_of(p, b); ++j) {
+                    const bool hidden = !seen(b, j);
+                    const auto value = [&] { return hidden ? s.padding : uni(rng); };
                     for (int c = 0; c < s.Dk; ++c)
-                        store_element(s.dtype, k.data(), kv_offset_v2(p, p.k, b, hk, j, c), uni(rng));
+                        store_element(s.dtype, k.data(), kv_offset_v2(p, p.k, b, hk, j, c), value());
                     for (int c = 0; c < s.Dv; ++c)
-                        store_element(s.dtype, v.data(), kv_offset_v2(p, p.v, b, hk, j, c), uni(rng));
+                        store_element(s.dtype, v.data(), kv_offset_v2(p, p.v, b, hk, j, c), value());
                 }
+    }
+
+    // Whether some query row of sequence b sees key j.
+    bool seen(int b, int j) const {
+        for (int i = 0; i < q_len_of(p, b); ++i)
+            if (visible_v2(p, b, i, j)) return true;
+        return false;
     }
     Case(const Case&) = delete;
 
@@ -252,7 +263,9 @@ Gap gap(const Result& a, const Result& b, bool with_lse) {
 }
 
 // What float32 accumulation and an output rounded to the dtype may cost, on inputs in [-1, 1]:
-// the output's rounding (half an ulp at 1) twice over, and float32 sums of a few hundred terms.
+// the output's rounding (half an ulp at 1) twice over (or once, and probabilities rounded to the
+// dtype: at most one unit roundoff of sum(p |v|) / sum(p) <= 1), and float32 sums of a few
+// hundred terms.
 double out_tolerance(std::int32_t dtype) { return 2 * unit_roundoff(dtype) + 2e-5; }
 constexpr double kLseTolerance = 1e-5;
 
@@ -279,11 +292,19 @@ int outside_oracle_bound(const Result& got, const reference::OracleV2& oracle, b
     return outside;
 }
 
+// The float64 oracle with the bound of the kernel `name`'s declaration.
+reference::OracleV2 oracle_of(const Case& c, const std::string& name) {
+    const KernelEntry* e = find_kernel(name);
+    REQUIRE(e != nullptr);
+    reference::OracleV2Options options;
+    options.probabilities_rounded = e->declaration.find("rounds_probabilities=yes") != std::string::npos;
+    return reference::attention_v2_oracle(c.p, options);
+}
+
 // Both bases return OK and agree with the float64 loop (and so with each other) on c, and are
 // within the float64 oracle's bound.
 void bases_are_right(Case& c) {
     const Result want = float64_attention(c);
-    const reference::OracleV2 oracle = reference::attention_v2_oracle(c.p);
     for (const char* name : {"v2_naive", "v2_tiled"}) {
         const Result got = c.run(v2_kernel(name));
         INFO(name << " on " << describe_v2(c.p));
@@ -291,7 +312,7 @@ void bases_are_right(Case& c) {
         const Gap g = gap(got, want, c.spec.lse);
         CHECK(g.out <= out_tolerance(c.p.dtype));
         CHECK(g.lse <= kLseTolerance);
-        CHECK(outside_oracle_bound(got, oracle, c.spec.lse) == 0);
+        CHECK(outside_oracle_bound(got, oracle_of(c, name), c.spec.lse) == 0);
     }
 }
 
@@ -312,7 +333,7 @@ void mutant_is_its_bug(const std::string& name, const Spec& shows, const std::ve
         bases_are_right(c);
         const Result want = c.run(base), got = c.run(m->fn_v2);
         REQUIRE(got.rc == ATTNCHECK_OK);
-        CHECK(outside_oracle_bound(got, reference::attention_v2_oracle(c.p), shows.lse) > 0);
+        CHECK(outside_oracle_bound(got, oracle_of(c, name), shows.lse) > 0);
         const Gap g = gap(got, want, shows.lse);
         if (in_lse) {  // a bug of lse alone: out still right
             CHECK(g.lse > kLseTolerance);
@@ -404,7 +425,9 @@ TEST_CASE("the v2 zoo: two bases and at least 12 mutants, each with fn_v2 and a 
             mutants.insert(e.name);
             CHECK(!e.bug.empty());
             CHECK(e.bug.find('\n') == std::string::npos);
-            CHECK(find_kernel(base_of(e), KernelRole::zoo_base) != nullptr);
+            const KernelEntry* base = find_kernel(base_of(e), KernelRole::zoo_base);
+            REQUIRE(base != nullptr);
+            CHECK(e.declaration == base->declaration);
         }
     }
     CHECK(bases == std::set<std::string>{"v2_naive", "v2_tiled"});
@@ -421,6 +444,16 @@ TEST_CASE("v2 bases refuse a malformed problem") {
         p.abi_version = 1;
         CHECK(v2_kernel(name)(&p) == ATTNCHECK_UNSUPPORTED);
         CHECK(v2_kernel(name)(nullptr) == ATTNCHECK_UNSUPPORTED);
+    }
+    Spec paged = decode(9);
+    paged.mode = Mode::paged;
+    Case c2(paged);
+    for (const char* name : {"v2_naive", "v2_tiled"}) {
+        attncheck_problem_v2 p = c2.p;
+        std::vector<std::int32_t> table(c2.table);
+        table[0] = p.num_blocks;  // a block that does not exist
+        p.block_table = table.data();
+        CHECK(v2_kernel(name)(&p) == ATTNCHECK_UNSUPPORTED);
     }
 }
 
@@ -462,7 +495,7 @@ TEST_CASE("v2 bases agree with a float64 loop on hand-made problems of every fea
     }
 }
 
-TEST_CASE("v2 bases agree with a float64 loop on random problems (NaN/Inf in every unread element)") {
+TEST_CASE("v2 bases agree with a float64 loop on random problems (NaN/Inf in every key no row sees)") {
     for (std::uint32_t seed = 1; seed <= 150; ++seed) {
         Case c(random_spec(seed));
         INFO("seed " << seed);
@@ -566,7 +599,10 @@ TEST_CASE("v2 mutant: softcap after the mask") {
     Spec shows = prefill(10); shows.softcap = 3.0f;
     // Rows of one query block see different keys of the tile the block loads.
     Spec windowed = prefill(40); windowed.softcap = 3.0f, windowed.window_left = 5;
-    mutant_is_its_bug("v2_softcap_after_mask", shows, {prefill(10), decode(10)});
+    // Every key visible: nothing masked, so the order of softcap and mask cannot show (ALiBi
+    // still after the softcap).
+    Spec all_visible = prefill(10); all_visible.causal = 0, all_visible.softcap = 3.0f, all_visible.alibi = true;
+    mutant_is_its_bug("v2_softcap_after_mask", shows, {prefill(10), decode(10), all_visible});
     mutant_is_its_bug("v2_softcap_after_mask", windowed, {});
 }
 
@@ -629,6 +665,7 @@ TEST_CASE("v2 mutant: window_right ignored") {
 TEST_CASE("v2 mutant: block_table rows apart by the capacity's block count") {
     Spec shows; shows.mode = Mode::paged, shows.block_size = 4;  // block_table_stride 4, not 3
     shows.q_rows = {1, 1}, shows.keys = {10, 7}, shows.q_pos = {9, 6}, shows.capacity = 12, shows.with_kv_lens = true;
+    shows.table_covers_capacity = true;  // every entry a block: the mutant's reads stay inside k and v
     Spec one_sequence = shows; one_sequence.q_rows = {1}, one_sequence.keys = {10}, one_sequence.q_pos = {9};
     Spec dense = shows; dense.mode = Mode::dense;
     mutant_is_its_bug("v2_table_stride_from_capacity", shows, {one_sequence, dense});
@@ -639,4 +676,32 @@ TEST_CASE("v2 mutant: lse strides ignored") {
     Spec varlen; varlen.mode = Mode::varlen; varlen.q_rows = {3, 5}, varlen.keys = {3, 5}, varlen.q_pos = {0, 0};
     Spec no_lse = shows; no_lse.lse = false;
     mutant_is_its_bug("v2_lse_contiguous", shows, {prefill(10), varlen, no_lse}, /*in_lse=*/true);
+}
+
+TEST_CASE("v2 bases read no key row past the last one a query row sees: k and v end there, ASan checks") {
+    // One kv head in [B, H, T, D]: the rows past kv_lens[b] are the end of the buffers, which are
+    // cut just after the last key the rows see (a sanitizer build faults on any read past it).
+    for (bool causal_window : {false, true}) {
+        Spec s = decode(10);
+        s.Hq = 2, s.Hk = 1, s.capacity = 40, s.with_kv_lens = true;
+        if (causal_window) s.q_rows = {3}, s.q_pos = {5}, s.window_left = 2;  // rows see keys 3..7
+        Case c(s);
+        int last = 0;
+        for (int j = 0; j < 10; ++j)
+            if (c.seen(0, j)) last = j;
+        const std::size_t es = dtype_size(c.p.dtype);
+        const auto cut = [&](const std::vector<std::uint8_t>& full, const attncheck_tensor_v2& t, int width) {
+            const std::int64_t end = kv_offset_v2(c.p, t, 0, 0, last, width - 1) + 1;
+            return std::vector<std::uint8_t>(full.begin(), full.begin() + end * std::int64_t(es));
+        };
+        std::vector<std::uint8_t> k = cut(c.k, c.p.k, s.Dk), v = cut(c.v, c.p.v, s.Dv);
+        const Result whole = c.run(v2_kernel("v2_naive"));
+        c.p.k.data = k.data(), c.p.v.data = v.data();
+        for (const char* name : {"v2_naive", "v2_tiled"}) {
+            INFO(name << " on " << describe_v2(c.p));
+            const Result got = c.run(v2_kernel(name));
+            REQUIRE(got.rc == ATTNCHECK_OK);
+            CHECK(gap(got, whole, true).out <= out_tolerance(c.p.dtype));
+        }
+    }
 }
