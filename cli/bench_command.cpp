@@ -44,7 +44,8 @@ struct BenchArgs {
 
 std::string builtin_names() {
     std::string names;
-    for (const KernelEntry* e : kernels_of(KernelRole::builtin)) names += (names.empty() ? "" : ", ") + e->name;
+    for (const KernelEntry* e : kernels_of(KernelRole::builtin))
+        if (e->fn) names += (names.empty() ? "" : ", ") + e->name;
     return names;
 }
 
@@ -58,10 +59,18 @@ std::optional<bench::Kernel> pick_kernel(bool baseline, const std::string& name,
     if (!name.empty() && !lib.empty()) throw InputError(kflag + " and " + lflag + " name two kernels: give one");
     if (!lib.empty() && symbol.empty()) throw InputError(lflag + " needs " + sflag + " NAME");
     if (lib.empty() && !symbol.empty()) throw InputError(sflag + " needs " + lflag + " PATH");
-    if (!lib.empty()) return bench::Kernel{lib + ":" + symbol, properties::load_kernel_library(lib, symbol).fn};
+    // The perf mode's shapes and calls are those of ABI version 1.
+    const std::string v2_refused = ": a version 2 kernel (attncheck/kernel_abi_v2.h); attncheck bench measures version 1 "
+                                   "kernels (bench/kernel_v2_bench.cpp measures the built-in version 2 kernel)";
+    if (!lib.empty()) {
+        const properties::LoadedKernel lk = properties::load_kernel_library(lib, symbol);
+        if (!lk.fn) throw InputError(lflag + " " + lib + " --symbol " + symbol + v2_refused);
+        return bench::Kernel{lib + ":" + symbol, lk.fn};
+    }
     if (name.empty()) return std::nullopt;
     const KernelEntry* e = find_kernel(name, KernelRole::builtin);
     if (!e) throw InputError(kflag + " " + name + ": not a built-in kernel (expected one of " + builtin_names() + ")");
+    if (!e->fn) throw InputError(kflag + " " + name + v2_refused);
     return bench::Kernel{e->name, e->fn};
 }
 

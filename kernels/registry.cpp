@@ -8,6 +8,7 @@
 
 #include "kernels/mutants.hpp"
 #include "kernels/zoo_v2.hpp"
+#include "reference/attention_v2.hpp"
 
 namespace attncheck {
 
@@ -46,6 +47,16 @@ const std::vector<KernelEntry>& kernel_registry() {
              .declaration = "",
              .bug = "",
              .reads_only_visible_keys = true},
+            // Version 2 (attncheck/kernel_abi_v2.h): the float64 oracle's values rounded to the
+            // problem's dtype (reference/attention_v2.cpp); reads only visible keys.
+            {.name = "reference_v2",
+             .fn = nullptr,
+             .description = "ABI v2: the float64 oracle rounded to the dtype (every v2 feature)",
+             .role = KernelRole::builtin,
+             .declaration = "",
+             .bug = "",
+             .reads_only_visible_keys = false,
+             .fn_v2 = attncheck_reference_kernel_v2},
         };
         for (KernelEntry& e : zoo_entries()) all.push_back(std::move(e));
         for (KernelEntry& e : zoo_v2_entries()) all.push_back(std::move(e));

@@ -138,7 +138,7 @@ struct ThreadCountGuard {
 TEST_CASE("optimized kernel is registered beside the reference", "[kernel][registry]") {
     using attncheck::KernelRole;
     const auto ks = attncheck::kernels_of(KernelRole::builtin);
-    REQUIRE(ks.size() == 2);
+    REQUIRE(ks.size() >= 2);
     CHECK(ks[0]->name == "reference");
     CHECK(ks[0]->fn == &attncheck_reference_kernel);
     CHECK(ks[1]->name == "optimized");
