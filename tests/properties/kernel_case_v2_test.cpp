@@ -142,7 +142,7 @@ TEST_CASE("out/lse read back in logical order; writes outside them are named", "
         CHECK(b.element(row, 2) == "[1,2,1,2]");
         // One element past the end of out, and one in a gap (the gapped layout has them).
         store_element(p.dtype, p.out.data, std::int64_t(b.out_span), 1.0f);
-        CHECK_THAT(b.write_outside(), Catch::Contains("1 elements past the end of out"));
+        CHECK_THAT(b.write_outside(), Catch::Contains("at 1 element past the end of out"));
         b.reset_outputs();
         CHECK(b.write_outside().empty());
         if (kind != LayoutKind::bthd) {
@@ -151,7 +151,7 @@ TEST_CASE("out/lse read back in logical order; writes outside them are named", "
         }
         b.reset_outputs();
         p.lse[-1] = 0.0f;
-        CHECK_THAT(b.write_outside(), Catch::Contains("1 elements before lse"));
+        CHECK_THAT(b.write_outside(), Catch::Contains("at 1 element before lse"));
     }
 }
 

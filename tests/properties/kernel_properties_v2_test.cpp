@@ -99,7 +99,8 @@ RunParams params(int cases) {
 }
 
 std::string report(const PropertyResult& r, const std::string& subject) {
-    return subject + " / " + r.property + ": " + to_string(r.status) + " at case " + std::to_string(r.failed_at) + "\n" +
+    return subject + " / " + r.property + ": " + to_string(r.status) + " (" + std::to_string(r.cases) + " cases, " +
+           std::to_string(r.unsupported) + " refused, " + std::to_string(r.notes) + " notes) at case " + std::to_string(r.failed_at) + "\n" +
            r.counterexample + "\n" + r.message + (r.note.empty() ? "" : "\nnote: " + r.note);
 }
 
@@ -161,7 +162,7 @@ TEST_CASE("each planted v2 bug fails the property meant for it", "[properties_v2
         {v2_kernel("window_2w", plain_kernel<Bug::window_2w>), "poison_invisible", "keys outside the window"},
         {v2_kernel("padding_read", plain_kernel<Bug::padding_read>), "poison_invisible", "padding"},
         {v2_kernel("lse_log2", plain_kernel<Bug::lse_log2>), "lse", "lse"},
-        {v2_kernel("write_before", plain_kernel<Bug::write_before>), "no_oob_write_v2", "1 elements before out"},
+        {v2_kernel("write_before", plain_kernel<Bug::write_before>), "no_oob_write_v2", "at 1 element before out"},
     };
     for (const auto& t : planted) {
         const PropertyResult r = run_kernel_property_v2(property(t.property), t.kernel, p);
