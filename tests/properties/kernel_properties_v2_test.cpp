@@ -30,6 +30,7 @@ enum class Bug {
     contiguous_q,  // reads a dense q as contiguous [B,H,T,D] whatever its strides
     pages_in_order,  // takes key j from block j / block_size, ignoring the block table
     softcap_skipped,  // computes without the softcap
+    contiguous_only,  // refuses (returns 2) any q other than contiguous [B,H,T,D]
     no_checks,     // checks nothing: accepts a malformed problem (the property keeps its reads in bounds)
 };
 
@@ -38,6 +39,9 @@ template <Bug bug>
 int plain_kernel(const attncheck_problem_v2* pp) {
     const attncheck_problem_v2& p = *pp;
     if (bug != Bug::no_checks && !problem_v2_error(p).empty()) return 1;
+    if (bug == Bug::contiguous_only &&
+        (p.cu_seqlens_q || p.q.stride[3] != 1 || p.q.stride[2] != p.head_dim || p.q.stride[1] != std::int64_t(p.q_len) * p.head_dim))
+        return 2;
     for (int b = 0; b < p.batch; ++b) {
         const int Tk = kv_len_of(p, b);
         const bool dense = !p.cu_seqlens_k && !p.block_table;
@@ -197,4 +201,18 @@ TEST_CASE("a kernel that accepts a malformed problem gets a note, one that refus
     const PropertyResult strict = run_kernel_property_v2(property("refuses_malformed"), v2_kernel("plain", plain_kernel<Bug::none>), p);
     CHECK(strict.status == Status::pass);
     CHECK(strict.notes == 0);
+}
+
+TEST_CASE("a kernel that refuses a layout fails layout_invariance unless it declares layout=contiguous", "[properties_v2]") {
+    const RunParams p = params(40);
+    const PropertyResult undeclared =
+        run_kernel_property_v2(property("layout_invariance"), v2_kernel("contiguous_only", plain_kernel<Bug::contiguous_only>), p);
+    INFO(report(undeclared, "contiguous_only"));
+    CHECK(undeclared.status == Status::fail);
+    CHECK_THAT(undeclared.message, Catch::Contains("was refused") && Catch::Contains("within the declaration"));
+    const PropertyResult declared = run_kernel_property_v2(
+        property("layout_invariance"), v2_kernel("contiguous_only", plain_kernel<Bug::contiguous_only>, "layout=contiguous; varlen=no"), p);
+    INFO(report(declared, "contiguous_only, declared"));
+    CHECK(declared.status == Status::pass);
+    CHECK(declared.unsupported == 0);
 }
