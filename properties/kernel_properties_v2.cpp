@@ -551,6 +551,10 @@ Verdict refuses_undeclared_v2(const KernelUnderTest& kernel, const KernelCaseV2&
         u.kv_lens.resize(std::size_t(u.batch), u.kv_lens[0]);
         u.q_pos.resize(std::size_t(u.batch), u.q_pos[0]);
     });
+    if (d.max_kv_len) breaks.push_back([&d](KernelCaseV2& u) {
+        u.kv_lens[0] = d.max_kv_len + 1;
+        u.q_pos[0] = u.kv_lens[0] - u.q_lens[0];
+    });
     if (!d.head_dims.empty()) {
         int w = 1;
         while (d.allows_head_dim(w) && w < 4096) ++w;

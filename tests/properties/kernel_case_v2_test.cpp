@@ -68,7 +68,7 @@ TEST_CASE("generated v2 cases are well formed, and within a declaration", "[case
     const KernelDeclaration any;
     const KernelDeclaration narrow = KernelDeclaration::parse(
         "dtype=bf16; gqa=no; layout=contiguous; positions=bottom_right; varlen=no; block_size=4,8; window=no; softcap=no; "
-        "alibi=no; lse=no; head_dim=8,16; value_dim=same; mask=causal");
+        "alibi=no; lse=no; head_dim=8,16; value_dim=same; mask=causal; max_kv_len=40; max_q_len=24");
     // At the CI seed (ci_params.hpp), through the runner the properties use.
     const auto well_formed = [](const CaseOptionsV2& o, const KernelDeclaration& d) {
         const rc::Gen<KernelCaseV2> gen = gen_kernel_case_v2(o, d);
@@ -89,6 +89,9 @@ TEST_CASE("generated v2 cases are well formed, and within a declaration", "[case
     well_formed({}, narrow);
     well_formed({.need_gqa = true}, any);
     well_formed({.need_paged = true}, narrow);
+    well_formed({.need_invisible = true}, narrow);
+    well_formed({.need_prefill = true, .large_percent = 50}, narrow);
+    well_formed({.need_causal_future = true, .large_percent = 50}, narrow);
     well_formed({.need_varlen = true}, any);
     well_formed({.need_lse = true}, any);
     well_formed({.need_empty = true}, any);

@@ -149,7 +149,7 @@ TEST_CASE("a narrow declaration: cases stay within it and what is outside is ref
     // The plain kernel refuses nothing it can compute, so it fails refuses_undeclared_v2 when it
     // declares less than it accepts; the same declaration passes every other property.
     const KernelUnderTest k = v2_kernel("plain_f32 (declared narrow)", plain_kernel<Bug::none>,
-                                        "dtype=f16; window=no; varlen=no; layout=contiguous; block_size=8");
+                                        "dtype=f16; window=no; varlen=no; layout=contiguous; block_size=8; max_kv_len=40");
     for (const KernelPropertyV2& prop : kernel_properties_v2()) {
         const PropertyResult r = run_kernel_property_v2(prop, k, p);
         INFO(report(r, k.name));
