@@ -562,10 +562,12 @@ std::string BuiltV2::element(std::size_t row, int c) const {
 
 namespace {
 
+std::string elements(std::size_t n) { return std::to_string(n) + (n == 1 ? " element" : " elements"); }
+
 std::string where(const char* name, std::size_t i, std::size_t guard, std::size_t span) {
-    if (i < guard) return std::to_string(guard - i) + " elements before " + name;
-    if (i >= guard + span) return std::to_string(i - guard - span + 1) + " elements past the end of " + name;
-    return std::string(name) + "[" + std::to_string(i - guard) + "], a gap between the elements of " + name +
+    if (i < guard) return "at " + elements(guard - i) + " before " + name;
+    if (i >= guard + span) return "at " + elements(i - guard - span + 1) + " past the end of " + name;
+    return "at " + std::string(name) + "[" + std::to_string(i - guard) + "], a gap between the elements of " + name +
            " (its strides skip it)";
 }
 

@@ -124,7 +124,9 @@ private:
 };
 
 struct BuildOptionsV2 {
-    bool guard_page_inputs = false;  // q, k, v end against a guard page (an over-read faults)
+    // q, k, v end against a guard page: an over-read faults. Meant for the isolated worker, where
+    // the fault is reported as a crash of the case; in-process it ends the process.
+    bool guard_page_inputs = false;
 };
 
 // A case in memory. problem points into the members: keep the BuiltV2 alive (moving it is fine,

@@ -85,6 +85,16 @@ CallV2 call_v2(const KernelUnderTest& kernel, const KernelCaseV2& c, const Logic
 
 Verdict unsupported(int rc) { return Verdict::unsupported("kernel returned " + std::to_string(rc) + " (unsupported)"); }
 
+// The second call of a metamorphic pair was refused. Outside the declaration (another layout for
+// a layout=contiguous kernel, a padded cache for padding=no) that is the kernel's right and
+// there is nothing to compare: "" (the caller goes on). Within it, a refusal of the same logical
+// problem posed another way is a failure.
+std::string refused_within_declaration(const KernelUnderTest& kernel, const CallV2& r, const std::string& how) {
+    if (!kernel.declaration.unsupported_reason(r.built.problem).empty()) return {};
+    return "the same problem " + how + " was refused (returned " + std::to_string(r.rc) +
+           ") although it is within the declaration";
+}
+
 reference::OracleV2 oracle_of(const KernelUnderTest& kernel, const KernelCaseV2& c, const LogicalInputsV2& in) {
     KernelCaseV2 clean = c;
     clean.poison_invisible = false;
@@ -272,7 +282,10 @@ Verdict gqa_equals_replicated(const KernelUnderTest& kernel, const KernelCaseV2&
     LogicalInputsV2 in = f.in;
     replicate_kv_heads(mha, in);
     const CallV2 m = call_v2(kernel, mha, in);
-    if (m.rc != 0) return Verdict::pass_with_note("the MHA form (K/V heads replicated) was refused");
+    if (m.rc != 0) {
+        const std::string e = refused_within_declaration(kernel, m, "with the K/V heads replicated");
+        return e.empty() ? Verdict::pass() : Verdict::fail(e);
+    }
     return same_within("with Hk = " + std::to_string(c.kv_heads) + " out", f.call, oracle_of(kernel, c, f.in), m,
                        oracle_of(kernel, mha, in), "with the K/V heads replicated (Hk = Hq = " + std::to_string(c.q_heads) + ")");
 }
@@ -285,7 +298,11 @@ Verdict layout_invariance(const KernelUnderTest& kernel, const KernelCaseV2& c) 
         if (k == c.layout.kind) continue;
         const KernelCaseV2 other = with_layout(c, k);
         const CallV2 r = call_v2(kernel, other, f.in);
-        if (r.rc != 0) continue;  // a layout the kernel does not take (layout=contiguous)
+        if (r.rc != 0) {
+            if (const std::string e = refused_within_declaration(kernel, r, std::string("in layout ") + to_string(k)); !e.empty())
+                return Verdict::fail(e);
+            continue;
+        }
         Verdict v = same_within(std::string("in layout ") + to_string(c.layout.kind) + " out", f.call, o, r, o,
                                 std::string("in layout ") + to_string(k));
         if (v.kind != Verdict::Kind::pass || !v.note.empty()) return v;
@@ -302,7 +319,10 @@ Verdict paged_permutation(const KernelUnderTest& kernel, const KernelCaseV2& c) 
     const KernelCaseV2 shuffled = with_pages(c, c.layout.block_size, c.layout.block_seed * 2654435761u + 1u,
                                              c.layout.spare_blocks + 2, c.layout.table_slack + 1);
     const CallV2 s = call_v2(kernel, shuffled, f.in);
-    if (s.rc != 0) return Verdict::fail("the same problem with another block permutation was refused (returned " + std::to_string(s.rc) + ")");
+    if (s.rc != 0) {
+        const std::string e = refused_within_declaration(kernel, s, "with another block permutation");
+        return e.empty() ? Verdict::pass() : Verdict::fail(e);
+    }
     if (Verdict v = same_within("paged out", f.call, o, s, o, "with another block permutation (block_seed " +
                                                               std::to_string(shuffled.layout.block_seed) + ", " +
                                                               std::to_string(shuffled.layout.spare_blocks) + " spare blocks)");
@@ -310,7 +330,10 @@ Verdict paged_permutation(const KernelUnderTest& kernel, const KernelCaseV2& c) 
         return v;
     if (std::adjacent_find(c.q_lens.begin(), c.q_lens.end(), std::not_equal_to<>()) != c.q_lens.end()) return Verdict::pass();
     const CallV2 d = call_v2(kernel, with_layout(c, LayoutKind::bhtd), f.in);
-    if (d.rc != 0) return Verdict::pass();
+    if (d.rc != 0) {
+        const std::string e = refused_within_declaration(kernel, d, "with a contiguous cache");
+        return e.empty() ? Verdict::pass() : Verdict::fail(e);
+    }
     return same_within("paged out", f.call, o, d, o, "with a contiguous cache");
 }
 
@@ -322,7 +345,11 @@ Verdict varlen_equals_separate(const KernelUnderTest& kernel, const KernelCaseV2
         const KernelCaseV2 alone = sequence_alone(c, b);
         const LogicalInputsV2 in = sequence_inputs(c, f.in, b);
         const CallV2 s = call_v2(kernel, alone, in);
-        if (s.rc != 0) return Verdict::fail("sequence " + std::to_string(b) + " alone was refused (returned " + std::to_string(s.rc) + ")");
+        if (s.rc != 0) {
+            const std::string e = refused_within_declaration(kernel, s, "as sequence " + std::to_string(b) + " alone");
+            if (!e.empty()) return Verdict::fail(e);
+            continue;
+        }
         const reference::OracleV2 os = oracle_of(kernel, alone, in);
         // The rows of sequence b inside the batch, as a call of their own.
         CallV2 part;
@@ -351,7 +378,9 @@ Verdict poison_invisible(const KernelUnderTest& kernel, const KernelCaseV2& c) {
         p.filler = poison;
         p.poison_invisible = true;
         const CallV2 r = call_v2(kernel, p, f.in);
-        if (r.rc != 0) return Verdict::fail(std::string("with ") + to_string(poison) + " in the unread elements the kernel refused (returned " + std::to_string(r.rc) + ")");
+        if (r.rc != 0)
+            return Verdict::fail(std::string("with ") + to_string(poison) + " in the unread elements the kernel refused the problem (returned " +
+                                 std::to_string(r.rc) + ") it took with finite values there");
         if (Verdict v = same_bits("", kernel, f.call, r, o,
                                   std::string("with ") + to_string(poison) +
                                       " in every element no row reads (padding, gaps, unused blocks, keys outside the window)");
@@ -379,7 +408,10 @@ Verdict capacity_invariance(const KernelUnderTest& kernel, const KernelCaseV2& c
         how = "with a cache capacity of " + std::to_string(bigger.layout.kv_capacity) + " rows instead of " + std::to_string(now);
     }
     const CallV2 r = call_v2(kernel, bigger, f.in);
-    if (r.rc != 0) return Verdict::fail("the same problem " + how + " was refused (returned " + std::to_string(r.rc) + ")");
+    if (r.rc != 0) {
+        const std::string e = refused_within_declaration(kernel, r, how);
+        return e.empty() ? Verdict::pass() : Verdict::fail(e);
+    }
     return same_within("out", f.call, o, r, o, how);
 }
 
@@ -404,7 +436,11 @@ Verdict split_agreement(const KernelUnderTest& kernel, const KernelCaseV2& c) {
         const KernelCaseV2 part = rows_alone(c, 0, from, to);
         const LogicalInputsV2 in = rows_inputs(c, f.in, 0, from, to);
         const CallV2 r = call_v2(kernel, part, in);
-        if (r.rc != 0) continue;  // e.g. a kernel without positions=any
+        if (r.rc != 0) {
+            const std::string e = refused_within_declaration(kernel, r, "as rows [" + std::to_string(from) + ", " + std::to_string(to) + ") alone");
+            if (!e.empty()) return Verdict::fail(e);
+            continue;
+        }
         const reference::OracleV2 op = oracle_of(kernel, part, in);
         for (int h = 0; h < c.q_heads; ++h)
             for (int i = from; i < to; ++i)
@@ -514,6 +550,10 @@ Verdict refuses_undeclared_v2(const KernelUnderTest& kernel, const KernelCaseV2&
         u.q_lens.resize(std::size_t(u.batch), u.q_lens[0]);
         u.kv_lens.resize(std::size_t(u.batch), u.kv_lens[0]);
         u.q_pos.resize(std::size_t(u.batch), u.q_pos[0]);
+    });
+    if (d.max_kv_len) breaks.push_back([&d](KernelCaseV2& u) {
+        u.kv_lens[0] = d.max_kv_len + 1;
+        u.q_pos[0] = u.kv_lens[0] - u.q_lens[0];
     });
     if (!d.head_dims.empty()) {
         int w = 1;

@@ -26,6 +26,11 @@ enum class Bug {
     padding_read,  // a dense cache's rows past Tk(b) enter the sum with weight 0 (0 * NaN = NaN)
     lse_log2,      // lse in log2 units
     write_before,  // writes one element before out
+    decode_tile,   // a decode step (Tq = 1) drops the keys past the last full 32-key tile
+    contiguous_q,  // reads a dense q as contiguous [B,H,T,D] whatever its strides
+    pages_in_order,  // takes key j from block j / block_size, ignoring the block table
+    softcap_skipped,  // computes without the softcap
+    contiguous_only,  // refuses (returns 2) any q other than contiguous [B,H,T,D]
     no_checks,     // checks nothing: accepts a malformed problem (the property keeps its reads in bounds)
 };
 
@@ -34,10 +39,14 @@ template <Bug bug>
 int plain_kernel(const attncheck_problem_v2* pp) {
     const attncheck_problem_v2& p = *pp;
     if (bug != Bug::no_checks && !problem_v2_error(p).empty()) return 1;
+    if (bug == Bug::contiguous_only &&
+        (p.cu_seqlens_q || p.q.stride[3] != 1 || p.q.stride[2] != p.head_dim || p.q.stride[1] != std::int64_t(p.q_len) * p.head_dim))
+        return 2;
     for (int b = 0; b < p.batch; ++b) {
         const int Tk = kv_len_of(p, b);
         const bool dense = !p.cu_seqlens_k && !p.block_table;
-        const int keys = bug == Bug::padding_read && dense ? p.kv_len : Tk;
+        int keys = bug == Bug::padding_read && dense ? p.kv_len : Tk;
+        if (bug == Bug::decode_tile && q_len_of(p, b) == 1 && Tk > 32) keys = Tk / 32 * 32;
         for (int h = 0; h < p.q_heads; ++h) {
             const int hk = bug == Bug::gqa_modulus ? h % p.kv_heads : h / std::max(1, p.q_heads / p.kv_heads);
             for (int i = 0; i < q_len_of(p, b); ++i) {
@@ -52,11 +61,17 @@ int plain_kernel(const attncheck_problem_v2* pp) {
                             (p.causal || p.window_right < 0 || j <= a + p.window_right);
                     if (!v && !(bug == Bug::padding_read && j >= Tk)) continue;
                     float dot = 0;
-                    for (int c = 0; c < p.head_dim; ++c)
-                        dot += load_element(p.dtype, p.q.data, q_offset_v2(p, p.q, b, h, i, c)) *
-                               load_element(p.dtype, p.k.data, kv_offset_v2(p, p.k, b, hk, j, c));
+                    for (int c = 0; c < p.head_dim; ++c) {
+                        std::int64_t qo = q_offset_v2(p, p.q, b, h, i, c);
+                        if (bug == Bug::contiguous_q && !p.cu_seqlens_q)
+                            qo = ((std::int64_t(b) * p.q_heads + h) * p.q_len + i) * p.head_dim + c;
+                        std::int64_t ko = kv_offset_v2(p, p.k, b, hk, j, c);
+                        if (bug == Bug::pages_in_order && p.block_table)
+                            ko = (j / p.block_size) * p.k.stride[0] + hk * p.k.stride[1] + (j % p.block_size) * p.k.stride[2] + c;
+                        dot += load_element(p.dtype, p.q.data, qo) * load_element(p.dtype, p.k.data, ko);
+                    }
                     float x = p.scale * dot;
-                    if (p.softcap > 0) x = p.softcap * std::tanh(x / p.softcap);
+                    if (p.softcap > 0 && bug != Bug::softcap_skipped) x = p.softcap * std::tanh(x / p.softcap);
                     if (p.alibi_slopes) x -= p.alibi_slopes[h] * float(a - j);
                     s[std::size_t(j)] = x;
                     vis[std::size_t(j)] = v ? 1 : 0;
@@ -99,7 +114,8 @@ RunParams params(int cases) {
 }
 
 std::string report(const PropertyResult& r, const std::string& subject) {
-    return subject + " / " + r.property + ": " + to_string(r.status) + " at case " + std::to_string(r.failed_at) + "\n" +
+    return subject + " / " + r.property + ": " + to_string(r.status) + " (" + std::to_string(r.cases) + " cases, " +
+           std::to_string(r.unsupported) + " refused, " + std::to_string(r.notes) + " notes) at case " + std::to_string(r.failed_at) + "\n" +
            r.counterexample + "\n" + r.message + (r.note.empty() ? "" : "\nnote: " + r.note);
 }
 
@@ -133,7 +149,7 @@ TEST_CASE("a narrow declaration: cases stay within it and what is outside is ref
     // The plain kernel refuses nothing it can compute, so it fails refuses_undeclared_v2 when it
     // declares less than it accepts; the same declaration passes every other property.
     const KernelUnderTest k = v2_kernel("plain_f32 (declared narrow)", plain_kernel<Bug::none>,
-                                        "dtype=f16; window=no; varlen=no; layout=contiguous; block_size=8");
+                                        "dtype=f16; window=no; varlen=no; layout=contiguous; block_size=8; max_kv_len=40");
     for (const KernelPropertyV2& prop : kernel_properties_v2()) {
         const PropertyResult r = run_kernel_property_v2(prop, k, p);
         INFO(report(r, k.name));
@@ -161,7 +177,11 @@ TEST_CASE("each planted v2 bug fails the property meant for it", "[properties_v2
         {v2_kernel("window_2w", plain_kernel<Bug::window_2w>), "poison_invisible", "keys outside the window"},
         {v2_kernel("padding_read", plain_kernel<Bug::padding_read>), "poison_invisible", "padding"},
         {v2_kernel("lse_log2", plain_kernel<Bug::lse_log2>), "lse", "lse"},
-        {v2_kernel("write_before", plain_kernel<Bug::write_before>), "no_oob_write_v2", "1 elements before out"},
+        {v2_kernel("write_before", plain_kernel<Bug::write_before>), "no_oob_write_v2", "at 1 element before out"},
+        {v2_kernel("decode_tile", plain_kernel<Bug::decode_tile>), "split_agreement", "a decode step"},
+        {v2_kernel("contiguous_q", plain_kernel<Bug::contiguous_q>), "layout_invariance", "in layout"},
+        {v2_kernel("pages_in_order", plain_kernel<Bug::pages_in_order>), "paged_permutation", "another block permutation"},
+        {v2_kernel("softcap_skipped", plain_kernel<Bug::softcap_skipped>), "softcap_bound", "outside [-softcap, softcap]"},
     };
     for (const auto& t : planted) {
         const PropertyResult r = run_kernel_property_v2(property(t.property), t.kernel, p);
@@ -181,4 +201,18 @@ TEST_CASE("a kernel that accepts a malformed problem gets a note, one that refus
     const PropertyResult strict = run_kernel_property_v2(property("refuses_malformed"), v2_kernel("plain", plain_kernel<Bug::none>), p);
     CHECK(strict.status == Status::pass);
     CHECK(strict.notes == 0);
+}
+
+TEST_CASE("a kernel that refuses a layout fails layout_invariance unless it declares layout=contiguous", "[properties_v2]") {
+    const RunParams p = params(40);
+    const PropertyResult undeclared =
+        run_kernel_property_v2(property("layout_invariance"), v2_kernel("contiguous_only", plain_kernel<Bug::contiguous_only>), p);
+    INFO(report(undeclared, "contiguous_only"));
+    CHECK(undeclared.status == Status::fail);
+    CHECK_THAT(undeclared.message, Catch::Contains("was refused") && Catch::Contains("within the declaration"));
+    const PropertyResult declared = run_kernel_property_v2(
+        property("layout_invariance"), v2_kernel("contiguous_only", plain_kernel<Bug::contiguous_only>, "layout=contiguous; varlen=no"), p);
+    INFO(report(declared, "contiguous_only, declared"));
+    CHECK(declared.status == Status::pass);
+    CHECK(declared.unsupported == 0);
 }
