@@ -1,0 +1,347 @@
+// optimized/attention_v2.cpp — attncheck_optimized_kernel_v2: the fused attention kernel of
+// kernel ABI version 2 (attncheck/kernel_abi_v2.h).
+//
+// Fast path. A problem that version 1 can express exactly (float32, Hq = Hk, contiguous
+// [B,H,T,D] tensors, one q_pos for every sequence, equal Tq, kv_lens as v1 padding, and no
+// window, softcap, ALiBi, pages, varlen or lse) goes to attncheck_optimized_kernel unchanged:
+// same bits, same speed.
+//
+// General path: online softmax over key tiles, per (sequence, kv head, query block):
+//
+//   pack the query rows of the block for ALL the query heads of the kv head's group
+//     (G = Hq / Hk heads x block rows), converted to float32 once     Qf [G*rows, Dk]
+//   for each tile of kTile keys that some row of the block sees:
+//     read its keys and values once (through strides, varlen packing or the block table),
+//     converted to float32 once                                        Kt [Dk, kTile], Vf [kTile, Dv]
+//     for each packed row whose visible keys meet the tile:
+//       s = scale * q.k over the whole tile (a fixed-length loop the compiler vectorizes);
+//       on the row's visible keys only: softcap, ALiBi, m' = max(m, max s), alpha = exp(m - m'),
+//       p = exp(s - m'), l = l * alpha + sum p, O = O * alpha + sum_j p_j V_j
+//   out = O / l, lse = m + log l   (0 and -inf for a row that sees no key)
+//
+// GQA without replication: a kv head's tiles are read once per query block and serve the G
+// query heads of its group. Skipping: a row's visible keys are one interval [lo, hi] (window
+// and causality), nondecreasing in the row, so the block's keys are the union of its rows'
+// intervals, one interval too; tiles outside it (past the diagonal, before the window, in the
+// padding) are never read, and in a partly visible tile a row uses only its own keys. A key that
+// no row of the call sees is never loaded, so NaN there cannot reach the result.
+//
+// Determinism: the arithmetic of a row depends only on its own inputs and on the tiles, which
+// start at multiples of kTile in absolute key index (never at an offset that depends on the
+// block or the thread); every row runs the same loops. So the result is bitwise the same for
+// any thread count and any query blocking.
+//
+// Dimension legend: B = batch, Hq = q_heads, Hk = kv_heads, G = Hq / Hk, Tq / Tk = rows / keys
+// of a sequence, Dk = head_dim, Dv = value_dim.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include <omp.h>
+
+#include "attncheck/kernel_abi.h"
+#include "attncheck/kernel_abi_v2.h"
+#include "attncheck/kernels.hpp"
+#include "attncheck/problem_v2.hpp"
+#include "optimized/attention_kernel.hpp"
+
+namespace attncheck::optimized::attention_v2_detail {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// Keys per tile (the unit of the online softmax, of the K/V conversion and of the skip).
+constexpr int kTile = 64;
+// Packed query rows per task: G heads x max(1, kPackedRows / G) rows.
+constexpr int kPackedRows = 64;
+// Output columns accumulated in registers at a time in P V (8 AVX2 vectors).
+constexpr int kPvCols = 64;
+
+// ---- the fast path ---------------------------------------------------------------------------
+
+// Whether view t is exactly the contiguous [n0, n1, n2, n3] layout (a stride of an extent-1
+// dimension is never used, so any value is accepted there).
+bool contiguous(const attncheck_tensor_v2& t, std::int64_t n0, std::int64_t n1, std::int64_t n2, std::int64_t n3) {
+    const std::int64_t extent[4] = {n0, n1, n2, n3};
+    const std::int64_t want[4] = {n1 * n2 * n3, n2 * n3, n3, 1};
+    for (int d = 0; d < 4; ++d)
+        if (extent[d] > 1 && t.stride[d] != want[d]) return false;
+    return true;
+}
+
+// Whether p says nothing that version 1 cannot say (see the file comment).
+bool v1_expressible(const attncheck_problem_v2& p) {
+    if (p.dtype != ATTNCHECK_DTYPE_F32 || p.q_heads != p.kv_heads) return false;
+    if (p.cu_seqlens_q || p.cu_seqlens_k || p.block_table || p.alibi_slopes || p.lse) return false;
+    if (p.window_left != -1 || p.window_right != -1 || p.softcap != 0.0f) return false;
+    for (int b = 1; b < p.batch; ++b)
+        if (p.q_pos[b] != p.q_pos[0]) return false;
+    const std::int64_t B = p.batch, H = p.q_heads;
+    return contiguous(p.q, B, H, p.q_len, p.head_dim) && contiguous(p.k, B, H, p.kv_len, p.head_dim) &&
+           contiguous(p.v, B, H, p.kv_len, p.value_dim) && contiguous(p.out, B, H, p.q_len, p.value_dim);
+}
+
+attncheck_problem v1_problem(const attncheck_problem_v2& p) {
+    attncheck_problem q{};
+    q.abi_version = ATTNCHECK_ABI_VERSION;
+    q.batch = p.batch;
+    q.heads = p.q_heads;
+    q.q_len = p.q_len;
+    q.kv_len = p.kv_len;
+    q.head_dim = p.head_dim;
+    q.value_dim = p.value_dim;
+    q.q_offset = p.q_pos[0];
+    q.causal = p.causal;
+    q.kv_valid_len = p.kv_lens;
+    q.scale = p.scale;
+    return q;
+}
+
+// ---- the general path ------------------------------------------------------------------------
+
+// dst[c] = element offset + c * stride of data, as float32, for c < n.
+void load_row(std::int32_t dtype, const void* data, std::int64_t offset, std::int64_t stride, std::int64_t n,
+              float* dst) {
+    switch (dtype) {
+    case ATTNCHECK_DTYPE_BF16: {
+        const std::uint16_t* src = static_cast<const std::uint16_t*>(data) + offset;
+        for (std::int64_t c = 0; c < n; ++c) dst[c] = bf16_to_float(src[c * stride]);
+        break;
+    }
+    case ATTNCHECK_DTYPE_F16: {
+        const std::uint16_t* src = static_cast<const std::uint16_t*>(data) + offset;
+        for (std::int64_t c = 0; c < n; ++c) dst[c] = f16_to_float(src[c * stride]);
+        break;
+    }
+    default: {
+        const float* src = static_cast<const float*>(data) + offset;
+        for (std::int64_t c = 0; c < n; ++c) dst[c] = src[c * stride];
+    }
+    }
+}
+
+// The keys [lo, hi] the row at absolute position a sees among Tk keys (empty when lo > hi).
+struct KeyRange {
+    std::int64_t lo, hi;
+    bool empty() const { return lo > hi; }
+};
+KeyRange visible_keys(const attncheck_problem_v2& p, std::int64_t Tk, std::int64_t a) {
+    KeyRange r{0, Tk - 1};
+    if (p.causal)
+        r.hi = std::min(r.hi, a);
+    else if (p.window_right >= 0)
+        r.hi = std::min(r.hi, a + p.window_right);
+    if (p.window_left >= 0) r.lo = std::max(r.lo, a - p.window_left);
+    return r;
+}
+
+// One task: query rows [i0, i1) of sequence b, for the G query heads of kv head hk.
+struct Task {
+    int b, hk;
+    std::int64_t i0, i1;
+};
+
+// Per-thread buffers of a call.
+struct Scratch {
+    std::vector<float> q;      // [G*rows, Dk]   packed query rows
+    std::vector<float> kt;     // [Dk, kTile]    the key tile, transposed
+    std::vector<float> krow;   // [Dk]           one key, before the transpose
+    std::vector<float> v;      // [kTile, Dv]    the value tile
+    std::vector<float> o;      // [G*rows, Dv]   unnormalized accumulators
+    std::vector<float> m, l;   // [G*rows]       running max and sum
+    std::vector<KeyRange> keys;  // [G*rows]     visible keys of each packed row
+    Scratch(std::int64_t packed, std::int64_t Dk, std::int64_t Dv)
+        : q(std::size_t(packed * Dk)), kt(std::size_t(Dk * kTile)), krow(std::size_t(Dk)),
+          v(std::size_t(kTile * Dv)), o(std::size_t(packed * Dv)), m(std::size_t(packed)),
+          l(std::size_t(packed)), keys(std::size_t(packed)) {}
+};
+
+// s[j] = q . kt[:, j] for the kTile keys of the tile: one FMA chain per key over c = 0 .. Dk-1,
+// kTile independent chains that the compiler keeps in vector registers. (The project compiles
+// with -ffp-contract=off, so every multiply-add that should be one FMA says so.)
+void tile_scores(const float* q, const float* kt, std::int64_t Dk, float* s) {
+    float acc[kTile] = {};
+    for (std::int64_t c = 0; c < Dk; ++c) {
+        const float qc = q[c];
+        const float* kc = kt + c * kTile;
+        for (int j = 0; j < kTile; ++j) acc[j] = std::fma(qc, kc[j], acc[j]);
+    }
+    std::memcpy(s, acc, sizeof acc);
+}
+
+// o[0 .. Dv) = o * alpha + sum_{j in [j0, j1]} p[j] * v[j, :], keys in ascending order,
+// kPvCols columns at a time in registers.
+void pv_update(float* o, float alpha, const float* p, const float* v, std::int64_t Dv, int j0, int j1) {
+    std::int64_t d0 = 0;
+    for (; d0 + kPvCols <= Dv; d0 += kPvCols) {
+        float acc[kPvCols];
+        for (int u = 0; u < kPvCols; ++u) acc[u] = o[d0 + u] * alpha;
+        for (int j = j0; j <= j1; ++j) {
+            const float pj = p[j];
+            const float* vj = v + j * Dv + d0;
+            for (int u = 0; u < kPvCols; ++u) acc[u] = std::fma(pj, vj[u], acc[u]);
+        }
+        std::memcpy(o + d0, acc, sizeof acc);
+    }
+    for (std::int64_t d = d0; d < Dv; ++d) {
+        float acc = o[d] * alpha;
+        for (int j = j0; j <= j1; ++j) acc = std::fma(p[j], v[j * Dv + d], acc);
+        o[d] = acc;
+    }
+}
+
+// One packed row against one tile starting at key t0: its visible keys there are the
+// tile-local [j0, j1]; a is its absolute position, slope its ALiBi slope (0: none).
+void row_tile(const attncheck_problem_v2& p, const float* q, const float* kt, const float* v, std::int64_t Dk,
+              std::int64_t Dv, std::int64_t t0, int j0, int j1, std::int64_t a, float slope, float& m, float& l,
+              float* o) {
+    float s[kTile], e[kTile];
+    tile_scores(q, kt, Dk, s);
+    float mx = kNegInf;
+    for (int j = j0; j <= j1; ++j) {
+        float x = s[j] * p.scale;
+        if (p.softcap > 0.0f) x = p.softcap * std::tanh(x / p.softcap);
+        if (p.alibi_slopes) x -= slope * float(a - (t0 + j));
+        s[j] = x;
+        mx = std::max(mx, x);
+    }
+    const float m_new = std::max(m, mx);
+    // While every score seen is -inf, subtracting 0 keeps exp(-inf - -inf) = NaN out.
+    const float m_use = m_new == kNegInf ? 0.0f : m_new;
+    const float alpha = m == kNegInf ? 0.0f : std::exp(m - m_use);
+    m = m_new;
+    for (int j = j0; j <= j1; ++j) s[j] -= m_use;
+    attention_detail::exp_nonpositive(s + j0, e + j0, std::size_t(j1 - j0 + 1));
+    // The sum over the tile in 8 interleaved partial sums (vectorizable, fixed order), with
+    // the keys the row does not see as exact zeros.
+    float part[8] = {};
+    for (int j = 0; j < kTile; ++j) {
+        const float x = j >= j0 && j <= j1 ? e[j] : 0.0f;
+        part[j % 8] += x;
+    }
+    const float psum = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+    l = l * alpha + psum;
+    pv_update(o, alpha, e, v, Dv, j0, j1);
+}
+
+// Reads keys and values [jlo, jhi] of the tile at t0 (kv head hk of sequence b) into s.kt and
+// s.v, as float32.
+void load_tile(const attncheck_problem_v2& p, int b, int hk, std::int64_t t0, std::int64_t jlo, std::int64_t jhi,
+               Scratch& s) {
+    const std::int64_t Dk = p.head_dim, Dv = p.value_dim;
+    for (std::int64_t j = jlo; j <= jhi; ++j) {
+        const std::int64_t jj = j - t0;
+        load_row(p.dtype, p.k.data, kv_offset_v2(p, p.k, b, hk, int(j), 0), p.k.stride[3], Dk, s.krow.data());
+        for (std::int64_t c = 0; c < Dk; ++c) s.kt[std::size_t(c * kTile + jj)] = s.krow[std::size_t(c)];
+        load_row(p.dtype, p.v.data, kv_offset_v2(p, p.v, b, hk, int(j), 0), p.v.stride[3], Dv,
+                 s.v.data() + jj * Dv);
+    }
+}
+
+void run_task(const attncheck_problem_v2& p, const Task& t, Scratch& s) {
+    const int G = p.q_heads / p.kv_heads;
+    const std::int64_t Dk = p.head_dim, Dv = p.value_dim, rows = t.i1 - t.i0, packed = G * rows;
+    const std::int64_t Tk = kv_len_of(p, t.b), pos = p.q_pos[t.b];
+    // Packed row r is head hk * G + r / rows, row t.i0 + r % rows.
+    const auto head_of = [&](std::int64_t r) { return t.hk * G + int(r / rows); };
+    const auto row_of = [&](std::int64_t r) { return t.i0 + r % rows; };
+
+    KeyRange block{std::numeric_limits<std::int64_t>::max(), -1};
+    for (std::int64_t r = 0; r < packed; ++r) {
+        const KeyRange k = visible_keys(p, Tk, pos + row_of(r));
+        s.keys[std::size_t(r)] = k;
+        s.m[std::size_t(r)] = kNegInf;
+        s.l[std::size_t(r)] = 0.0f;
+        std::fill_n(s.o.data() + r * Dv, Dv, 0.0f);
+        if (k.empty()) continue;
+        block.lo = std::min(block.lo, k.lo);
+        block.hi = std::max(block.hi, k.hi);
+        load_row(p.dtype, p.q.data, q_offset_v2(p, p.q, t.b, head_of(r), int(row_of(r)), 0), p.q.stride[3], Dk,
+                 s.q.data() + r * Dk);
+    }
+
+    for (std::int64_t t0 = block.lo >= 0 ? block.lo / kTile * kTile : 0; t0 <= block.hi; t0 += kTile) {
+        const std::int64_t t1 = t0 + kTile - 1;
+        load_tile(p, t.b, t.hk, t0, std::max(t0, block.lo), std::min(t1, block.hi), s);
+        for (std::int64_t r = 0; r < packed; ++r) {
+            const KeyRange k = s.keys[std::size_t(r)];
+            if (k.empty() || k.hi < t0 || k.lo > t1) continue;
+            const int h = head_of(r);
+            row_tile(p, s.q.data() + r * Dk, s.kt.data(), s.v.data(), Dk, Dv, t0, int(std::max(k.lo, t0) - t0),
+                     int(std::min(k.hi, t1) - t0), pos + row_of(r), p.alibi_slopes ? p.alibi_slopes[h] : 0.0f,
+                     s.m[std::size_t(r)], s.l[std::size_t(r)], s.o.data() + r * Dv);
+        }
+    }
+
+    for (std::int64_t r = 0; r < packed; ++r) {
+        const int h = head_of(r), i = int(row_of(r));
+        const float l = s.l[std::size_t(r)];
+        const bool any = !s.keys[std::size_t(r)].empty();
+        for (std::int64_t c = 0; c < Dv; ++c)
+            store_element(p.dtype, p.out.data, q_offset_v2(p, p.out, t.b, h, i, int(c)),
+                          any ? s.o[std::size_t(r * Dv + c)] / l : 0.0f);
+        if (p.lse) p.lse[lse_offset_v2(p, t.b, h, i)] = any ? s.m[std::size_t(r)] + std::log(l) : kNegInf;
+    }
+}
+
+int run_general(const attncheck_problem_v2& p) {
+    const int G = p.q_heads / p.kv_heads;
+    const std::int64_t rows = std::max(1, kPackedRows / G);
+    std::vector<Task> tasks;
+    for (int b = 0; b < p.batch; ++b) {
+        const std::int64_t Tq = q_len_of(p, b);
+        // Last blocks first: under causality they are the heaviest.
+        for (std::int64_t i0 = (Tq - 1) / rows * rows; i0 >= 0 && Tq > 0; i0 -= rows)
+            for (int hk = 0; hk < p.kv_heads; ++hk) tasks.push_back({b, hk, i0, std::min(Tq, i0 + rows)});
+    }
+    bool failed = false;
+#pragma omp parallel
+    {
+        Scratch* s = nullptr;
+        try {
+            s = new Scratch(G * rows, p.head_dim, p.value_dim);
+        } catch (...) {
+#pragma omp atomic write
+            failed = true;
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (std::size_t n = 0; n < tasks.size(); ++n)
+            if (s) run_task(p, tasks[n], *s);
+        delete s;
+    }
+    return failed ? ATTNCHECK_UNSUPPORTED : ATTNCHECK_OK;
+}
+
+// Products of sizes that index a tensor must fit int64 with room; the ABI's int32 fields keep
+// each factor small, but B * H * T * D could still overflow in a hostile problem.
+bool sizes_fit(const attncheck_problem_v2& p) {
+    const unsigned __int128 limit = (unsigned __int128)INT64_MAX / 4;
+    const unsigned __int128 b = unsigned(p.batch), h = unsigned(p.q_heads);
+    for (const std::int32_t rows : {p.q_len, p.kv_len})
+        for (const std::int32_t width : {p.head_dim, p.value_dim})
+            if (b * h * unsigned(rows) * unsigned(width) > limit) return false;
+    return true;
+}
+
+}  // namespace
+}  // namespace attncheck::optimized::attention_v2_detail
+
+extern "C" int attncheck_optimized_kernel_v2(const attncheck_problem_v2* p) {
+    namespace detail = attncheck::optimized::attention_v2_detail;
+    if (!p) return ATTNCHECK_UNSUPPORTED;
+    // No exception may cross the C boundary: a failed allocation reports "unsupported".
+    try {
+        if (!attncheck::problem_v2_error(*p).empty() || !detail::sizes_fit(*p)) return ATTNCHECK_UNSUPPORTED;
+        if (detail::v1_expressible(*p)) {
+            const attncheck_problem v1 = detail::v1_problem(*p);
+            return attncheck_optimized_kernel(&v1, static_cast<const float*>(p->q.data),
+                                              static_cast<const float*>(p->k.data),
+                                              static_cast<const float*>(p->v.data), static_cast<float*>(p->out.data));
+        }
+        return detail::run_general(*p);
+    } catch (...) {
+        return ATTNCHECK_UNSUPPORTED;
+    }
+}
