@@ -56,8 +56,6 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int kTile = 64;
 // Packed query rows per task: G heads x max(1, kPackedRows / G) rows.
 constexpr int kPackedRows = 64;
-// Output columns accumulated in registers at a time in P V (8 AVX2 vectors).
-constexpr int kPvCols = 64;
 
 // ---- the fast path ---------------------------------------------------------------------------
 
@@ -158,72 +156,92 @@ struct Scratch {
           l(std::size_t(packed)), keys(std::size_t(packed)) {}
 };
 
-// s[j] = q . kt[:, j] for the kTile keys of the tile: one FMA chain per key over c = 0 .. Dk-1,
-// kTile independent chains that the compiler keeps in vector registers. (The project compiles
-// with -ffp-contract=off, so every multiply-add that should be one FMA says so.)
-void tile_scores(const float* q, const float* kt, std::int64_t Dk, float* s) {
-    float acc[kTile] = {};
-    for (std::int64_t c = 0; c < Dk; ++c) {
-        const float qc = q[c];
-        const float* kc = kt + c * kTile;
-        for (int j = 0; j < kTile; ++j) acc[j] = std::fma(qc, kc[j], acc[j]);
+// s[r][j] = q[r] . kt[:, j] for R rows and the kTile keys of the tile: one FMA chain per score
+// over c = 0 .. Dk-1, so a score has the same bits whether its row goes alone or in a pair. The
+// keys go in passes of kScoreKeys, whose R x kScoreKeys / 8 accumulators stay in AVX2 registers
+// and share each load of kt. (The project compiles with -ffp-contract=off, so every
+// multiply-add that should be one FMA says so.)
+template <int R>
+[[gnu::noinline]] void tile_scores(const float* const* q, const float* kt, std::int64_t Dk, float (*s)[kTile]) {
+    constexpr int kScoreKeys = R == 1 ? 64 : 32;
+    for (int j0 = 0; j0 < kTile; j0 += kScoreKeys) {
+        float acc[R][kScoreKeys] = {};
+        for (std::int64_t c = 0; c < Dk; ++c) {
+            const float* kc = kt + c * kTile + j0;
+            for (int r = 0; r < R; ++r) {
+                const float qc = q[r][c];
+                for (int j = 0; j < kScoreKeys; ++j) acc[r][j] = std::fma(qc, kc[j], acc[r][j]);
+            }
+        }
+        for (int r = 0; r < R; ++r) std::memcpy(s[r] + j0, acc[r], sizeof acc[r]);
     }
-    std::memcpy(s, acc, sizeof acc);
 }
 
-// o[0 .. Dv) = o * alpha + sum_{j in [j0, j1]} p[j] * v[j, :], keys in ascending order,
-// kPvCols columns at a time in registers.
-void pv_update(float* o, float alpha, const float* p, const float* v, std::int64_t Dv, int j0, int j1) {
+// o[r][0 .. Dv) = o[r] * alpha[r] + sum_{j in [j0, j1]} p[r][j] * v[j, :] for R rows, keys in
+// ascending order, one FMA each, R x kPvCols / 8 accumulators in registers sharing each load
+// of v. (Elementwise, so a row's bits do not depend on R.) Not inlined: inside the caller, g++
+// 12 spilled an accumulator of the pair, and the loop ran at the speed of a store and a load.
+template <int R>
+[[gnu::noinline]] void pv_update(float* const* o, const float* alpha, const float* const* p, const float* v, std::int64_t Dv, int j0,
+               int j1) {
+    constexpr int kPvCols = R == 1 ? 64 : 32;
     std::int64_t d0 = 0;
     for (; d0 + kPvCols <= Dv; d0 += kPvCols) {
-        float acc[kPvCols];
-        for (int u = 0; u < kPvCols; ++u) acc[u] = o[d0 + u] * alpha;
+        float acc[R][kPvCols];
+        for (int r = 0; r < R; ++r)
+            for (int u = 0; u < kPvCols; ++u) acc[r][u] = o[r][d0 + u] * alpha[r];
         for (int j = j0; j <= j1; ++j) {
-            const float pj = p[j];
             const float* vj = v + j * Dv + d0;
-            for (int u = 0; u < kPvCols; ++u) acc[u] = std::fma(pj, vj[u], acc[u]);
+            for (int r = 0; r < R; ++r) {
+                const float pj = p[r][j];
+                for (int u = 0; u < kPvCols; ++u) acc[r][u] = std::fma(pj, vj[u], acc[r][u]);
+            }
         }
-        std::memcpy(o + d0, acc, sizeof acc);
+        for (int r = 0; r < R; ++r) std::memcpy(o[r] + d0, acc[r], sizeof acc[r]);
     }
-    for (std::int64_t d = d0; d < Dv; ++d) {
-        float acc = o[d] * alpha;
-        for (int j = j0; j <= j1; ++j) acc = std::fma(p[j], v[j * Dv + d], acc);
-        o[d] = acc;
-    }
+    for (int r = 0; r < R; ++r)
+        for (std::int64_t d = d0; d < Dv; ++d) {
+            float acc = o[r][d] * alpha[r];
+            for (int j = j0; j <= j1; ++j) acc = std::fma(p[r][j], v[j * Dv + d], acc);
+            o[r][d] = acc;
+        }
 }
 
-// One packed row against one tile starting at key t0: its visible keys there are the
-// tile-local [j0, j1]; a is its absolute position, slope its ALiBi slope (0: none).
-void row_tile(const attncheck_problem_v2& p, const float* q, const float* kt, const float* v, std::int64_t Dk,
-              std::int64_t Dv, std::int64_t t0, int j0, int j1, std::int64_t a, float slope, float& m, float& l,
-              float* o) {
-    float s[kTile], e[kTile];
-    tile_scores(q, kt, Dk, s);
-    float mx = kNegInf;
-    for (int j = j0; j <= j1; ++j) {
-        float x = s[j] * p.scale;
-        if (p.softcap > 0.0f) x = p.softcap * std::tanh(x / p.softcap);
-        if (p.alibi_slopes) x -= slope * float(a - (t0 + j));
-        s[j] = x;
-        mx = std::max(mx, x);
+// The online softmax of one row over one tile starting at key t0, from its raw scores s (q.k):
+// the row sees the tile-local keys [j0, j1]; a is its absolute position, slope its ALiBi slope.
+// Leaves the probabilities in e (exactly 0 outside [j0, j1]), updates m and l, and returns
+// alpha, the factor of the row's old accumulator. The loops run over the whole tile, with the
+// keys the row does not see at -inf, so that they have a fixed length and vectorize.
+float softmax_tile(const attncheck_problem_v2& p, float* s, std::int64_t t0, int j0, int j1, std::int64_t a,
+                   float slope, float& m, float& l, float* e) {
+    for (int j = 0; j < kTile; ++j) s[j] *= p.scale;
+    if (p.softcap > 0.0f)
+        for (int j = j0; j <= j1; ++j) s[j] = p.softcap * std::tanh(s[j] / p.softcap);
+    if (p.alibi_slopes) {
+        const float d0 = float(a - t0);  // a - j = d0 - (j - t0), exact below 2^24
+        for (int j = 0; j < kTile; ++j) s[j] -= slope * (d0 - float(j));
     }
+    for (int j = 0; j < kTile; ++j) s[j] = j >= j0 && j <= j1 ? s[j] : kNegInf;
+    // Maximum and sum in 8 interleaved partials (vectorizable, fixed order).
+    float part[8];
+    std::fill_n(part, 8, kNegInf);
+    for (int j = 0; j < kTile; j += 8)
+        for (int u = 0; u < 8; ++u) part[u] = std::max(part[u], s[j + u]);
+    const float mx = std::max(std::max(std::max(part[0], part[1]), std::max(part[2], part[3])),
+                              std::max(std::max(part[4], part[5]), std::max(part[6], part[7])));
     const float m_new = std::max(m, mx);
     // While every score seen is -inf, subtracting 0 keeps exp(-inf - -inf) = NaN out.
     const float m_use = m_new == kNegInf ? 0.0f : m_new;
     const float alpha = m == kNegInf ? 0.0f : std::exp(m - m_use);
     m = m_new;
-    for (int j = j0; j <= j1; ++j) s[j] -= m_use;
-    attention_detail::exp_nonpositive(s + j0, e + j0, std::size_t(j1 - j0 + 1));
-    // The sum over the tile in 8 interleaved partial sums (vectorizable, fixed order), with
-    // the keys the row does not see as exact zeros.
-    float part[8] = {};
-    for (int j = 0; j < kTile; ++j) {
-        const float x = j >= j0 && j <= j1 ? e[j] : 0.0f;
-        part[j % 8] += x;
-    }
+    for (int j = 0; j < kTile; ++j) s[j] -= m_use;
+    attention_detail::exp_nonpositive(s, e, kTile);
+    std::fill_n(part, 8, 0.0f);
+    for (int j = 0; j < kTile; j += 8)
+        for (int u = 0; u < 8; ++u) part[u] += e[j + u];
     const float psum = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
     l = l * alpha + psum;
-    pv_update(o, alpha, e, v, Dv, j0, j1);
+    return alpha;
 }
 
 // Reads keys and values [jlo, jhi] of the tile at t0 (kv head hk of sequence b) into s.kt and
@@ -237,6 +255,55 @@ void load_tile(const attncheck_problem_v2& p, int b, int hk, std::int64_t t0, st
         for (std::int64_t c = 0; c < Dk; ++c) s.kt[std::size_t(c * kTile + jj)] = s.krow[std::size_t(c)];
         load_row(p.dtype, p.v.data, kv_offset_v2(p, p.v, b, hk, int(j), 0), p.v.stride[3], Dv,
                  s.v.data() + jj * Dv);
+    }
+}
+
+// R packed rows (indices rs) against the tile at t0 held in s.kt / s.v: scores, softmax, P V.
+// A row's visible keys there are the tile-local [lo[r], hi[r]]; P V adds each row's keys in
+// ascending order: keys only the first-starting row sees alone, then the keys both see
+// together, then the keys only the last-ending row sees, so the bits are a single row's.
+template <int R, class HeadOf, class RowOf>
+void rows_tile(const attncheck_problem_v2& p, Scratch& s, const std::int64_t (&rs)[R], std::int64_t t0,
+               std::int64_t pos, const HeadOf& head_of, const RowOf& row_of) {
+    const std::int64_t Dk = p.head_dim, Dv = p.value_dim, t1 = t0 + kTile - 1;
+    const float* q[R];
+    float* o[R];
+    float sc[R][kTile], e[R][kTile], alpha[R];
+    const float* pr[R];
+    int lo[R], hi[R];
+    for (int r = 0; r < R; ++r) {
+        q[r] = s.q.data() + rs[r] * Dk;
+        o[r] = s.o.data() + rs[r] * Dv;
+        pr[r] = e[r];
+    }
+    tile_scores<R>(q, s.kt.data(), Dk, sc);
+    for (int r = 0; r < R; ++r) {
+        const KeyRange k = s.keys[std::size_t(rs[r])];
+        lo[r] = int(std::max(k.lo, t0) - t0);
+        hi[r] = int(std::min(k.hi, t1) - t0);
+        const int h = head_of(rs[r]);
+        alpha[r] = softmax_tile(p, sc[r], t0, lo[r], hi[r], pos + row_of(rs[r]),
+                                p.alibi_slopes ? p.alibi_slopes[h] : 0.0f, s.m[std::size_t(rs[r])],
+                                s.l[std::size_t(rs[r])], e[r]);
+    }
+    if constexpr (R == 1) {
+        pv_update<1>(o, alpha, pr, s.v.data(), Dv, lo[0], hi[0]);
+    } else {
+        const int both_lo = std::max(lo[0], lo[1]), both_hi = std::min(hi[0], hi[1]);
+        if (both_lo > both_hi) {  // no key in common
+            for (int r = 0; r < 2; ++r) pv_update<1>(&o[r], &alpha[r], &pr[r], s.v.data(), Dv, lo[r], hi[r]);
+            return;
+        }
+        float ones[2] = {1.0f, 1.0f};  // o * 1 is exact: later passes only add
+        for (int r = 0; r < 2; ++r) {
+            if (lo[r] < both_lo) {
+                pv_update<1>(&o[r], &alpha[r], &pr[r], s.v.data(), Dv, lo[r], both_lo - 1);
+                alpha[r] = 1.0f;
+            }
+        }
+        pv_update<2>(o, alpha, pr, s.v.data(), Dv, both_lo, both_hi);
+        for (int r = 0; r < 2; ++r)
+            if (hi[r] > both_hi) pv_update<1>(&o[r], &ones[r], &pr[r], s.v.data(), Dv, both_hi + 1, hi[r]);
     }
 }
 
@@ -265,14 +332,19 @@ void run_task(const attncheck_problem_v2& p, const Task& t, Scratch& s) {
     for (std::int64_t t0 = block.lo >= 0 ? block.lo / kTile * kTile : 0; t0 <= block.hi; t0 += kTile) {
         const std::int64_t t1 = t0 + kTile - 1;
         load_tile(p, t.b, t.hk, t0, std::max(t0, block.lo), std::min(t1, block.hi), s);
+        // The rows that see keys of the tile, two at a time.
+        std::int64_t pending = -1;
         for (std::int64_t r = 0; r < packed; ++r) {
             const KeyRange k = s.keys[std::size_t(r)];
             if (k.empty() || k.hi < t0 || k.lo > t1) continue;
-            const int h = head_of(r);
-            row_tile(p, s.q.data() + r * Dk, s.kt.data(), s.v.data(), Dk, Dv, t0, int(std::max(k.lo, t0) - t0),
-                     int(std::min(k.hi, t1) - t0), pos + row_of(r), p.alibi_slopes ? p.alibi_slopes[h] : 0.0f,
-                     s.m[std::size_t(r)], s.l[std::size_t(r)], s.o.data() + r * Dv);
+            if (pending < 0) {
+                pending = r;
+                continue;
+            }
+            rows_tile<2>(p, s, {pending, r}, t0, pos, head_of, row_of);
+            pending = -1;
         }
+        if (pending >= 0) rows_tile<1>(p, s, {pending}, t0, pos, head_of, row_of);
     }
 
     for (std::int64_t r = 0; r < packed; ++r) {
