@@ -10,13 +10,15 @@
 //
 //   pack the query rows of the block for ALL the query heads of the kv head's group
 //     (G = Hq / Hk heads x block rows), converted to float32 once     Qf [G*rows, Dk]
-//   for each tile of kTile keys that some row of the block sees:
+//   for each chunk of kChunk keys, for each tile of kTile keys that some row of the block sees:
 //     read its keys and values once (through strides, varlen packing or the block table),
 //     converted to float32 once                                        Kt [Dk, kTile], Vf [kTile, Dv]
-//     for each packed row whose visible keys meet the tile:
-//       s = scale * q.k over the whole tile (a fixed-length loop the compiler vectorizes);
-//       on the row's visible keys only: softcap, ALiBi, m' = max(m, max s), alpha = exp(m - m'),
-//       p = exp(s - m'), l = l * alpha + sum p, O = O * alpha + sum_j p_j V_j
+//     for the packed rows whose visible keys meet the tile, two at a time (sharing the loads):
+//       s = scale * q.k over the whole tile (fixed-length loops the compiler vectorizes);
+//       softcap and ALiBi; keys the row does not see -> -inf; m' = max(m, max s),
+//       alpha = exp(m - m'), p = exp(s - m'), l = l * alpha + sum p,
+//       O = O * alpha + sum_j p_j V_j over the row's visible keys only
+//     merge the chunk's (m, l, O) of each row into the row's total, in chunk order
 //   out = O / l, lse = m + log l   (0 and -inf for a row that sees no key)
 //
 // GQA without replication: a kv head's tiles are read once per query block and serve the G
@@ -24,12 +26,19 @@
 // and causality), nondecreasing in the row, so the block's keys are the union of its rows'
 // intervals, one interval too; tiles outside it (past the diagonal, before the window, in the
 // padding) are never read, and in a partly visible tile a row uses only its own keys. A key that
-// no row of the call sees is never loaded, so NaN there cannot reach the result.
+// no row of the call sees is never loaded, so NaN there cannot reach the result; a key a row
+// does not see is never multiplied into its output (not even as 0 * v).
 //
-// Determinism: the arithmetic of a row depends only on its own inputs and on the tiles, which
-// start at multiples of kTile in absolute key index (never at an offset that depends on the
-// block or the thread); every row runs the same loops. So the result is bitwise the same for
-// any thread count and any query blocking.
+// Work split (OpenMP, dynamic schedule): tasks are the blocks, last (heaviest) first. When
+// there are fewer than two blocks per thread (a decode step), tasks are (block, chunk) pairs
+// instead, each writing its rows' chunk state to a buffer, and a second loop merges each
+// block's chunks in order, with the same arithmetic as a block run on one thread.
+//
+// Determinism: the arithmetic of a row depends only on its own inputs and on the tiles and
+// chunks, which start at multiples of their size in absolute key index (never at an offset that
+// depends on the block or the thread); every score is one FMA chain over c, every P V sum adds
+// the row's keys in ascending order, whether the row goes alone or in a pair. So the result is
+// bitwise the same for any thread count, either work split and any query blocking.
 //
 // Dimension legend: B = batch, Hq = q_heads, Hk = kv_heads, G = Hq / Hk, Tq / Tk = rows / keys
 // of a sequence, Dk = head_dim, Dv = value_dim.
@@ -38,6 +47,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include <omp.h>
@@ -56,6 +66,10 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int kTile = 64;
 // Packed query rows per task: G heads x max(1, kPackedRows / G) rows.
 constexpr int kPackedRows = 64;
+// Keys per chunk: each chunk gives every row a partial state (max, sum, accumulator), merged
+// in chunk order. A decode step hands its chunks to different threads; otherwise one thread
+// runs a block's chunks in order; the arithmetic is the same either way.
+constexpr std::int64_t kChunk = 512;
 
 // ---- the fast path ---------------------------------------------------------------------------
 
@@ -135,25 +149,41 @@ KeyRange visible_keys(const attncheck_problem_v2& p, std::int64_t Tk, std::int64
     return r;
 }
 
-// One task: query rows [i0, i1) of sequence b, for the G query heads of kv head hk.
-struct Task {
-    int b, hk;
+// Query rows [i0, i1) of sequence b for the G query heads of kv head hk: G * (i1 - i0) packed
+// rows, packed row r being head hk * G + r / (i1 - i0), row i0 + r % (i1 - i0).
+struct Block {
+    int b, hk, G;
     std::int64_t i0, i1;
+    std::int64_t rows() const { return i1 - i0; }
+    std::int64_t packed() const { return G * rows(); }
+    int head_of(std::int64_t r) const { return hk * G + int(r / rows()); }
+    std::int64_t row_of(std::int64_t r) const { return i0 + r % rows(); }
+};
+
+// The online-softmax state of packed rows: running max, sum and unnormalized accumulator.
+struct RowState {
+    std::vector<float> m, l;  // [packed]
+    std::vector<float> o;     // [packed, Dv]
+    RowState(std::int64_t packed, std::int64_t Dv)
+        : m(std::size_t(packed)), l(std::size_t(packed)), o(std::size_t(packed * Dv)) {}
+    void reset(std::int64_t packed, std::int64_t Dv) {
+        std::fill_n(m.begin(), packed, kNegInf);
+        std::fill_n(l.begin(), packed, 0.0f);
+        std::fill_n(o.begin(), packed * Dv, 0.0f);
+    }
 };
 
 // Per-thread buffers of a call.
 struct Scratch {
-    std::vector<float> q;      // [G*rows, Dk]   packed query rows
-    std::vector<float> kt;     // [Dk, kTile]    the key tile, transposed
-    std::vector<float> krow;   // [Dk]           one key, before the transpose
-    std::vector<float> v;      // [kTile, Dv]    the value tile
-    std::vector<float> o;      // [G*rows, Dv]   unnormalized accumulators
-    std::vector<float> m, l;   // [G*rows]       running max and sum
-    std::vector<KeyRange> keys;  // [G*rows]     visible keys of each packed row
+    std::vector<float> q;        // [packed, Dk]   packed query rows
+    std::vector<float> kt;       // [Dk, kTile]    the key tile, transposed
+    std::vector<float> krow;     // [Dk]           one key, before the transpose
+    std::vector<float> v;        // [kTile, Dv]    the value tile
+    std::vector<KeyRange> keys;  // [packed]       visible keys of each packed row
+    RowState chunk, total;       // of the chunk being run, and merged over the chunks so far
     Scratch(std::int64_t packed, std::int64_t Dk, std::int64_t Dv)
         : q(std::size_t(packed * Dk)), kt(std::size_t(Dk * kTile)), krow(std::size_t(Dk)),
-          v(std::size_t(kTile * Dv)), o(std::size_t(packed * Dv)), m(std::size_t(packed)),
-          l(std::size_t(packed)), keys(std::size_t(packed)) {}
+          v(std::size_t(kTile * Dv)), keys(std::size_t(packed)), chunk(packed, Dv), total(packed, Dv) {}
 };
 
 // s[r][j] = q[r] . kt[:, j] for R rows and the kTile keys of the tile: one FMA chain per score
@@ -258,14 +288,15 @@ void load_tile(const attncheck_problem_v2& p, int b, int hk, std::int64_t t0, st
     }
 }
 
-// R packed rows (indices rs) against the tile at t0 held in s.kt / s.v: scores, softmax, P V.
-// A row's visible keys there are the tile-local [lo[r], hi[r]]; P V adds each row's keys in
-// ascending order: keys only the first-starting row sees alone, then the keys both see
-// together, then the keys only the last-ending row sees, so the bits are a single row's.
-template <int R, class HeadOf, class RowOf>
-void rows_tile(const attncheck_problem_v2& p, Scratch& s, const std::int64_t (&rs)[R], std::int64_t t0,
-               std::int64_t pos, const HeadOf& head_of, const RowOf& row_of) {
-    const std::int64_t Dk = p.head_dim, Dv = p.value_dim, t1 = t0 + kTile - 1;
+// R packed rows (indices rs) of block blk against the tile at t0 held in s.kt / s.v: scores,
+// softmax, P V into s.chunk. A row's visible keys there are the tile-local [lo[r], hi[r]]; P V
+// adds each row's keys in ascending order: keys only the first-starting row sees alone, then
+// the keys both see together, then the keys only the last-ending row sees, so the bits are
+// those of the row alone.
+template <int R>
+void rows_tile(const attncheck_problem_v2& p, const Block& blk, Scratch& s, const std::int64_t (&rs)[R],
+               std::int64_t t0) {
+    const std::int64_t Dk = p.head_dim, Dv = p.value_dim, t1 = t0 + kTile - 1, pos = p.q_pos[blk.b];
     const float* q[R];
     float* o[R];
     float sc[R][kTile], e[R][kTile], alpha[R];
@@ -273,7 +304,7 @@ void rows_tile(const attncheck_problem_v2& p, Scratch& s, const std::int64_t (&r
     int lo[R], hi[R];
     for (int r = 0; r < R; ++r) {
         q[r] = s.q.data() + rs[r] * Dk;
-        o[r] = s.o.data() + rs[r] * Dv;
+        o[r] = s.chunk.o.data() + rs[r] * Dv;
         pr[r] = e[r];
     }
     tile_scores<R>(q, s.kt.data(), Dk, sc);
@@ -281,10 +312,10 @@ void rows_tile(const attncheck_problem_v2& p, Scratch& s, const std::int64_t (&r
         const KeyRange k = s.keys[std::size_t(rs[r])];
         lo[r] = int(std::max(k.lo, t0) - t0);
         hi[r] = int(std::min(k.hi, t1) - t0);
-        const int h = head_of(rs[r]);
-        alpha[r] = softmax_tile(p, sc[r], t0, lo[r], hi[r], pos + row_of(rs[r]),
-                                p.alibi_slopes ? p.alibi_slopes[h] : 0.0f, s.m[std::size_t(rs[r])],
-                                s.l[std::size_t(rs[r])], e[r]);
+        const int h = blk.head_of(rs[r]);
+        alpha[r] = softmax_tile(p, sc[r], t0, lo[r], hi[r], pos + blk.row_of(rs[r]),
+                                p.alibi_slopes ? p.alibi_slopes[h] : 0.0f, s.chunk.m[std::size_t(rs[r])],
+                                s.chunk.l[std::size_t(rs[r])], e[r]);
     }
     if constexpr (R == 1) {
         pv_update<1>(o, alpha, pr, s.v.data(), Dv, lo[0], hi[0]);
@@ -307,31 +338,38 @@ void rows_tile(const attncheck_problem_v2& p, Scratch& s, const std::int64_t (&r
     }
 }
 
-void run_task(const attncheck_problem_v2& p, const Task& t, Scratch& s) {
-    const int G = p.q_heads / p.kv_heads;
-    const std::int64_t Dk = p.head_dim, Dv = p.value_dim, rows = t.i1 - t.i0, packed = G * rows;
-    const std::int64_t Tk = kv_len_of(p, t.b), pos = p.q_pos[t.b];
-    // Packed row r is head hk * G + r / rows, row t.i0 + r % rows.
-    const auto head_of = [&](std::int64_t r) { return t.hk * G + int(r / rows); };
-    const auto row_of = [&](std::int64_t r) { return t.i0 + r % rows; };
-
+// The visible keys of every packed row of blk into s.keys (and, with load_q, the rows of q
+// that see some key into s.q); returns their union, one interval (empty when lo > hi).
+KeyRange prepare(const attncheck_problem_v2& p, const Block& blk, Scratch& s, bool load_q) {
+    const std::int64_t Tk = kv_len_of(p, blk.b), pos = p.q_pos[blk.b];
     KeyRange block{std::numeric_limits<std::int64_t>::max(), -1};
-    for (std::int64_t r = 0; r < packed; ++r) {
-        const KeyRange k = visible_keys(p, Tk, pos + row_of(r));
+    for (std::int64_t r = 0; r < blk.packed(); ++r) {
+        const KeyRange k = visible_keys(p, Tk, pos + blk.row_of(r));
         s.keys[std::size_t(r)] = k;
-        s.m[std::size_t(r)] = kNegInf;
-        s.l[std::size_t(r)] = 0.0f;
-        std::fill_n(s.o.data() + r * Dv, Dv, 0.0f);
         if (k.empty()) continue;
         block.lo = std::min(block.lo, k.lo);
         block.hi = std::max(block.hi, k.hi);
-        load_row(p.dtype, p.q.data, q_offset_v2(p, p.q, t.b, head_of(r), int(row_of(r)), 0), p.q.stride[3], Dk,
-                 s.q.data() + r * Dk);
+        if (load_q)
+            load_row(p.dtype, p.q.data, q_offset_v2(p, p.q, blk.b, blk.head_of(r), int(blk.row_of(r)), 0),
+                     p.q.stride[3], p.head_dim, s.q.data() + r * p.head_dim);
     }
+    return block;
+}
 
-    for (std::int64_t t0 = block.lo >= 0 ? block.lo / kTile * kTile : 0; t0 <= block.hi; t0 += kTile) {
+// Whether key range k meets chunk c.
+bool meets_chunk(const KeyRange& k, std::int64_t c) {
+    return !k.empty() && k.hi >= c * kChunk && k.lo < (c + 1) * kChunk;
+}
+
+// Chunk c of block blk (keys [c * kChunk, (c + 1) * kChunk) within `block`, the union of its
+// rows' keys): the rows' state over those keys alone, in s.chunk.
+void run_chunk(const attncheck_problem_v2& p, const Block& blk, Scratch& s, const KeyRange& block, std::int64_t c) {
+    const std::int64_t packed = blk.packed();
+    s.chunk.reset(packed, p.value_dim);
+    const std::int64_t first = std::max(block.lo, c * kChunk), last = std::min(block.hi, (c + 1) * kChunk - 1);
+    for (std::int64_t t0 = first / kTile * kTile; t0 <= last; t0 += kTile) {
         const std::int64_t t1 = t0 + kTile - 1;
-        load_tile(p, t.b, t.hk, t0, std::max(t0, block.lo), std::min(t1, block.hi), s);
+        load_tile(p, blk.b, blk.hk, t0, std::max(t0, first), std::min(t1, last), s);
         // The rows that see keys of the tile, two at a time.
         std::int64_t pending = -1;
         for (std::int64_t r = 0; r < packed; ++r) {
@@ -341,49 +379,156 @@ void run_task(const attncheck_problem_v2& p, const Task& t, Scratch& s) {
                 pending = r;
                 continue;
             }
-            rows_tile<2>(p, s, {pending, r}, t0, pos, head_of, row_of);
+            rows_tile<2>(p, blk, s, {pending, r}, t0);
             pending = -1;
         }
-        if (pending >= 0) rows_tile<1>(p, s, {pending}, t0, pos, head_of, row_of);
-    }
-
-    for (std::int64_t r = 0; r < packed; ++r) {
-        const int h = head_of(r), i = int(row_of(r));
-        const float l = s.l[std::size_t(r)];
-        const bool any = !s.keys[std::size_t(r)].empty();
-        for (std::int64_t c = 0; c < Dv; ++c)
-            store_element(p.dtype, p.out.data, q_offset_v2(p, p.out, t.b, h, i, int(c)),
-                          any ? s.o[std::size_t(r * Dv + c)] / l : 0.0f);
-        if (p.lse) p.lse[lse_offset_v2(p, t.b, h, i)] = any ? s.m[std::size_t(r)] + std::log(l) : kNegInf;
+        if (pending >= 0) rows_tile<1>(p, blk, s, {pending}, t0);
     }
 }
 
-int run_general(const attncheck_problem_v2& p) {
-    const int G = p.q_heads / p.kv_heads;
-    const std::int64_t rows = std::max(1, kPackedRows / G);
-    std::vector<Task> tasks;
-    for (int b = 0; b < p.batch; ++b) {
-        const std::int64_t Tq = q_len_of(p, b);
-        // Last blocks first: under causality they are the heaviest.
-        for (std::int64_t i0 = (Tq - 1) / rows * rows; i0 >= 0 && Tq > 0; i0 -= rows)
-            for (int hk = 0; hk < p.kv_heads; ++hk) tasks.push_back({b, hk, i0, std::min(Tq, i0 + rows)});
+// Merges a chunk's state of one row (m, l, o) into the row's total (mt, lt, ot): the same
+// arithmetic whether the chunk ran on this thread just before or elsewhere.
+void merge_row(float& mt, float& lt, float* ot, float m, float l, const float* o, std::int64_t Dv) {
+    const float M = std::max(mt, m);
+    const float M_use = M == kNegInf ? 0.0f : M;
+    const float a = mt == kNegInf ? 0.0f : std::exp(mt - M_use);
+    const float b = m == kNegInf ? 0.0f : std::exp(m - M_use);
+    lt = std::fma(l, b, lt * a);
+    for (std::int64_t d = 0; d < Dv; ++d) ot[d] = std::fma(o[d], b, ot[d] * a);
+    mt = M;
+}
+
+// out = o / l and lse = m + log l of every packed row of blk from s.total (0 and -inf for a
+// row that sees no key).
+void finalize(const attncheck_problem_v2& p, const Block& blk, const Scratch& s) {
+    const std::int64_t Dv = p.value_dim;
+    for (std::int64_t r = 0; r < blk.packed(); ++r) {
+        const int h = blk.head_of(r), i = int(blk.row_of(r));
+        const float l = s.total.l[std::size_t(r)];
+        const bool any = !s.keys[std::size_t(r)].empty();
+        for (std::int64_t c = 0; c < Dv; ++c)
+            store_element(p.dtype, p.out.data, q_offset_v2(p, p.out, blk.b, h, i, int(c)),
+                          any ? s.total.o[std::size_t(r * Dv + c)] / l : 0.0f);
+        if (p.lse) p.lse[lse_offset_v2(p, blk.b, h, i)] = any ? s.total.m[std::size_t(r)] + std::log(l) : kNegInf;
     }
+}
+
+// The chunks a block's keys span: [first, last] (empty when first > last).
+std::pair<std::int64_t, std::int64_t> chunks_of(const KeyRange& block) {
+    if (block.empty()) return {0, -1};
+    return {block.lo / kChunk, block.hi / kChunk};
+}
+
+// A whole block on one thread: its chunks in order, each merged as it ends.
+void run_block(const attncheck_problem_v2& p, const Block& blk, Scratch& s) {
+    const KeyRange block = prepare(p, blk, s, true);
+    const std::int64_t packed = blk.packed(), Dv = p.value_dim;
+    s.total.reset(packed, Dv);
+    const auto [first, last] = chunks_of(block);
+    for (std::int64_t c = first; c <= last; ++c) {
+        run_chunk(p, blk, s, block, c);
+        for (std::int64_t r = 0; r < packed; ++r)
+            if (meets_chunk(s.keys[std::size_t(r)], c))
+                merge_row(s.total.m[std::size_t(r)], s.total.l[std::size_t(r)], s.total.o.data() + r * Dv,
+                          s.chunk.m[std::size_t(r)], s.chunk.l[std::size_t(r)], s.chunk.o.data() + r * Dv, Dv);
+    }
+    finalize(p, blk, s);
+}
+
+// Runs fn(scratch, n) for n < count over the OpenMP threads (dynamic schedule); false when a
+// thread could not allocate its scratch (no exception may cross an OpenMP region).
+template <class Fn>
+bool parallel_for(const attncheck_problem_v2& p, std::int64_t packed, std::size_t count, const Fn& fn) {
     bool failed = false;
 #pragma omp parallel
     {
         Scratch* s = nullptr;
         try {
-            s = new Scratch(G * rows, p.head_dim, p.value_dim);
+            s = new Scratch(packed, p.head_dim, p.value_dim);
         } catch (...) {
 #pragma omp atomic write
             failed = true;
         }
 #pragma omp for schedule(dynamic, 1)
-        for (std::size_t n = 0; n < tasks.size(); ++n)
-            if (s) run_task(p, tasks[n], *s);
+        for (std::size_t n = 0; n < count; ++n)
+            if (s) fn(*s, n);
         delete s;
     }
-    return failed ? ATTNCHECK_UNSUPPORTED : ATTNCHECK_OK;
+    return !failed;
+}
+
+int run_general(const attncheck_problem_v2& p) {
+    const int G = p.q_heads / p.kv_heads;
+    const std::int64_t rows = std::max(1, kPackedRows / G), packed = G * rows, Dv = p.value_dim;
+    std::vector<Block> blocks;
+    for (int b = 0; b < p.batch; ++b) {
+        const std::int64_t Tq = q_len_of(p, b);
+        // Last blocks first: under causality they are the heaviest.
+        for (std::int64_t i0 = (Tq - 1) / rows * rows; i0 >= 0 && Tq > 0; i0 -= rows)
+            for (int hk = 0; hk < p.kv_heads; ++hk) blocks.push_back({b, hk, G, i0, std::min(Tq, i0 + rows)});
+    }
+    const int threads = omp_get_max_threads();
+    if (threads == 1 || blocks.size() >= std::size_t(2 * threads))
+        return parallel_for(p, packed, blocks.size(), [&](Scratch& s, std::size_t n) { run_block(p, blocks[n], s); })
+                   ? ATTNCHECK_OK
+                   : ATTNCHECK_UNSUPPORTED;
+
+    // Too few blocks for the threads (a decode step): every (block, chunk) is a task, whose
+    // state goes to `partials`, then each block merges its chunks in order, as run_block does.
+    struct Split {
+        std::size_t block;
+        std::int64_t chunk;
+        std::size_t at;  // offset in partials: [packed rows][m, l, o[Dv]]
+    };
+    std::vector<Split> splits;
+    std::vector<std::size_t> first_split(blocks.size() + 1);
+    std::size_t size = 0;
+    const std::size_t stride = std::size_t(Dv + 2);
+    for (std::size_t n = 0; n < blocks.size(); ++n) {
+        first_split[n] = splits.size();
+        const Block& blk = blocks[n];
+        const std::int64_t Tk = kv_len_of(p, blk.b), pos = p.q_pos[blk.b];
+        KeyRange block{std::numeric_limits<std::int64_t>::max(), -1};
+        for (std::int64_t i = blk.i0; i < blk.i1; ++i) {
+            const KeyRange k = visible_keys(p, Tk, pos + i);
+            if (k.empty()) continue;
+            block.lo = std::min(block.lo, k.lo);
+            block.hi = std::max(block.hi, k.hi);
+        }
+        const auto [first, last] = chunks_of(block);
+        for (std::int64_t c = first; c <= last; ++c) {
+            splits.push_back({n, c, size});
+            size += std::size_t(blk.packed()) * stride;
+        }
+    }
+    first_split[blocks.size()] = splits.size();
+    std::vector<float> partials(size);
+    const bool ran = parallel_for(p, packed, splits.size(), [&](Scratch& s, std::size_t n) {
+        const Split& sp = splits[n];
+        const Block& blk = blocks[sp.block];
+        const KeyRange block = prepare(p, blk, s, true);
+        run_chunk(p, blk, s, block, sp.chunk);
+        for (std::int64_t r = 0; r < blk.packed(); ++r) {
+            float* dst = partials.data() + sp.at + std::size_t(r) * stride;
+            dst[0] = s.chunk.m[std::size_t(r)];
+            dst[1] = s.chunk.l[std::size_t(r)];
+            std::copy_n(s.chunk.o.data() + r * Dv, Dv, dst + 2);
+        }
+    });
+    const bool merged = ran && parallel_for(p, packed, blocks.size(), [&](Scratch& s, std::size_t n) {
+        const Block& blk = blocks[n];
+        prepare(p, blk, s, false);
+        s.total.reset(blk.packed(), Dv);
+        for (std::size_t k = first_split[n]; k < first_split[n + 1]; ++k)
+            for (std::int64_t r = 0; r < blk.packed(); ++r) {
+                if (!meets_chunk(s.keys[std::size_t(r)], splits[k].chunk)) continue;
+                const float* src = partials.data() + splits[k].at + std::size_t(r) * stride;
+                merge_row(s.total.m[std::size_t(r)], s.total.l[std::size_t(r)], s.total.o.data() + r * Dv, src[0],
+                          src[1], src + 2, Dv);
+            }
+        finalize(p, blk, s);
+    });
+    return merged ? ATTNCHECK_OK : ATTNCHECK_UNSUPPORTED;
 }
 
 // Products of sizes that index a tensor must fit int64 with room; the ABI's int32 fields keep
