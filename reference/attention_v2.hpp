@@ -20,6 +20,10 @@ struct OracleV2Options {
     // The kernel rounds the probabilities to the problem's dtype before multiplying them by v
     // (FlashAttention does, for float16 / bfloat16): the bound then includes that rounding.
     bool probabilities_rounded = false;
+    // Accuracy of the kernel's float32 tanh (softcap), in ulps. 2 covers glibc's tanhf and
+    // correctly rounded ones; a GPU kernel on tanh.approx.f32 (relative error 2^-11) declares
+    // 4096.
+    double tanh_ulps = 2.0;
 };
 
 struct OracleV2 {
@@ -41,6 +45,10 @@ struct OracleV2 {
 
 // Throws std::invalid_argument naming the problem when problem_v2_error(p) is not empty.
 OracleV2 attention_v2_oracle(const attncheck_problem_v2& p, const OracleV2Options& options = {});
+
+// x rounded to nearest even in `dtype` (ATTNCHECK_DTYPE_*) directly from float64, as a float:
+// what the reference kernel stores (no double rounding through float32).
+float round_double_to(std::int32_t dtype, double x);
 
 }  // namespace attncheck::reference
 

@@ -1,0 +1,237 @@
+// reference/attention_v2.cpp — the float64 oracle of kernel ABI version 2 (attention_v2.hpp)
+// and the reference kernel behind the v2 C ABI.
+//
+// One row at a time: the row's visible keys (visible_v2), their scores in float64 from the
+// stored inputs (scale, softcap, ALiBi, in the ABI's order), the softmax with its maximum
+// subtracted, the output and the log-sum-exp; next to each, the bound that any correct
+// evaluation with float32 accumulation meets. Every term of the bound is derived in
+// docs/numerics.md, "Version 2"; the comments below name them.
+//
+// Notation: u = 2^-24 (float32, the accumulation); ud = unit_roundoff(dtype) (the inputs' and
+// the output's type); n = the row's visible keys; s0_j = scale q.k_j; c_j = the softcapped
+// score (c_j = s0_j without softcap); beta_j = the ALiBi bias; s_j = c_j - beta_j the score;
+// m = max_j s_j; p_j = exp(s_j - m) / sum_l exp(s_l - m).
+#include "reference/attention_v2.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "attncheck/problem_v2.hpp"
+
+namespace attncheck::reference {
+
+namespace {
+
+constexpr double u = 0x1p-24;
+constexpr double kMinNormal32 = 0x1p-126;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// The absolute error a rounding to `dtype` may make on a number too small for the dtype's
+// normal range: half the subnormal spacing (float16: 2^-24 / 2; bfloat16 and float32 share
+// float32's exponent range, where the float32 underflow term covers flushing too).
+double tiny_rounding(std::int32_t dtype) {
+    return dtype == ATTNCHECK_DTYPE_F16 ? 0x1p-25 : dtype == ATTNCHECK_DTYPE_BF16 ? kMinNormal32 : 0.0;
+}
+
+// One visible key of a row: its index, exact score and the bound on a kernel's score error.
+struct ScoredKey {
+    int j = 0;
+    double s = 0;  // the score s_j
+    double e = 0;  // e_j: |kernel's score - s_j| <= e_j, in natural-exponent units
+    double p = 0;  // the softmax weight p_j
+};
+
+// The score of key j for (b, h, row i) and the bound on its float32 evaluation, up to (not
+// including) the exponential's stage, which needs the row's maximum.
+//   dot and scale:  e0 = u ((Dk + 4) |scale| sum_d |q_d k_d| + |s0|)
+//   softcap:        the tanh argument x = s0 / cap (or s0 (1/cap), or q.k (scale/cap)) errs by
+//                   (e0 + 2u (|s0| + e0)) / cap; |tanh'| <= 1 carries it to tanh, a tanh of
+//                   k ulps adds t = 2ku relative (of the perturbed argument's tanh), the product
+//                   with cap u:  e_c = (1 + u)(1 + t) ex + (t + 2u) |c|,  ex = e0 + 2u (|s0| + e0)
+//   ALiBi:          beta = slope (a - j) with a - j exact: the product rounds (u |beta|); in
+//                   base 2, log2 e folded into the slope (2u |beta|) and into c (2u |c| <=
+//                   2u (|s| + |beta|), the |s| part counted with the exponential's stage); one
+//                   spare; the subtraction u |s|:  e_s = (1 + u) e_c + 6u |beta| + u |s|
+ScoredKey score_of(const attncheck_problem_v2& p, const OracleV2Options& options, int b, int h, int i, int j) {
+    const int hk = kv_head_of(p, h);
+    const double scale = double(p.scale);
+    double dot = 0, mag = 0;
+    for (int d = 0; d < p.head_dim; ++d) {
+        const double qd = double(load_element(p.dtype, p.q.data, q_offset_v2(p, p.q, b, h, i, d)));
+        const double kd = double(load_element(p.dtype, p.k.data, kv_offset_v2(p, p.k, b, hk, j, d)));
+        dot += qd * kd;
+        mag += std::abs(qd * kd);
+    }
+    const double s0 = scale * dot;
+    double s = s0;
+    double e = u * ((double(p.head_dim) + 4.0) * std::abs(scale) * mag + std::abs(s0));
+    if (p.softcap > 0) {
+        const double cap = double(p.softcap);
+        s = cap * std::tanh(s0 / cap);
+        const double t = 2.0 * options.tanh_ulps * u;
+        const double ex = e + 2.0 * u * (std::abs(s0) + e);
+        e = (1.0 + u) * (1.0 + t) * ex + (t + 2.0 * u) * std::abs(s);
+    }
+    if (p.alibi_slopes) {
+        const double a = double(p.q_pos[b]) + double(i);
+        const double beta = double(p.alibi_slopes[h]) * (a - double(j));
+        s -= beta;
+        e = (1.0 + u) * e + 6.0 * u * std::abs(beta) + u * std::abs(s);
+    }
+    return {j, s, e, 0.0};
+}
+
+// Row (b, h, i) into the oracle's logical row r.
+void attend_row(const attncheck_problem_v2& p, const OracleV2Options& options, int b, int h, int i, std::size_t r,
+                OracleV2& o, std::vector<ScoredKey>& keys) {
+    const std::size_t Dv = std::size_t(p.value_dim);
+    keys.clear();
+    const int Tk = kv_len_of(p, b);
+    for (int j = 0; j < Tk; ++j)
+        if (visible_v2(p, b, i, j)) keys.push_back(score_of(p, options, b, h, i, j));
+    const std::size_t n = keys.size();
+    o.visible[r] = int(n);
+    if (n == 0) {  // the ABI's empty row: out 0 and lse -inf, exactly (bounds 0)
+        o.lse[r] = -kInf;
+        o.max_score[r] = -kInf;
+        return;
+    }
+
+    // Softmax with the maximum subtracted. The exponential's stage adds to each score error:
+    // a scale or log2 e folded into the exponent (3u |s|, one spare u |s|), the subtraction of
+    // the (running) maximum and the maximum's own folded roundings (4u |m|), and an exp or exp2
+    // of 2 ulps (4u): e_j += u (4 |s_j| + 4 |m| + 4).
+    double m = -kInf;
+    for (const ScoredKey& k : keys) m = std::max(m, k.s);
+    double z = 0, E = 0;
+    for (ScoredKey& k : keys) {
+        k.e += u * (4.0 * std::abs(k.s) + 4.0 * std::abs(m) + 4.0);
+        E = std::max(E, k.e);
+        k.p = std::exp(k.s - m);
+        z += k.p;
+    }
+    double weighted_e = 0;  // sum_j p_j e_j
+    for (ScoredKey& k : keys) {
+        k.p /= z;
+        weighted_e += k.p * k.e;
+    }
+    o.max_score[r] = m;
+
+    // lse = m + log z. Score errors move it by log sum_j p_j e^{delta_j}, within
+    // [-E, E] and at most e^E sum_j p_j e_j; the sum z (any order, online rescaling, split-KV
+    // merge) errs relatively by u (3n + 8), its log by that over 1 - that (u (3n + 9)); a log or
+    // log2 times ln 2 of a few ulps: 6u |log z|; the add of the maximum (in base 2: the maximum
+    // times log2 e, the sum times ln 2): 4u (|lse| + |m|); weights flushed under 2^-126 move z
+    // (>= 1) by n 2^-126. A kernel that sums the probabilities rounded to the dtype moves z by
+    // a relative ud + n tiny(dtype) more, its log by 1.1 times that.
+    const double nn = double(n);
+    const double ud = unit_roundoff(p.dtype);
+    const bool narrow = p.dtype != ATTNCHECK_DTYPE_F32;
+    const bool p_rounded = options.probabilities_rounded && narrow;
+    const double log_z = std::log(z);
+    o.lse[r] = m + log_z;
+    o.lse_bound[r] = std::min(std::exp(E) * weighted_e, E) + u * (3.0 * nn + 9.0) + 6.0 * u * std::abs(log_z) +
+                     4.0 * u * (std::abs(o.lse[r]) + std::abs(m)) + nn * kMinNormal32 +
+                     (p_rounded ? 1.1 * (ud + nn * tiny_rounding(p.dtype)) : 0.0);
+
+    // The output, column by column (docs/numerics.md 1.1 and "Version 2"):
+    //   softmax term   min(e^{2E} sum_j p_j e_j |v_j - o|, max_j |v_j - o|)
+    //   arithmetic     u (3n + 8) (sum_j p_j |v_j| + |o|)
+    //   underflow      (n + 2) 2^-126 (max_j |v_j| + 1)
+    //   probabilities rounded to the dtype before P V (when declared):
+    //                  1.1 ud (sum_j p_j |v_j| + |o|) + n tiny(dtype) max_j |v_j|
+    //   the output rounded to the dtype (not float32): ud (|o| + bound) + tiny(dtype)
+    const int hk = kv_head_of(p, h);
+    const double growth = std::exp(2.0 * E);
+    const double arith = u * (3.0 * nn + 8.0);
+    std::vector<double> v(n);
+    for (std::size_t c = 0; c < Dv; ++c) {
+        double out = 0;
+        for (std::size_t t = 0; t < n; ++t) {
+            v[t] = double(load_element(p.dtype, p.v.data, kv_offset_v2(p, p.v, b, hk, keys[t].j, int(c))));
+            out += keys[t].p * v[t];
+        }
+        double soft = 0, mag = 0, vmax = 0, cap = 0;
+        for (std::size_t t = 0; t < n; ++t) {
+            soft += keys[t].p * keys[t].e * std::abs(v[t] - out);
+            mag += keys[t].p * std::abs(v[t]);
+            vmax = std::max(vmax, std::abs(v[t]));
+            cap = std::max(cap, std::abs(v[t] - out));
+        }
+        const double first = (std::isfinite(growth) && growth < 2.0) ? std::min(growth * soft, cap) : cap;
+        double bound = first + arith * (mag + std::abs(out)) + (nn + 2.0) * kMinNormal32 * (vmax + 1.0);
+        if (p_rounded)
+            bound += 1.1 * ud * (mag + std::abs(out)) + nn * tiny_rounding(p.dtype) * vmax;
+        if (narrow) bound += ud * (std::abs(out) + bound) + tiny_rounding(p.dtype);
+        o.out[r * Dv + c] = out;
+        o.out_bound[r * Dv + c] = bound;
+    }
+}
+
+}  // namespace
+
+float round_double_to(std::int32_t dtype, double x) {
+    float f = float(x);
+    if (dtype == ATTNCHECK_DTYPE_F32 || std::isnan(x) || double(f) == x) return round_to(dtype, f);
+    // Round to odd: truncate toward zero and mark the inexactness in the last bit. float keeps
+    // more than two bits beyond the dtype's precision, so rounding that to nearest even gives
+    // x rounded to nearest even (no double rounding).
+    if (std::abs(double(f)) > std::abs(x)) f = std::nextafter(f, 0.0f);
+    return round_to(dtype, bits_to_float(float_to_bits(f) | 1u));
+}
+
+OracleV2 attention_v2_oracle(const attncheck_problem_v2& p, const OracleV2Options& options) {
+    if (const std::string e = problem_v2_error(p); !e.empty())
+        throw std::invalid_argument("attention_v2_oracle: malformed problem: " + e);
+    OracleV2 o;
+    o.value_dim = p.value_dim;
+    o.first_row.assign(std::size_t(p.batch) + 1, 0);
+    o.q_len.resize(std::size_t(p.batch));
+    for (int b = 0; b < p.batch; ++b) {
+        o.q_len[std::size_t(b)] = q_len_of(p, b);
+        o.first_row[std::size_t(b) + 1] =
+            o.first_row[std::size_t(b)] + std::size_t(p.q_heads) * std::size_t(o.q_len[std::size_t(b)]);
+    }
+    const std::size_t rows = o.rows(), Dv = std::size_t(p.value_dim);
+    o.out.assign(rows * Dv, 0.0);
+    o.out_bound.assign(rows * Dv, 0.0);
+    o.lse.assign(rows, 0.0);
+    o.lse_bound.assign(rows, 0.0);
+    o.visible.assign(rows, 0);
+    o.max_score.assign(rows, 0.0);
+    std::vector<ScoredKey> keys;
+    for (int b = 0; b < p.batch; ++b)
+        for (int h = 0; h < p.q_heads; ++h)
+            for (int i = 0; i < o.q_len[std::size_t(b)]; ++i) attend_row(p, options, b, h, i, o.row(b, h, i), o, keys);
+    return o;
+}
+
+}  // namespace attncheck::reference
+
+extern "C" int attncheck_reference_kernel_v2(const attncheck_problem_v2* p) {
+    using namespace attncheck;
+    if (!p) return ATTNCHECK_UNSUPPORTED;
+    // No exception may cross the C boundary: an allocation that fails is reported as unsupported.
+    try {
+        if (!problem_v2_error(*p).empty()) return ATTNCHECK_UNSUPPORTED;
+        // The whole result first, then out and lse, each element once, at the ABI's offsets.
+        const reference::OracleV2 o = reference::attention_v2_oracle(*p);
+        const std::size_t Dv = std::size_t(p->value_dim);
+        for (int b = 0; b < p->batch; ++b)
+            for (int h = 0; h < p->q_heads; ++h)
+                for (int i = 0; i < o.q_len[std::size_t(b)]; ++i) {
+                    const std::size_t r = o.row(b, h, i);
+                    for (std::size_t c = 0; c < Dv; ++c)
+                        store_element(p->dtype, p->out.data, q_offset_v2(*p, p->out, b, h, i, int(c)),
+                                      reference::round_double_to(p->dtype, o.out[r * Dv + c]));
+                    if (p->lse)
+                        p->lse[lse_offset_v2(*p, b, h, i)] = reference::round_double_to(ATTNCHECK_DTYPE_F32, o.lse[r]);
+                }
+        return ATTNCHECK_OK;
+    } catch (...) {
+        return ATTNCHECK_UNSUPPORTED;
+    }
+}
