@@ -113,24 +113,28 @@ attncheck_problem v1_problem(const attncheck_problem_v2& p) {
 
 // ---- the general path ------------------------------------------------------------------------
 
-// dst[c] = element offset + c * stride of data, as float32, for c < n.
+// dst[c] = element offset + c * stride of data, as float32, for c < n: `convert` applied to
+// each element, in a loop of its own for contiguous rows (the usual case), which vectorizes.
+template <class T, class Convert>
+void load_elements(const void* data, std::int64_t offset, std::int64_t stride, std::int64_t n, float* dst,
+                   const Convert& convert) {
+    const T* src = static_cast<const T*>(data) + offset;
+    if (stride == 1)
+        for (std::int64_t c = 0; c < n; ++c) dst[c] = convert(src[c]);
+    else
+        for (std::int64_t c = 0; c < n; ++c) dst[c] = convert(src[c * stride]);
+}
+
 void load_row(std::int32_t dtype, const void* data, std::int64_t offset, std::int64_t stride, std::int64_t n,
               float* dst) {
     switch (dtype) {
-    case ATTNCHECK_DTYPE_BF16: {
-        const std::uint16_t* src = static_cast<const std::uint16_t*>(data) + offset;
-        for (std::int64_t c = 0; c < n; ++c) dst[c] = bf16_to_float(src[c * stride]);
+    case ATTNCHECK_DTYPE_BF16:
+        load_elements<std::uint16_t>(data, offset, stride, n, dst, [](std::uint16_t h) { return bf16_to_float(h); });
         break;
-    }
-    case ATTNCHECK_DTYPE_F16: {
-        const std::uint16_t* src = static_cast<const std::uint16_t*>(data) + offset;
-        for (std::int64_t c = 0; c < n; ++c) dst[c] = f16_to_float(src[c * stride]);
+    case ATTNCHECK_DTYPE_F16:
+        load_elements<std::uint16_t>(data, offset, stride, n, dst, [](std::uint16_t h) { return f16_to_float(h); });
         break;
-    }
-    default: {
-        const float* src = static_cast<const float*>(data) + offset;
-        for (std::int64_t c = 0; c < n; ++c) dst[c] = src[c * stride];
-    }
+    default: load_elements<float>(data, offset, stride, n, dst, [](float x) { return x; });
     }
 }
 
