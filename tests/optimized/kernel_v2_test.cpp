@@ -92,20 +92,32 @@ void layout_strides(Layout l, std::int64_t n0, std::int64_t n1, std::int64_t n2,
     *size = n0 * st[0];
 }
 
-// A dtype buffer of raw bits.
+// A buffer of one dtype: float32 elements, or float16 / bfloat16 bit patterns.
 struct Buffer {
     std::int32_t dtype = ATTNCHECK_DTYPE_F32;
-    std::vector<std::uint32_t> words;  // f32: one per element; f16/bf16: two per word
+    std::vector<float> f32;
+    std::vector<std::uint16_t> half;
     void resize(std::int32_t dt, std::int64_t n) {
         dtype = dt;
-        words.assign(std::size_t(dt == ATTNCHECK_DTYPE_F32 ? n : (n + 1) / 2), 0);
+        (dt == ATTNCHECK_DTYPE_F32 ? f32.assign(std::size_t(n), 0.0f) : half.assign(std::size_t(n), 0));
     }
-    void* data() { return words.data(); }
-    std::int64_t elements() const { return dtype == ATTNCHECK_DTYPE_F32 ? std::int64_t(words.size()) : 2 * std::int64_t(words.size()); }
+    void* data() { return dtype == ATTNCHECK_DTYPE_F32 ? static_cast<void*>(f32.data()) : half.data(); }
+    const void* data() const { return dtype == ATTNCHECK_DTYPE_F32 ? static_cast<const void*>(f32.data()) : half.data(); }
+    std::int64_t elements() const { return std::int64_t(dtype == ATTNCHECK_DTYPE_F32 ? f32.size() : half.size()); }
     void fill(float x) {
         for (std::int64_t e = 0; e < elements(); ++e) attncheck::store_element(dtype, data(), e, x);
     }
-    float at(std::int64_t e) const { return attncheck::load_element(dtype, words.data(), e); }
+    float at(std::int64_t e) const { return attncheck::load_element(dtype, data(), e); }
+    // The raw bits of every element.
+    std::vector<std::uint32_t> bits() const {
+        std::vector<std::uint32_t> b(static_cast<std::size_t>(elements()));
+        for (std::size_t e = 0; e < b.size(); ++e)
+            if (dtype == ATTNCHECK_DTYPE_F32)
+                std::memcpy(&b[e], &f32[e], sizeof(float));
+            else
+                b[e] = half[e];
+        return b;
+    }
 };
 
 // A built problem: the ABI struct and everything it points to.
@@ -306,7 +318,7 @@ void check_against_truth(Built& bt) {
 // The raw result bits (out and lse) of one run.
 std::vector<std::uint32_t> result_bits(Built& bt) {
     REQUIRE(bt.run() == ATTNCHECK_OK);
-    std::vector<std::uint32_t> bits = bt.out.words;
+    std::vector<std::uint32_t> bits = bt.out.bits();
     for (float x : bt.lse) {
         std::uint32_t w;
         std::memcpy(&w, &x, sizeof w);
@@ -526,11 +538,11 @@ TEST_CASE("kernel v2: a problem version 1 can express gives the v1 kernel's bits
             v1.causal = p.causal;
             v1.kv_valid_len = valid.data();
             v1.scale = p.scale;
-            std::vector<float> out(bt.out.words.size());
+            std::vector<float> out(bt.out.f32.size());
             REQUIRE(attncheck_optimized_kernel(&v1, static_cast<const float*>(p.q.data), static_cast<const float*>(p.k.data),
                                                static_cast<const float*>(p.v.data), out.data()) == ATTNCHECK_OK);
             REQUIRE(bt.run() == ATTNCHECK_OK);
-            REQUIRE(std::memcmp(out.data(), bt.out.words.data(), out.size() * sizeof(float)) == 0);
+            REQUIRE(std::memcmp(out.data(), bt.out.f32.data(), out.size() * sizeof(float)) == 0);
             check_spec(s);
         }
 }
@@ -600,9 +612,9 @@ TEST_CASE("kernel v2: malformed problems are refused and out is untouched", "[ke
         Built bt(s, 0.0f);
         spoil(bt);
         REQUIRE_FALSE(attncheck::problem_v2_error(bt.p).empty());
-        const std::vector<std::uint32_t> before = bt.out.words;
+        const std::vector<std::uint32_t> before = bt.out.bits();
         REQUIRE(attncheck_optimized_kernel_v2(&bt.p) == ATTNCHECK_UNSUPPORTED);
-        REQUIRE(bt.out.words == before);
+        REQUIRE(bt.out.bits() == before);
     };
     refused("kv_heads does not divide q_heads", [](Built& bt) { bt.p.kv_heads = 3; });
     refused("block table entry out of range", [](Built& bt) { bt.table[1] = bt.p.num_blocks; });
