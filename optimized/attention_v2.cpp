@@ -57,6 +57,7 @@
 #include "attncheck/kernels.hpp"
 #include "attncheck/problem_v2.hpp"
 #include "optimized/attention_kernel.hpp"
+#include "optimized/attention_v2.hpp"
 
 namespace attncheck::optimized::attention_v2_detail {
 namespace {
@@ -132,7 +133,8 @@ void load_row(std::int32_t dtype, const void* data, std::int64_t offset, std::in
         load_elements<std::uint16_t>(data, offset, stride, n, dst, [](std::uint16_t h) { return bf16_to_float(h); });
         break;
     case ATTNCHECK_DTYPE_F16:
-        load_elements<std::uint16_t>(data, offset, stride, n, dst, [](std::uint16_t h) { return f16_to_float(h); });
+        load_elements<std::uint16_t>(data, offset, stride, n, dst,
+                                     [](std::uint16_t h) { return f16_to_float_branchless(h); });
         break;
     default: load_elements<float>(data, offset, stride, n, dst, [](float x) { return x; });
     }

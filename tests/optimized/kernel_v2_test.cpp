@@ -30,6 +30,7 @@
 
 #include "attncheck/kernels.hpp"
 #include "attncheck/problem_v2.hpp"
+#include "optimized/attention_v2.hpp"
 #include "reference/attention_v2.hpp"
 #include "thread_count.hpp"
 
@@ -337,6 +338,14 @@ void check_spec(const Spec& s) {
 }
 
 }  // namespace
+
+TEST_CASE("kernel v2: its float16 conversion gives f16_to_float's bits for every pattern", "[kernel_v2]") {
+    for (std::uint32_t h = 0; h < 0x10000u; ++h) {
+        const float fast = attncheck::optimized::attention_v2_detail::f16_to_float_branchless(std::uint16_t(h));
+        INFO("float16 bits " << h);
+        REQUIRE(attncheck::float_to_bits(fast) == attncheck::float_to_bits(attncheck::f16_to_float(std::uint16_t(h))));
+    }
+}
 
 TEST_CASE("kernel v2: each dtype in each layout, with GQA", "[kernel_v2]") {
     for (const std::int32_t dtype : {ATTNCHECK_DTYPE_F32, ATTNCHECK_DTYPE_F16, ATTNCHECK_DTYPE_BF16})
