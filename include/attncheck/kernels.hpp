@@ -1,10 +1,11 @@
 // attncheck/kernels.hpp — the built-in attention kernels' C entry points.
 //
-// Both follow attncheck/kernel_abi.h. The registry that names them (with the mutant zoo) is
+// The first two follow attncheck/kernel_abi.h, the last attncheck/kernel_abi_v2.h. The registry that names them (with the mutant zoo) is
 // kernels/registry.hpp: what `attncheck fuzz` iterates over and `--kernel NAME` looks up.
 #pragma once
 
 #include "attncheck/kernel_abi.h"
+#include "attncheck/kernel_abi_v2.h"
 #include "attncheck/problem.hpp"
 
 extern "C" {
@@ -17,4 +18,8 @@ int attncheck_reference_kernel(const attncheck_problem* p, const float* q, const
 // The fast kernel of optimized/: fused online softmax over key tiles, OpenMP, deterministic.
 int attncheck_optimized_kernel(const attncheck_problem* p, const float* q, const float* k,
                                const float* v, float* out);
+// The fast kernel for all of version 2 (f16/bf16, strides, GQA, varlen, windows, softcap, ALiBi,
+// paged K/V, lse); a problem version 1 can express goes to attncheck_optimized_kernel unchanged.
+// Returns ATTNCHECK_UNSUPPORTED for a malformed problem (problem_v2_error() not empty).
+int attncheck_optimized_kernel_v2(const attncheck_problem_v2* p);
 }
