@@ -57,6 +57,16 @@ const std::vector<KernelEntry>& kernel_registry() {
              .bug = "",
              .reads_only_visible_keys = false,
              .fn_v2 = attncheck_reference_kernel_v2},
+            // Reads only keys some row of its query block sees; a problem version 1 expresses
+            // is handed to `optimized` (optimized/attention_v2.cpp).
+            {.name = "optimized_v2",
+             .fn = nullptr,
+             .description = "ABI v2: fused online-softmax kernel, GQA without copies, paged, OpenMP, deterministic",
+             .role = KernelRole::builtin,
+             .declaration = "",
+             .bug = "",
+             .reads_only_visible_keys = false,
+             .fn_v2 = attncheck_optimized_kernel_v2},
         };
         for (KernelEntry& e : zoo_entries()) all.push_back(std::move(e));
         for (KernelEntry& e : zoo_v2_entries()) all.push_back(std::move(e));
