@@ -528,6 +528,21 @@ Verdict no_oob_read(const KernelUnderTest& kernel, const KernelCaseV2& c) {
     return agree_out("with the inputs against a guard page, out", f.call, oracle_of(kernel, c, f.in));
 }
 
+Verdict abi_version_v2(const KernelUnderTest& kernel, const KernelCaseV2& c) {
+    const LogicalInputsV2 in = fill_inputs_v2(c);
+    for (const std::int32_t version : {ATTNCHECK_ABI_VERSION_2 + 1, ATTNCHECK_ABI_VERSION}) {
+        BuiltV2 b = build_v2(c, in);
+        b.problem.abi_version = version;
+        const int rc = kernel.fn_v2(&b.problem);
+        if (const std::string w = b.write_outside(); !w.empty())
+            return Verdict::fail("refusing abi_version " + std::to_string(version) + ", kernel " + w);
+        if (rc == 0)
+            return Verdict::fail("kernel accepted abi_version " + std::to_string(version) +
+                                 " (returned 0): a version 2 kernel must refuse a version it does not know");
+    }
+    return Verdict::pass();
+}
+
 Verdict refuses_undeclared_v2(const KernelUnderTest& kernel, const KernelCaseV2& c) {
     const KernelDeclaration& d = kernel.declaration;
     std::vector<std::function<void(KernelCaseV2&)>> breaks;
@@ -657,6 +672,7 @@ const std::vector<KernelPropertyV2>& kernel_properties_v2() {
         {"no_oob_write_v2", "nothing written outside out and lse (guards, gaps), and every element of them written", {}, no_oob_write_v2},
         {"inputs_unchanged_v2", "q, k, v (padding and gaps included) bitwise unchanged by the call", {}, inputs_unchanged_v2},
         {"no_oob_read", "q, k, v placed against a guard page: a read past their end faults (a crash of the case)", {}, no_oob_read},
+        {"abi_version_v2", "a problem with abi_version 3 (or 1) is refused (nonzero)", {}, abi_version_v2},
         {"refuses_undeclared_v2", "a problem outside what the kernel declares (dtype, GQA, layout, varlen, paged, window, ...) is refused",
          {}, refuses_undeclared_v2},
         {"refuses_malformed", "a malformed problem (kv_heads not dividing q_heads, a block-table entry out of range, q_pos < 0) is refused (a note if not)",

@@ -31,8 +31,9 @@ struct KernelPropertyV2 {
 // agreement_v2, lse, causality_v2, empty_rows_v2, gqa_equals_replicated, layout_invariance,
 // paged_permutation, varlen_equals_separate, poison_invisible, capacity_invariance,
 // split_agreement, softcap_bound, no_oob_write_v2, inputs_unchanged_v2, no_oob_read,
-// refuses_undeclared_v2, refuses_malformed — in that order. The names differ from every v1
-// kernel property's and decoder property's (one --property flag selects any of them).
+// abi_version_v2, refuses_undeclared_v2, refuses_malformed — in that order. The names differ
+// from every v1 kernel property's and decoder property's (one --property flag selects any).
+// no_oob_read faults on an over-read: run it in the isolated worker.
 const std::vector<KernelPropertyV2>& kernel_properties_v2();
 
 }  // namespace attncheck::properties

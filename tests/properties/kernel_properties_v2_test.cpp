@@ -198,6 +198,10 @@ TEST_CASE("a kernel that accepts a malformed problem gets a note, one that refus
     CHECK(lax.status == Status::pass);
     CHECK(lax.notes > 0);
     CHECK_THAT(lax.note, Catch::Contains("accepted a malformed problem"));
+    const PropertyResult version = run_kernel_property_v2(property("abi_version_v2"), v2_kernel("no_checks", plain_kernel<Bug::no_checks>), p);
+    INFO(report(version, "no_checks"));
+    CHECK(version.status == Status::fail);
+    CHECK_THAT(version.message, Catch::Contains("accepted abi_version"));
     const PropertyResult strict = run_kernel_property_v2(property("refuses_malformed"), v2_kernel("plain", plain_kernel<Bug::none>), p);
     CHECK(strict.status == Status::pass);
     CHECK(strict.notes == 0);
