@@ -89,6 +89,7 @@ CheckReport check(KernelUnderTest kernel, const CheckOptions& options) {
     report.seed = options.seed != 0 ? options.seed : kDefaultCheckSeed;
     std::vector<PropertyResult> results;
     std::vector<int> budgets;
+    std::string not_applicable_lines;  // version 2 properties outside the declaration
     // An outside kernel may block differently per batch size: within tolerance is enough.
     KernelDeclaration declaration;
     try {
@@ -100,6 +101,10 @@ CheckReport check(KernelUnderTest kernel, const CheckOptions& options) {
     if (v2) {
         for (const auto& prop : kernel_properties_v2()) {
             if (!selected(prop.name)) continue;
+            if (const std::string why = not_applicable(prop, declaration); !why.empty()) {
+                not_applicable_lines += "  " + prop.name + ": not applicable (" + why + ")\n";
+                continue;
+            }
             results.push_back(run_kernel_property_v2(prop, kernel, RunParams{report.seed, options.cases}));
             budgets.push_back(options.cases);
         }
@@ -128,6 +133,7 @@ CheckReport check(KernelUnderTest kernel, const CheckOptions& options) {
                                                            : std::string())
       << "\n";
     if (!declaration.is_default()) t << "declared: " << declaration.to_string() << "\n";
+    t << not_applicable_lines;
     std::size_t w = 0;
     for (const auto& r : results) w = std::max(w, r.property.size());
     for (const auto& r : results) t << "  " << std::left << std::setw(int(w)) << r.property << "  " << cell(r) << "\n";

@@ -21,7 +21,6 @@
 #include "attncheck/isa.hpp"
 #include "kernels/registry.hpp"
 #include "properties/fuzz_run.hpp"
-#include "properties/kernel_properties_v2.hpp"
 
 namespace attncheck::properties {
 namespace {
@@ -171,14 +170,16 @@ int finish(const FuzzOptions& o, std::uint64_t seed, double seconds, const std::
 std::vector<KernelUnderTest> prepare(const FuzzOptions& o, bool everything, std::string& declared) {
     std::vector<KernelUnderTest> kernels = selected_kernels(o, everything);
     declared = KernelDeclaration::parse(o.declare).to_string();
-    int v1 = 0, v2 = 0;
-    for (const auto& k : kernels) ++(k.fn_v2 ? v2 : v1);
+    int v1 = 0;
+    std::vector<KernelDeclaration> v2;
+    for (const auto& k : kernels) k.fn_v2 ? v2.push_back(k.declaration) : void(++v1);
     if (!o.kernel_lib.empty()) {
         const LoadedKernel lk = load_kernel_library(o.kernel_lib, o.symbol);
-        declared = declaration_of(lk, o).to_string();
-        ++(lk.fn_v2 ? v2 : v1);
+        const KernelDeclaration d = declaration_of(lk, o);
+        declared = d.to_string();
+        lk.fn_v2 ? v2.push_back(d) : void(++v1);
     }
-    const int planned = o.mutants ? planned_runs(o, 1, 1, false, 0)
+    const int planned = o.mutants ? planned_runs(o, 1, {KernelDeclaration{}}, false, 0)
                                   : planned_runs(o, v1, v2, everything || o.reference_decoder, v1);
     if (planned == 0) throw InputError(nothing_selected(o));
     for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--json", o.json}, {"--junit", o.junit}}) {

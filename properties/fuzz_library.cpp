@@ -127,9 +127,15 @@ void run_library_isolated(const FuzzOptions& o, std::uint64_t seed, std::vector<
     const std::string name = o.symbol;
     // A version 2 kernel has the version 2 kernel-level properties and no decoder level (the
     // optimized decoder calls its attention through version 1).
-    const bool v2 = load_kernel_library(o.kernel_lib, o.symbol).fn_v2 != nullptr;
+    const LoadedKernel lk = load_kernel_library(o.kernel_lib, o.symbol);
+    const bool v2 = lk.fn_v2 != nullptr;
+    const KernelDeclaration declaration = declaration_of(lk, o);
+    if (v2 && o.level != Level::decoder)
+        for (const auto& p : kernel_properties_v2())
+            if (const std::string why = not_applicable(p, declaration); !why.empty() && selected(o, p.name))
+                std::cout << progress_label(RowKind::kernel, name, p.name) << ": not applicable (" << why << ")\n";
     std::vector<std::pair<std::string, bool>> props;  // name, is decoder-level
-    for (const std::string& p : kernel_property_names(v2))
+    for (const std::string& p : kernel_property_names(v2, declaration))
         if (selected(o, p) && o.level != Level::decoder) props.push_back({p, false});
     for (const auto& p : decoder_properties())
         if (selected(o, p.name) && o.level != Level::kernel && !v2) props.push_back({p.name, true});

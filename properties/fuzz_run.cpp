@@ -87,12 +87,14 @@ KernelDeclaration declaration_of(const LoadedKernel& lk, const FuzzOptions& o) {
     return d;
 }
 
-std::vector<std::string> kernel_property_names(bool v2) {
+std::vector<std::string> kernel_property_names(bool v2, const KernelDeclaration& declaration) {
     std::vector<std::string> names;
-    if (v2)
-        for (const auto& p : kernel_properties_v2()) names.push_back(p.name);
-    else
+    if (v2) {
+        for (const auto& p : kernel_properties_v2())
+            if (not_applicable(p, declaration).empty()) names.push_back(p.name);
+    } else {
         for (const auto& p : kernel_properties()) names.push_back(p.name);
+    }
     return names;
 }
 
@@ -108,10 +110,16 @@ void run_kernel_subject(const FuzzOptions& o, std::uint64_t seed, const KernelUn
         rows.push_back(std::move(row));
     };
     if (k.fn_v2) {
-        for (const auto& prop : kernel_properties_v2())
+        for (const auto& prop : kernel_properties_v2()) {
+            if (const std::string why = not_applicable(prop, k.declaration); !why.empty()) {
+                if (selected(o, prop.name))
+                    std::cout << progress_label(kind, k.name, prop.name) << ": not applicable (" << why << ")\n";
+                continue;
+            }
             run(prop.name, [&](const RunParams& params, const Progress& progress) {
                 return run_kernel_property_v2(prop, k, params, progress, channel);
             });
+        }
         return;
     }
     for (const KernelProperty& prop : kernel_properties())
@@ -141,11 +149,13 @@ bool kernel_failed(const std::vector<Row>& rows, const std::string& kernel) {
     return false;
 }
 
-int planned_runs(const FuzzOptions& o, int v1_kernels, int v2_kernels, bool reference_decoder, int optimized_decoders) {
+int planned_runs(const FuzzOptions& o, int v1_kernels, const std::vector<KernelDeclaration>& v2_kernels,
+                 bool reference_decoder, int optimized_decoders) {
     int n = 0;
     if (o.level != Level::decoder) {
-        for (const std::string& name : kernel_property_names(false)) n += selected(o, name) ? v1_kernels : 0;
-        for (const std::string& name : kernel_property_names(true)) n += selected(o, name) ? v2_kernels : 0;
+        for (const std::string& name : kernel_property_names(false, {})) n += selected(o, name) ? v1_kernels : 0;
+        for (const KernelDeclaration& d : v2_kernels)
+            for (const std::string& name : kernel_property_names(true, d)) n += selected(o, name) ? 1 : 0;
     }
     if (o.level != Level::kernel)
         for (const auto& p : decoder_properties())

@@ -15,6 +15,7 @@
 #include "properties/isolation/isolation.hpp"
 #include "properties/isolation/kernel_lib.hpp"
 #include "properties/kernel_properties.hpp"
+#include "properties/kernel_properties_v2.hpp"
 
 namespace attncheck::properties {
 
@@ -57,8 +58,9 @@ std::string declare_flag(const FuzzOptions& o);
 // What a --kernel-lib kernel declares: its exported <symbol>_declaration, then the flags' items.
 KernelDeclaration declaration_of(const LoadedKernel& lk, const FuzzOptions& o);
 
-// The names of the kernel-level properties of a version 1 kernel, or of a version 2 kernel.
-std::vector<std::string> kernel_property_names(bool v2);
+// The names of the kernel-level properties of a version 1 kernel, or of a version 2 kernel
+// with this declaration (those not_applicable to it left out).
+std::vector<std::string> kernel_property_names(bool v2, const KernelDeclaration& declaration);
 // The selected kernel-level properties of kernel k (version 1's or version 2's, by k.fn_v2),
 // appended to rows as `kind` rows.
 void run_kernel_subject(const FuzzOptions& o, std::uint64_t seed, const KernelUnderTest& k, RowKind kind,
@@ -72,7 +74,8 @@ bool kernel_failed(const std::vector<Row>& rows, const std::string& kernel);
 // How many property runs the options select: 0 is bad usage (a run that checks nothing must not
 // say "all passed"). A version 2 kernel has no decoder-level subject (the optimized decoder
 // calls its attention through version 1).
-int planned_runs(const FuzzOptions& o, int v1_kernels, int v2_kernels, bool reference_decoder, int optimized_decoders);
+int planned_runs(const FuzzOptions& o, int v1_kernels, const std::vector<KernelDeclaration>& v2_kernels,
+                 bool reference_decoder, int optimized_decoders);
 
 // --kernel-lib in a worker per property (properties/fuzz_library.cpp): a crash or hang costs that
 // property only. Prints each property's verdict as it finishes, with progress on stderr.

@@ -681,4 +681,23 @@ const std::vector<KernelPropertyV2>& kernel_properties_v2() {
     return all;
 }
 
+std::string not_applicable(const KernelPropertyV2& prop, const KernelDeclaration& d) {
+    const CaseOptionsV2& o = prop.options;
+    if (o.need_lse && !d.lse) return "declared lse=no";
+    if (o.need_varlen && !d.varlen) return "declared varlen=no";
+    if (o.need_paged && !d.paged) return "declared paged=no";
+    if (o.need_gqa && !d.gqa) return "declared gqa=no";
+    if (o.need_softcap && !d.softcap) return "declared softcap=no";
+    if ((o.need_causal_future || o.need_prefill) && !d.causal) return "declared mask=none";
+    // Under bottom-right positions a row's own position is always a visible key.
+    if (o.need_empty && !d.positions_any) return "declared positions=bottom_right: no row is ever empty";
+    // Without a window, a key no row sees needs a causal horizon short of the keys, which
+    // bottom-right positions (or no causal mask) never leave.
+    if (o.need_invisible && !d.window && (!d.causal || !d.positions_any))
+        return "declared window=no with " + std::string(d.causal ? "positions=bottom_right" : "mask=none") +
+               ": every key is seen by some row";
+    if (prop.name == "layout_invariance" && !d.layout_any) return "declared layout=contiguous";
+    return {};
+}
+
 }  // namespace attncheck::properties

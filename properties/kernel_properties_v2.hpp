@@ -36,4 +36,9 @@ struct KernelPropertyV2 {
 // no_oob_read faults on an over-read: run it in the isolated worker.
 const std::vector<KernelPropertyV2>& kernel_properties_v2();
 
+// Why `prop` cannot run within what a kernel declares, e.g. "declared varlen=no" ("" when it
+// can): its cases need a feature the declaration excludes. Such a property is not run (the run
+// says "not applicable"): a kernel that honestly declares less is not reported "not checked".
+std::string not_applicable(const KernelPropertyV2& prop, const KernelDeclaration& declaration);
+
 }  // namespace attncheck::properties

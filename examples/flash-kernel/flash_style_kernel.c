@@ -60,7 +60,6 @@ static int supported(const attncheck_problem_v2* p) {
     if (p->head_dim < 1 || p->head_dim > kMaxDim || p->value_dim < 1 || p->value_dim > kMaxDim) return 0;
     if (p->q_len < 1 || p->kv_len < 1 || !p->q_pos) return 0;
     if (p->block_table && (p->block_size < 1 || p->block_table_stride < 1 || p->num_blocks < 1)) return 0;
-    if (!p->causal && p->window_right >= 0) return 0;
     for (int b = 0; b < p->batch; ++b) {
         const int tk = p->kv_lens ? p->kv_lens[b] : p->kv_len;
         if (tk < 0 || tk > p->kv_len || p->q_pos[b] != tk - p->q_len) return 0;
