@@ -7,6 +7,7 @@
 
 #include "attncheck/check.hpp"
 #include "attncheck/kernels.hpp"
+#include "reference/attention_v2.hpp"
 #include "kernels/registry.hpp"
 #include "properties/decoder_properties.hpp"
 #include "properties/kernel_case.hpp"
@@ -48,7 +49,8 @@ TEST_CASE("check_kernel rejects bad options", "[check]") {
     CheckOptions o;
     o.only = {"no_such_property"};
     CHECK_THROWS_AS(check_kernel(attncheck_reference_kernel, "reference", o), std::invalid_argument);
-    CHECK_THROWS_AS(check_kernel(nullptr, "null", CheckOptions{}), std::invalid_argument);
+    CHECK_THROWS_AS(check_kernel(attncheck_kernel_fn{nullptr}, "null", CheckOptions{}), std::invalid_argument);
+    CHECK_THROWS_AS(check_kernel(attncheck_kernel_v2_fn{nullptr}, "null", CheckOptions{}), std::invalid_argument);
     o.only = {"abi_version"};
     const CheckReport one = check_kernel(attncheck_reference_kernel, "reference", o);
     CHECK(one.passed);
@@ -107,4 +109,37 @@ TEST_CASE("batch_session catches a kernel that ignores kv_valid_len inside the d
     INFO(r.message);
     CHECK(r.status == Status::fail);
     CHECK(r.message.find("BatchSession") != std::string::npos);
+}
+
+namespace {
+// The version 2 reference without packed variable-length batches (it refuses them).
+int reference_v2_without_varlen(const attncheck_problem_v2* p) {
+    if (p->cu_seqlens_q || p->cu_seqlens_k) return ATTNCHECK_UNSUPPORTED;
+    return attncheck_reference_kernel_v2(p);
+}
+
+// The version 2 reference with one bug: the scale ignored.
+int reference_v2_without_scale(const attncheck_problem_v2* p) {
+    attncheck_problem_v2 unscaled = *p;
+    unscaled.scale = 1.0f;
+    return attncheck_reference_kernel_v2(&unscaled);
+}
+}  // namespace
+
+TEST_CASE("check_kernel of a version 2 kernel runs the version 2 properties, within its declaration", "[check]") {
+    CheckOptions o;
+    o.cases = 20;
+    o.declaration = "varlen=no";
+    const CheckReport good = check_kernel(reference_v2_without_varlen, "reference_v2_without_varlen", o);
+    INFO(good.text);
+    CHECK(good.passed);
+    CHECK(good.text.find("agreement_v2") != std::string::npos);
+    CHECK(good.text.find("decoder property") == std::string::npos);
+    CHECK(good.text.find("varlen_equals_separate: not applicable (declared varlen=no)") != std::string::npos);
+
+    o.declaration = "";
+    const CheckReport bad = check_kernel(reference_v2_without_scale, "reference_v2_without_scale", o);
+    INFO(bad.text);
+    CHECK_FALSE(bad.passed);
+    CHECK(std::find(bad.failed.begin(), bad.failed.end(), "agreement_v2") != bad.failed.end());
 }

@@ -101,7 +101,7 @@ TEST_CASE("generated v2 cases are well formed, and within a declaration", "[case
     well_formed({.need_causal_future = true}, any);
 }
 
-TEST_CASE("every layout holds the same logical numbers; unread elements are poison", "[case_v2]") {
+TEST_CASE("every layout holds the same logical numbers, and unread elements are poison", "[case_v2]") {
     for (const LayoutKind kind : {LayoutKind::bhtd, LayoutKind::bthd, LayoutKind::gapped, LayoutKind::varlen, LayoutKind::paged}) {
         CAPTURE(to_string(kind));
         const KernelCaseV2 c = small_case(kind);
@@ -121,7 +121,7 @@ TEST_CASE("every layout holds the same logical numbers; unread elements are pois
     }
 }
 
-TEST_CASE("out/lse read back in logical order; writes outside them are named", "[case_v2]") {
+TEST_CASE("out and lse read back in logical order, and writes outside them are named", "[case_v2]") {
     for (const LayoutKind kind : {LayoutKind::bthd, LayoutKind::gapped, LayoutKind::varlen}) {
         CAPTURE(to_string(kind));
         const KernelCaseV2 c = small_case(kind);
