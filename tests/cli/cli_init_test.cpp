@@ -12,7 +12,7 @@ using namespace cli_test;
 
 TEST_CASE("init writes each preset and logits reads it back as finite [T, V]", "[cli][init][logits]") {
     TempDir dir;
-    for (const std::string preset : {"tiny", "small", "base"}) {
+    for (const std::string preset : {"tiny", "small", "base", "llama-tiny"}) {
         INFO("preset " << preset);
         const std::string model = init_model_file(dir, preset + ".safetensors", {"--preset", preset, "--seed", "3"});
         const attncheck::Model m = attncheck::load_model(model);

@@ -18,6 +18,7 @@
 #include <catch2/catch.hpp>
 
 #include "reference/decoder.hpp"
+#include "reference/error_bound.hpp"
 #include "variants.hpp"
 
 namespace {
@@ -196,6 +197,33 @@ TEST_CASE("rope: row 0 is unrotated, later rows depend on rope_theta", "[referen
     const xt::xtensor<double, 2> base_logits = dec.forward({3, 5}, memory);
     CHECK(bool(xt::view(other_logits, 0, xt::all()) == xt::view(base_logits, 0, xt::all())));
     CHECK_FALSE(bool(xt::view(other_logits, 1, xt::all()) == xt::view(base_logits, 1, xt::all())));
+}
+
+}  // namespace
+
+namespace {
+
+TEST_CASE("DecoderBound with GQA, windows and rope: its value is the oracle and the float32 reference is within it",
+          "[reference][v2][bound]") {
+    double worst = 0;
+    for (int index = 0; index < test::kNumVariantsV2; ++index) {
+        test::VariantCase v(47, index, test::variant_v2(index));
+        INFO(v.describe());
+        const std::vector<int> tokens = v.tokens(v.config.max_len);
+        const auto memory = v.memory(4, 3);
+        const reference::BoundedOutput o = reference::DecoderBound(v.model).forward(tokens, memory);
+        const xt::xtensor<double, 2> oracle = Decoder<double>(v.model).forward(tokens, memory);
+        const xt::xtensor<float, 2> f32 = Decoder<float>(v.model).forward(tokens, memory);
+        REQUIRE(o.value.size() == oracle.size());
+        for (std::size_t i = 0; i < o.value.size(); ++i) {
+            INFO("logit " << i);
+            CHECK(o.value[i] == Approx(oracle.flat(i)).margin(1e-9));
+            const double err = std::abs(double(f32.flat(i)) - oracle.flat(i));
+            CHECK(err <= o.bound[i]);
+            if (o.bound[i] > 0) worst = std::max(worst, err / o.bound[i]);
+        }
+    }
+    CHECK(worst > 0.0);  // the float32 decoder does err
 }
 
 }  // namespace
