@@ -76,7 +76,8 @@ Session::Session(const Decoder& decoder, const std::optional<Memory>& memory) : 
                               std::size_t(c.head_dim());
     s_->k_cache.assign(cache, 0.0f);
     s_->v_cache.assign(cache, 0.0f);
-    s_->ring = sequence_cache(c, nullptr, nullptr, 1, 0).ring;
+    const int window = self_attention_shape(c).window;
+    s_->ring = window >= 0 ? window + 1 : 0;
     s_->step_rows.resize(c, 1);
     s_->x.assign(std::size_t(c.d_model), 0.0f);
     s_->logits.assign(std::size_t(c.vocab_size), 0.0f);
