@@ -35,6 +35,7 @@ struct AttentionKernel {
     // q_len, and rows past the visible ones may hold anything. A session then passes a layer's
     // whole cache [H, N, dk] in one call for all heads (kv_len N, q_offset pos). Without it,
     // one call per head on the exact incremental problem of KERNEL_ABI.md (kv_len = pos + n).
+    // Grouped-query heads and sliding windows always get per-head calls (attention_policy.hpp).
     // A correct kernel sees the same visible keys either way; the built-in kernel gives the same
     // bits either way (tests/optimized/decoder_test.cpp).
     bool reads_only_visible_keys = false;
