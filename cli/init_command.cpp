@@ -26,6 +26,8 @@ struct InitOptions {
     std::optional<int> vocab_size, d_model, n_heads, d_ff, n_layers, max_len;
     std::string norm, cross_attention, positional, activation, embed_scale, tie_embeddings;
     std::optional<double> ln_eps;
+    std::optional<int> n_kv_heads, attn_window;
+    std::optional<double> rope_theta;
 };
 
 std::uint64_t parse_seed(const std::string& text) {
@@ -60,7 +62,9 @@ ModelConfig make_config(const InitOptions& o) {
     if (!o.norm.empty()) c.norm = o.norm == "pre" ? Norm::pre : Norm::post;
     if (!o.cross_attention.empty()) c.cross_attention = parse_bool("--cross-attention", o.cross_attention);
     if (!o.positional.empty())
-        c.positional = o.positional == "learned" ? Positional::learned : Positional::sinusoidal;
+        c.positional = o.positional == "learned" ? Positional::learned
+                       : o.positional == "rope"  ? Positional::rope
+                                                 : Positional::sinusoidal;
     if (!o.activation.empty())
         c.activation = o.activation == "gelu"        ? Activation::gelu
                        : o.activation == "gelu_tanh" ? Activation::gelu_tanh
@@ -68,6 +72,9 @@ ModelConfig make_config(const InitOptions& o) {
     if (!o.embed_scale.empty()) c.embed_scale_sqrt_d = o.embed_scale == "sqrt_d_model";
     if (!o.tie_embeddings.empty()) c.tie_embeddings = parse_bool("--tie-embeddings", o.tie_embeddings);
     if (o.ln_eps) c.ln_eps = *o.ln_eps;
+    if (o.n_kv_heads) c.n_kv_heads = *o.n_kv_heads;
+    if (o.attn_window) c.attn_window = *o.attn_window;
+    if (o.rope_theta) c.rope_theta = *o.rope_theta;
     return c;
 }
 
@@ -87,7 +94,12 @@ int run_init(const InitOptions& o) {
               << (c.cross_attention ? "true" : "false") << ", positional " << to_string(c.positional)
               << ", activation " << to_string(c.activation) << ", embed_scale "
               << (c.embed_scale_sqrt_d ? "sqrt_d_model" : "1") << ", tie_embeddings "
-              << (c.tie_embeddings ? "true" : "false") << ", ln_eps " << c.ln_eps << "\n"
+              << (c.tie_embeddings ? "true" : "false") << ", ln_eps " << c.ln_eps << "\n";
+    if (c.is_version2())
+        std::cout << "  n_kv_heads " << c.kv_heads() << ", attn_window " << c.attn_window
+                  << (c.positional == Positional::rope ? ", rope_theta " + std::to_string(c.rope_theta) : "")
+                  << " (format attncheck-decoder-2)\n";
+    std::cout
               << "  " << m.tensors.size() << " tensors, " << params << " parameters\n";
     return 0;
 }
@@ -102,11 +114,13 @@ Command add_init_command(CLI::App& app) {
         "The config is the preset's, with each flag given overriding one field (MODEL.md's "
         "metadata keys). Presets: tiny (V 32, d 16, h 2, f 32, L 2, N 32), small (V 512, d 128, "
         "h 4, f 512, L 2, N 256), base (V 8192, d 512, h 8, f 2048, L 6, N 2048); all post-norm, "
-        "sinusoidal, relu, embed_scale sqrt_d_model, tied, no cross-attention, ln_eps 1e-5.\n"
+        "sinusoidal, relu, embed_scale sqrt_d_model, tied, no cross-attention, ln_eps 1e-5; "
+        "llama-tiny (V 64, d 32, h 4, n_kv_heads 2, f 64, L 2, N 64): pre-norm, rope (theta "
+        "10000), gelu, embed_scale 1, untied, no window.\n"
         "Example: attncheck init --out m.safetensors --preset tiny --norm pre --cross-attention");
     sub->add_option("--out,-o", o->out, "Model file to write")->required()->type_name("FILE");
     sub->add_option("--preset", o->preset, "Starting config")
-        ->check(CLI::IsMember({"tiny", "small", "base"}))
+        ->check(CLI::IsMember({"tiny", "small", "base", "llama-tiny"}))
         ->capture_default_str();
     // Parsed by parse_seed(): CLI11 2.1 wraps "-1" to 2^64-1 and saturates 2^64, silently.
     sub->add_option("--seed", o->seed_text, "Seed of the random weights, 0 .. 2^64-1 (same seed, same file)")
@@ -122,8 +136,8 @@ Command add_init_command(CLI::App& app) {
         ->check(CLI::IsMember({"post", "pre"}));
     add_bool_option(*sub, "--cross-attention", o->cross_attention,
                     "Add cross-attention over a memory (true|false; the flag alone means true)");
-    sub->add_option("--positional", o->positional, "Positions: sinusoidal or learned")
-        ->check(CLI::IsMember({"sinusoidal", "learned"}));
+    sub->add_option("--positional", o->positional, "Positions: sinusoidal, learned or rope (rotary)")
+        ->check(CLI::IsMember({"sinusoidal", "learned", "rope"}));
     sub->add_option("--activation", o->activation, "Feed-forward activation: relu, gelu (erf) or gelu_tanh")
         ->check(CLI::IsMember({"relu", "gelu", "gelu_tanh"}));
     sub->add_option("--embed-scale", o->embed_scale, "Embedding scale: sqrt_d_model or 1")
@@ -131,6 +145,14 @@ Command add_init_command(CLI::App& app) {
     add_bool_option(*sub, "--tie-embeddings", o->tie_embeddings,
                     "lm_head = embed.weight (true|false; the flag alone means true)");
     sub->add_option("--ln-eps", o->ln_eps, "LayerNorm epsilon (positive, finite)")->type_name("FLOAT");
+    sub->add_option("--n-kv-heads", o->n_kv_heads,
+                    "Key/value heads of self-attention, dividing n_heads (grouped-query attention)")
+        ->type_name("INT");
+    sub->add_option("--attn-window", o->attn_window,
+                    "Sliding window of self-attention: each row sees at most w+1 keys (-1: none)")
+        ->type_name("INT");
+    sub->add_option("--rope-theta", o->rope_theta, "Base of the rotary angles (positional rope only)")
+        ->type_name("FLOAT");
     return {sub, [o] { return run_init(*o); }};
 }
 

@@ -20,6 +20,10 @@ namespace attncheck {
 namespace {
 
 constexpr const char* kFormatName = "attncheck-decoder-1";
+constexpr const char* kFormatName2 = "attncheck-decoder-2";
+constexpr double kDefaultRopeTheta = 10000.0;
+// The optional keys of MODEL.md "Version 2 additions" (positional = rope is a value, not a key).
+constexpr const char* kVersion2Keys[] = {"n_kv_heads", "attn_window", "rope_theta"};
 
 void check_dimension(const char* name, int value, std::int64_t max) {
     if (value <= 0) {
@@ -53,8 +57,20 @@ int parse_positive_int(const std::string& key, const std::string& text) {
     return value;
 }
 
+// attn_window: "-1" (none) or a non-negative decimal integer, no leading zeros.
+int parse_window(const std::string& key, const std::string& text) {
+    if (text == "-1") return -1;
+    if (text == "0") return 0;
+    try {
+        return parse_positive_int(key, text);
+    } catch (const InputError&) {
+        throw InputError("metadata '" + key + "' = \"" + text +
+                         "\": expected -1 (no window) or a non-negative decimal integer");
+    }
+}
+
 // A finite positive decimal float: "1e-5", "0.00001", "1E-05". No sign, inf, nan or hex.
-double parse_ln_eps(const std::string& key, const std::string& text) {
+double parse_positive_float(const std::string& key, const std::string& text) {
     const auto fail = [&](const std::string& why) -> double {
         throw InputError("metadata '" + key + "' = \"" + text + "\": " + why);
     };
@@ -86,7 +102,12 @@ bool parse_bool(const std::string& key, const std::string& text) {
 
 const char* to_string(Norm n) { return n == Norm::post ? "post" : "pre"; }
 const char* to_string(Positional p) {
-    return p == Positional::sinusoidal ? "sinusoidal" : "learned";
+    switch (p) {
+        case Positional::sinusoidal: return "sinusoidal";
+        case Positional::learned: return "learned";
+        case Positional::rope: return "rope";
+    }
+    return "?";
 }
 const char* to_string(Activation a) {
     switch (a) {
@@ -111,6 +132,27 @@ void ModelConfig::validate() const {
     if (!std::isfinite(ln_eps) || !(ln_eps > 0.0)) {
         throw InputError("model config: ln_eps = " + std::to_string(ln_eps) +
                          ": must be finite and positive");
+    }
+    if (n_kv_heads < 0 || (n_kv_heads > 0 && n_heads % n_kv_heads != 0)) {
+        throw InputError("model config: n_kv_heads = " + std::to_string(n_kv_heads) +
+                         ": must be a positive integer dividing n_heads = " +
+                         std::to_string(n_heads));
+    }
+    if (attn_window < -1) {
+        throw InputError("model config: attn_window = " + std::to_string(attn_window) +
+                         ": must be -1 (no window) or a non-negative integer");
+    }
+    if (positional == Positional::rope && head_dim() % 2 != 0) {
+        throw InputError("model config: positional = rope needs an even head width, but dk = "
+                         "d_model / n_heads = " + std::to_string(head_dim()));
+    }
+    if (!std::isfinite(rope_theta) || !(rope_theta > 0.0)) {
+        throw InputError("model config: rope_theta = " + std::to_string(rope_theta) +
+                         ": must be finite and positive");
+    }
+    if (positional != Positional::rope && rope_theta != kDefaultRopeTheta) {
+        throw InputError("model config: rope_theta = " + std::to_string(rope_theta) +
+                         " is set but positional = " + to_string(positional) + " (not rope)");
     }
     // Each dimension is <= 2^20, so every product below fits in 64 bits.
     const std::uint64_t pos_table = std::uint64_t(max_len) * std::uint64_t(d_model);
@@ -144,8 +186,22 @@ ModelConfig preset_config(const std::string& name) {
     } else if (name == "base") {
         c.d_model = 512; c.n_heads = 8; c.d_ff = 2048; c.n_layers = 6; c.vocab_size = 8192;
         c.max_len = 2048;
+    } else if (name == "llama-tiny") {
+        // A Llama-shaped toy: pre-norm, grouped-query attention (2 query heads per kv head),
+        // rotary positions, GELU (the nearest of our activations to SwiGLU), an untied head,
+        // no embedding scale, no window (Llama has none).
+        c.d_model = 32; c.n_heads = 4; c.n_kv_heads = 2; c.d_ff = 64; c.n_layers = 2;
+        c.vocab_size = 64; c.max_len = 64;
+        c.norm = Norm::pre;
+        c.positional = Positional::rope;
+        c.rope_theta = kDefaultRopeTheta;
+        c.activation = Activation::gelu;
+        c.embed_scale_sqrt_d = false;
+        c.tie_embeddings = false;
+        return c;
     } else {
-        throw InputError("unknown preset '" + name + "' (expected tiny, small or base)");
+        throw InputError("unknown preset '" + name +
+                         "' (expected tiny, small, base or llama-tiny)");
     }
     c.norm = Norm::post;
     c.cross_attention = false;
@@ -161,8 +217,8 @@ std::map<std::string, std::string> config_to_metadata(const ModelConfig& c) {
     // Shortest representation that reads back to the same double, so save/load is exact.
     char eps[64];
     const auto res = std::to_chars(eps, eps + sizeof eps, c.ln_eps);
-    return {
-        {"format", kFormatName},
+    std::map<std::string, std::string> meta = {
+        {"format", c.is_version2() ? kFormatName2 : kFormatName},
         {"vocab_size", std::to_string(c.vocab_size)},
         {"d_model", std::to_string(c.d_model)},
         {"n_heads", std::to_string(c.n_heads)},
@@ -177,13 +233,21 @@ std::map<std::string, std::string> config_to_metadata(const ModelConfig& c) {
         {"tie_embeddings", c.tie_embeddings ? "true" : "false"},
         {"ln_eps", std::string(eps, res.ptr)},
     };
+    if (c.n_kv_heads != 0) meta["n_kv_heads"] = std::to_string(c.n_kv_heads);
+    if (c.attn_window != -1) meta["attn_window"] = std::to_string(c.attn_window);
+    if (c.positional == Positional::rope) {
+        char theta[64];
+        const auto r = std::to_chars(theta, theta + sizeof theta, c.rope_theta);
+        meta["rope_theta"] = std::string(theta, r.ptr);
+    }
+    return meta;
 }
 
 ModelConfig config_from_metadata(const std::map<std::string, std::string>& meta) {
     static const char* const kKeys[] = {
         "format", "vocab_size", "d_model", "n_heads", "d_ff", "n_layers", "max_len", "norm",
         "cross_attention", "positional", "activation", "embed_scale", "tie_embeddings",
-        "ln_eps"};
+        "ln_eps", "n_kv_heads", "attn_window", "rope_theta"};
     std::string known;
     for (const char* k : kKeys) known += (known.empty() ? "" : ", ") + std::string(k);
     for (const auto& [key, value] : meta) {
@@ -203,8 +267,19 @@ ModelConfig config_from_metadata(const std::map<std::string, std::string>& meta)
                           "\": expected " + expected);
     };
 
-    if (get("format") != kFormatName) {
-        throw bad("format", std::string("\"") + kFormatName + "\"");
+    const std::string& format = get("format");
+    if (format != kFormatName && format != kFormatName2) {
+        throw bad("format", std::string("\"") + kFormatName + "\" or \"" + kFormatName2 + "\"");
+    }
+    const bool version2 = format == kFormatName2;
+    if (!version2) {
+        for (const char* key : kVersion2Keys) {
+            if (meta.count(key)) {
+                throw InputError(std::string("metadata '") + key + "' is a version 2 key, but "
+                                 "format = \"" + kFormatName + "\" (it needs \"" +
+                                 kFormatName2 + "\")");
+            }
+        }
     }
     ModelConfig c;
     c.vocab_size = parse_positive_int("vocab_size", get("vocab_size"));
@@ -224,7 +299,12 @@ ModelConfig config_from_metadata(const std::map<std::string, std::string>& meta)
     const std::string& pos = get("positional");
     if (pos == "sinusoidal") c.positional = Positional::sinusoidal;
     else if (pos == "learned") c.positional = Positional::learned;
-    else throw bad("positional", "\"sinusoidal\" or \"learned\"");
+    else if (pos == "rope" && version2) c.positional = Positional::rope;
+    else if (pos == "rope") {
+        throw InputError(std::string("metadata 'positional' = \"rope\" is a version 2 value, "
+                                     "but format = \"") + kFormatName + "\" (it needs \"" +
+                         kFormatName2 + "\")");
+    } else throw bad("positional", "\"sinusoidal\", \"learned\" or \"rope\"");
 
     const std::string& act = get("activation");
     if (act == "relu") c.activation = Activation::relu;
@@ -238,8 +318,24 @@ ModelConfig config_from_metadata(const std::map<std::string, std::string>& meta)
     else throw bad("embed_scale", "\"sqrt_d_model\" or \"1\"");
 
     c.tie_embeddings = parse_bool("tie_embeddings", get("tie_embeddings"));
-    c.ln_eps = parse_ln_eps("ln_eps", get("ln_eps"));
+    c.ln_eps = parse_positive_float("ln_eps", get("ln_eps"));
 
+    if (meta.count("n_kv_heads")) c.n_kv_heads = parse_positive_int("n_kv_heads", get("n_kv_heads"));
+    if (meta.count("attn_window")) c.attn_window = parse_window("attn_window", get("attn_window"));
+    if (meta.count("rope_theta")) {
+        if (c.positional != Positional::rope) {
+            throw InputError("metadata 'rope_theta' is given but positional = \"" +
+                             std::string(to_string(c.positional)) + "\" (it needs \"rope\")");
+        }
+        c.rope_theta = parse_positive_float("rope_theta", get("rope_theta"));
+    }
+    if (version2 && !c.is_version2()) {
+        throw InputError(std::string("metadata 'format' = \"") + kFormatName2 +
+                         "\" but no version 2 key (n_kv_heads, attn_window, positional = rope) "
+                         "is used: a version 1 model says \"" + kFormatName + "\"");
+    }
+    // A well-formed value that breaks a rule (n_kv_heads not dividing n_heads, rope with an odd
+    // dk) is refused by validate(), which names the key.
     c.validate();
     return c;
 }

@@ -15,10 +15,15 @@ std::vector<TensorSpec> expected_tensors(const ModelConfig& c) {
     std::vector<TensorSpec> out;
     out.push_back({"embed.weight", {V, d}});
     if (c.positional == Positional::learned) out.push_back({"pos.weight", {N, d}});
-    const auto attention = [&](const std::string& prefix) {
+    // Self-attention's k and v have n_kv_heads heads of width dk (grouped-query attention,
+    // MODEL.md "Version 2 additions"); cross-attention's always have n_heads.
+    const std::size_t kv = std::size_t(c.kv_heads()) * std::size_t(c.head_dim());
+    const auto attention = [&](const std::string& prefix, std::size_t kv_width) {
         for (const char* p : {"q", "k", "v", "o"}) {
-            out.push_back({prefix + "." + p + ".weight", {d, d}});
-            out.push_back({prefix + "." + p + ".bias", {d}});
+            const bool is_kv = p[0] == 'k' || p[0] == 'v';
+            const std::size_t rows = is_kv ? kv_width : d;
+            out.push_back({prefix + "." + p + ".weight", {rows, d}});
+            out.push_back({prefix + "." + p + ".bias", {rows}});
         }
     };
     const auto layer_norm = [&](const std::string& prefix) {
@@ -27,10 +32,10 @@ std::vector<TensorSpec> expected_tensors(const ModelConfig& c) {
     };
     for (int i = 0; i < c.n_layers; ++i) {
         const std::string layer = "layers." + std::to_string(i) + ".";
-        attention(layer + "self_attn");
+        attention(layer + "self_attn", kv);
         layer_norm(layer + "norm_self");
         if (c.cross_attention) {
-            attention(layer + "cross_attn");
+            attention(layer + "cross_attn", d);
             layer_norm(layer + "norm_cross");
         }
         out.push_back({layer + "ffn.fc1.weight", {f, d}});

@@ -62,7 +62,102 @@ void memory_kv(const PackedWeights& P, int l, const Memory& mem, int S_pad, floa
         }
 }
 
+// One query row at the end of its window: per query head j, a q_len = 1 call over the n keys
+// k0, v0 .. of its kv head (contiguous rows, in position order, the last one the row's own),
+// causal with q_offset n-1 so that every one of them is visible. q, out [H, dk]; k0, v0 point at
+// kv head 0 with head_stride between kv heads.
+void attend_window_row(const PackedWeights& P, const KernelRef& kernel, const float* q, const float* k0,
+                       const float* v0, std::size_t head_stride, int n, float* out, const char* where) {
+    const ModelConfig& c = P.config;
+    const int H = c.n_heads, dk = c.head_dim(), g = c.group_size();
+    const attncheck_problem p = make_problem(P, 1, 1, 1, n, n - 1, true, nullptr);
+    for (int hh = 0; hh < H; ++hh) {
+        const std::size_t kv = std::size_t(hh / g) * head_stride;
+        call_kernel(kernel, p, q + std::size_t(hh) * std::size_t(dk), k0 + kv, v0 + kv,
+                    out + std::size_t(hh) * std::size_t(dk), where);
+    }
+}
+
+// The first key a row at position p sees under a window w.
+int window_first(int p, int w) { return p > w ? p - w : 0; }
+
+// The cache row of position p: p itself, or its first copy in the rolling cache.
+std::size_t cache_row(const CacheView& cache, int p) { return std::size_t(cache.ring ? p % cache.ring : p); }
+
+// k, v of one row (hkv heads at columns d and d + hkv dk of qkv_row) into layer l's cache at
+// position p: one row, or with a rolling cache both copies of its slot.
+void store_kv(const CacheView& cache, float* kl, float* vl, const float* qkv_row, int d, int hkv, int dk, int p) {
+    const std::size_t r = cache_row(cache, p);
+    const std::size_t bytes = sizeof(float) * std::size_t(dk);
+    const float* k = qkv_row + d;
+    const float* v = qkv_row + d + hkv * dk;
+    for (int kh = 0; kh < hkv; ++kh) {
+        const std::size_t at = std::size_t(kh) * cache.head_stride + r * std::size_t(dk);
+        std::memcpy(kl + at, k + kh * dk, bytes);
+        std::memcpy(vl + at, v + kh * dk, bytes);
+        if (cache.ring) {
+            const std::size_t twin = at + std::size_t(cache.ring) * std::size_t(dk);
+            std::memcpy(kl + twin, k + kh * dk, bytes);
+            std::memcpy(vl + twin, v + kh * dk, bytes);
+        }
+    }
+}
+
+// One row at position p of a session whose cache layer kl, vl holds every key up to p:
+// version 2 self-attention. With a window, the window's keys (contiguous in either cache); without,
+// per query head one causal call over the kv head's keys 0 .. p.
+void attend_cached_row(const PackedWeights& P, const KernelRef& kernel, const SelfAttentionShape& shape,
+                       const CacheView& cache, const float* kl, const float* vl, const float* q, int p, float* out,
+                       const char* where) {
+    if (shape.window >= 0) {
+        const int first = window_first(p, shape.window);
+        const std::size_t at = cache_row(cache, first) * std::size_t(P.config.head_dim());
+        attend_window_row(P, kernel, q, kl + at, vl + at, cache.head_stride, p - first + 1, out, where);
+        return;
+    }
+    const ModelConfig& c = P.config;
+    const int H = c.n_heads, dk = c.head_dim(), g = shape.group;
+    const attncheck_problem prob = make_problem(P, 1, 1, 1, p + 1, p, true, nullptr);
+    for (int hh = 0; hh < H; ++hh) {
+        const std::size_t kv = std::size_t(hh / g) * cache.head_stride;
+        call_kernel(kernel, prob, q + std::size_t(hh) * std::size_t(dk), kl + kv, vl + kv,
+                    out + std::size_t(hh) * std::size_t(dk), where);
+    }
+}
+
 }  // namespace
+
+SelfAttentionShape self_attention_shape(const ModelConfig& c) {
+    const bool window = c.has_window() && c.attn_window < c.max_len - 1;
+    return {.kv_heads = c.kv_heads(), .group = c.group_size(), .window = window ? c.attn_window : -1,
+            .rope = c.positional == Positional::rope};
+}
+
+int cache_rows(const ModelConfig& c) {
+    const SelfAttentionShape shape = self_attention_shape(c);
+    return shape.window >= 0 ? 2 * (shape.window + 1) : c.max_len;
+}
+
+void rotate_qk(const PackedWeights& P, float* qkv, std::size_t ld, int rows, const int* positions) {
+    const ModelConfig& c = P.config;
+    if (c.positional != Positional::rope) return;
+    const int dk = c.head_dim(), half = dk / 2, heads = c.n_heads + c.kv_heads();
+    for (int r = 0; r < rows; ++r) {
+        float* row = qkv + std::size_t(r) * ld;
+        const float* cs = P.rope_cos.data() + std::size_t(positions[r]) * std::size_t(half);
+        const float* sn = P.rope_sin.data() + std::size_t(positions[r]) * std::size_t(half);
+        for (int head = 0; head < heads; ++head) {
+            // q heads 0 .. h-1 at column head*dk; k heads after them at column d + (head-h)*dk
+            // = head*dk, since q spans exactly d columns.
+            float* x = row + std::size_t(head) * std::size_t(dk);
+            for (int i = 0; i < half; ++i) {
+                const float xa = x[i], xb = x[i + half];
+                x[i] = xa * cs[i] - xb * sn[i];
+                x[i + half] = xa * sn[i] + xb * cs[i];
+            }
+        }
+    }
+}
 
 KernelRef kernel_of(const Decoder& decoder) {
     const AttentionKernel& k = decoder.attention_kernel();
@@ -131,27 +226,31 @@ TeacherAttention::TeacherAttention(const PackedWeights& P_, KernelRef kernel_, c
         Tmax = std::max(Tmax, int(t.size()));
     }
     for (int l : len) padded = padded || l != Tmax;
-    const std::size_t abi = tokens.size() * std::size_t(Tmax) * std::size_t(P.config.d_model);  // B * H * Tmax * dk
-    qh.assign(abi, 0.0f);  // zero: padding rows stay zero (finite) in every layer
-    kh.assign(abi, 0.0f);
-    vh.assign(abi, 0.0f);
-    oh.assign(abi, 0.0f);
-}
-
-std::size_t TeacherAttention::at(int b, int hh, int t) const {
     const ModelConfig& c = P.config;
-    return ((std::size_t(b) * std::size_t(c.n_heads) + std::size_t(hh)) * std::size_t(Tmax) + std::size_t(t)) *
-           std::size_t(c.head_dim());
+    const std::size_t abi = tokens.size() * std::size_t(Tmax) * std::size_t(c.d_model);  // B * H * Tmax * dk
+    const std::size_t abi_kv = tokens.size() * std::size_t(Tmax) * std::size_t(c.kv_heads() * c.head_dim());
+    qh.assign(abi, 0.0f);  // zero: padding rows stay zero (finite) in every layer
+    kh.assign(abi_kv, 0.0f);
+    vh.assign(abi_kv, 0.0f);
+    oh.assign(abi, 0.0f);
+    if (c.positional == Positional::rope)
+        for (std::size_t b = 0; b < tokens.size(); ++b)
+            for (int t = 0; t < len[b]; ++t) positions.push_back(t);
 }
 
-// rows of src [M, ld] (column offset col0, heads of dk) -> dst [B, H, Tmax, dk], and back.
-void TeacherAttention::scatter(const float* src, std::size_t ld, int col0, std::vector<float>& dst) const {
-    const int B = int(len.size()), H = P.config.n_heads, dk = P.config.head_dim();
+std::size_t TeacherAttention::at(int b, int hh, int t, int heads) const {
+    return ((std::size_t(b) * std::size_t(heads) + std::size_t(hh)) * std::size_t(Tmax) + std::size_t(t)) *
+           std::size_t(P.config.head_dim());
+}
+
+// rows of src [M, ld] (column offset col0, `heads` heads of dk) -> dst [B, heads, Tmax, dk], and back.
+void TeacherAttention::scatter(const float* src, std::size_t ld, int col0, int heads, std::vector<float>& dst) const {
+    const int B = int(len.size()), dk = P.config.head_dim();
 #pragma omp parallel for schedule(static)
     for (int b = 0; b < B; ++b)
         for (int t = 0; t < len[std::size_t(b)]; ++t)
-            for (int hh = 0; hh < H; ++hh)
-                std::memcpy(dst.data() + at(b, hh, t),
+            for (int hh = 0; hh < heads; ++hh)
+                std::memcpy(dst.data() + at(b, hh, t, heads),
                             src + std::size_t(row0[std::size_t(b)] + t) * ld + std::size_t(col0 + hh * dk),
                             sizeof(float) * std::size_t(dk));
 }
@@ -164,23 +263,51 @@ void TeacherAttention::gather(float* att) const {
         for (int t = 0; t < len[std::size_t(b)]; ++t)
             for (int hh = 0; hh < H; ++hh)
                 std::memcpy(att + std::size_t(row0[std::size_t(b)] + t) * d + std::size_t(hh * dk),
-                            oh.data() + at(b, hh, t), sizeof(float) * std::size_t(dk));
+                            oh.data() + at(b, hh, t, H), sizeof(float) * std::size_t(dk));
 }
 
-void TeacherAttention::self(int, const float* qkv, float* att) {
-    const std::size_t ld = 3 * std::size_t(P.config.d_model);
-    const int d = P.config.d_model;
-    scatter(qkv, ld, 0, qh);
-    scatter(qkv, ld, d, kh);
-    scatter(qkv, ld, 2 * d, vh);
-    const attncheck_problem p = make_problem(P, int(len.size()), P.config.n_heads, Tmax, Tmax, 0, true,
-                                             padded ? valid.data() : nullptr);
-    call_kernel(kernel, p, qh.data(), kh.data(), vh.data(), oh.data(), "self-attention prefill");
+void TeacherAttention::self(int, float* qkv, float* att) {
+    const ModelConfig& c = P.config;
+    const std::size_t ld = std::size_t(P.qkv_width);
+    const int d = c.d_model, H = c.n_heads, dk = c.head_dim();
+    const SelfAttentionShape shape = self_attention_shape(c);
+    const int hkv = shape.kv_heads;
+    if (shape.rope) rotate_qk(P, qkv, ld, rows(), positions.data());
+    scatter(qkv, ld, 0, H, qh);
+    scatter(qkv, ld, d, hkv, kh);
+    scatter(qkv, ld, d + hkv * dk, hkv, vh);
+    if (shape.v1()) {
+        const attncheck_problem p = make_problem(P, int(len.size()), H, Tmax, Tmax, 0, true,
+                                                 padded ? valid.data() : nullptr);
+        call_kernel(kernel, p, qh.data(), kh.data(), vh.data(), oh.data(), "self-attention prefill");
+    } else {
+        // One sequence and one query head per call, its k and v those of kv head j / g.
+        for (int b = 0; b < int(len.size()); ++b) {
+            const int T = len[std::size_t(b)];
+            for (int hh = 0; hh < H; ++hh) {
+                const int kvh = hh / shape.group;
+                if (shape.window < 0) {
+                    const attncheck_problem p = make_problem(P, 1, 1, T, T, 0, true, nullptr);
+                    call_kernel(kernel, p, qh.data() + at(b, hh, 0, H), kh.data() + at(b, kvh, 0, hkv),
+                                vh.data() + at(b, kvh, 0, hkv), oh.data() + at(b, hh, 0, H),
+                                "self-attention prefill");
+                    continue;
+                }
+                for (int i = 0; i < T; ++i) {
+                    const int first = window_first(i, shape.window), n = i - first + 1;
+                    const attncheck_problem p = make_problem(P, 1, 1, 1, n, n - 1, true, nullptr);
+                    call_kernel(kernel, p, qh.data() + at(b, hh, i, H), kh.data() + at(b, kvh, first, hkv),
+                                vh.data() + at(b, kvh, first, hkv), oh.data() + at(b, hh, i, H),
+                                "self-attention prefill (window)");
+                }
+            }
+        }
+    }
     gather(att);
 }
 
 void TeacherAttention::cross(int l, const float* q, float* att) {
-    scatter(q, std::size_t(P.config.d_model), 0, qh);
+    scatter(q, std::size_t(P.config.d_model), 0, P.config.n_heads, qh);
     const attncheck_problem p = make_problem(P, int(len.size()), P.config.n_heads, Tmax, mem.S, 0, false,
                                              mem.valid.data());
     call_kernel(kernel, p, qh.data(), mem.k_at(l, 0), mem.v_at(l, 0), oh.data(), "cross-attention prefill");
@@ -192,14 +319,59 @@ void TeacherAttention::cross(int l, const float* q, float* att) {
 // ---------------------------------------------------------------------------------------------
 
 CacheView sequence_cache(const ModelConfig& c, float* k, float* v, int batch, int b) {
-    const std::size_t head_stride = std::size_t(c.max_len) * std::size_t(c.head_dim());
-    const std::size_t seq = std::size_t(c.n_heads) * head_stride;  // H * N * dk
+    const SelfAttentionShape shape = self_attention_shape(c);
+    const std::size_t head_stride = std::size_t(cache_rows(c)) * std::size_t(c.head_dim());
+    const std::size_t seq = std::size_t(shape.kv_heads) * head_stride;  // hkv * R * dk
     return {.k = k + std::size_t(b) * seq, .v = v + std::size_t(b) * seq,
-            .layer_stride = std::size_t(batch) * seq, .head_stride = head_stride};
+            .layer_stride = std::size_t(batch) * seq, .head_stride = head_stride,
+            .ring = shape.window >= 0 ? shape.window + 1 : 0};
 }
 
-void ChunkAttention::self(int l, const float* qkv, float* att) {
+// Version 2 self-attention of a chunk: rows rotated at their positions; with a window each row's
+// k, v stored and the row attended before the next row's (the rolling cache has room for one
+// window only); without, every row stored, then one call per query head (q_len n).
+void ChunkAttention::self_v2(int l, float* qkv, float* att) {
     const ModelConfig& c = P.config;
+    const SelfAttentionShape shape = self_attention_shape(c);
+    const int H = c.n_heads, dk = c.head_dim(), d = c.d_model, hkv = shape.kv_heads;
+    const std::size_t ld = std::size_t(P.qkv_width);
+    float* kl = cache.k + std::size_t(l) * cache.layer_stride;
+    float* vl = cache.v + std::size_t(l) * cache.layer_stride;
+    for (int t = 0; t < n; ++t) {
+        float* row = qkv + std::size_t(t) * ld;
+        const int p = pos + t;
+        rotate_qk(P, row, ld, 1, &p);
+        store_kv(cache, kl, vl, row, d, hkv, dk, p);
+        if (shape.window >= 0)
+            attend_cached_row(P, kernel, shape, cache, kl, vl, row, p, att + std::size_t(t) * std::size_t(d),
+                              n > 1 ? "self-attention chunk (window)" : "self-attention step (window)");
+    }
+    if (shape.window >= 0) return;  // att rows written directly: [n, H, dk] = [n, d]
+    if (n == 1) {
+        attend_cached_row(P, kernel, shape, cache, kl, vl, qkv, pos, att, "self-attention step");
+        return;
+    }
+    for (int t = 0; t < n; ++t)
+        for (int hh = 0; hh < H; ++hh)
+            std::memcpy(qh + (std::size_t(hh) * std::size_t(n) + std::size_t(t)) * std::size_t(dk),
+                        qkv + std::size_t(t) * ld + std::size_t(hh * dk), sizeof(float) * std::size_t(dk));
+    const attncheck_problem p = make_problem(P, 1, 1, n, pos + n, pos, true, nullptr);
+    for (int hh = 0; hh < H; ++hh) {
+        const std::size_t kv = std::size_t(hh / shape.group) * cache.head_stride;
+        call_kernel(kernel, p, qh + std::size_t(hh) * std::size_t(n) * std::size_t(dk), kl + kv, vl + kv,
+                    oh + std::size_t(hh) * std::size_t(n) * std::size_t(dk), "self-attention chunk");
+    }
+    gather(att);
+}
+
+void ChunkAttention::self(int l, float* qkv, float* att) {
+    const ModelConfig& c = P.config;
+    if (!self_attention_shape(c).v1()) return self_v2(l, qkv, att);
+    if (c.positional == Positional::rope)
+        for (int t = 0; t < n; ++t) {
+            const int p = pos + t;
+            rotate_qk(P, qkv + std::size_t(t) * std::size_t(P.qkv_width), std::size_t(P.qkv_width), 1, &p);
+        }
     const int H = c.n_heads, dk = c.head_dim(), d = c.d_model;
     float* kl = cache.k + std::size_t(l) * cache.layer_stride;
     float* vl = cache.v + std::size_t(l) * cache.layer_stride;
@@ -269,8 +441,23 @@ void ChunkAttention::gather(float* att) const {
 // A step of a batch of sequences
 // ---------------------------------------------------------------------------------------------
 
-void BatchStepAttention::self(int l, const float* qkv, float* att) {
+void BatchStepAttention::self(int l, float* qkv, float* att) {
     const ModelConfig& c = P.config;
+    const SelfAttentionShape shape = self_attention_shape(c);
+    if (shape.rope) rotate_qk(P, qkv, std::size_t(P.qkv_width), B, pos);
+    if (!shape.v1()) {
+        // Each sequence's row as a one-row chunk at its position: its own calls per query head.
+        for (int b = 0; b < B; ++b) {
+            const CacheView cache = sequence_cache(c, k_cache, v_cache, B, b);
+            float* kl = cache.k + std::size_t(l) * cache.layer_stride;
+            float* vl = cache.v + std::size_t(l) * cache.layer_stride;
+            const float* row = qkv + std::size_t(b) * std::size_t(P.qkv_width);
+            store_kv(cache, kl, vl, row, c.d_model, shape.kv_heads, c.head_dim(), pos[b]);
+            attend_cached_row(P, kernel, shape, cache, kl, vl, row, pos[b], att + std::size_t(b) * std::size_t(c.d_model),
+                              "batch self-attention step");
+        }
+        return;
+    }
     const int H = c.n_heads, dk = c.head_dim(), d = c.d_model, N = c.max_len;
     const std::size_t seq = std::size_t(H) * std::size_t(N) * std::size_t(dk);
     float* kl = k_cache + std::size_t(l) * std::size_t(B) * seq;

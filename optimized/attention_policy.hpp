@@ -21,6 +21,25 @@
 //   cross-attention       memory K/V computed once per call or session into [B, H, S, dk];
 //                         causal 0, kv_valid_len = the memory's valid_len.
 //
+// MODEL.md "Version 2 additions" change the self-attention only (SelfAttentionShape):
+//   rope                  q and k of every row rotated at the row's absolute position right
+//                         after the projection (rotate_qk), before they reach a buffer or cache.
+//   grouped-query heads   K/V buffers and caches hold hkv heads; one kernel call per query head
+//                         (batch 1, heads 1) whose k, v point at its kv head j / g: never a
+//                         replicated copy. Teacher-forced: q_len T_b, kv_len T_b, causal; a
+//                         chunk: q_len n, kv_len pos+n, q_offset pos, causal; a batch step:
+//                         q_len 1, kv_len pos_b+1, q_offset pos_b.
+//   sliding window w      row i sees keys max(0, i-w) .. i, a range whose lower end moves with
+//                         the row, which one ABI v1 call of several rows cannot express: every
+//                         row is its own call per query head, q_len 1 over exactly its keys
+//                         (kv_len = i - first + 1, q_offset = kv_len - 1, causal), in every
+//                         policy; the same problem for the same row, so teacher-forced, chunked
+//                         and step-by-step logits are the same bits. A session keeps a rolling
+//                         cache: w+1 slots per kv head and layer, each key stored in slot p mod
+//                         (w+1) and again w+1 rows further, so the last w+1 keys are always
+//                         contiguous and in position order (a chunk stores and attends row by
+//                         row). A window of N-1 or more hides nothing and runs as none.
+//
 // Dimension legend: d = d_model, H = heads, dk = d/H, L = layers, N = max_len, S = memory
 // rows, B = sequences, M = rows of a call, T = tokens of a sequence.
 #pragma once
@@ -36,6 +55,23 @@
 #include "optimized/weights.hpp"
 
 namespace attncheck::optimized {
+
+// How the self-attention of a config meets the kernel (MODEL.md "Version 2 additions").
+struct SelfAttentionShape {
+    int kv_heads;     // hkv
+    int group;        // g = h / hkv
+    int window;       // w, or -1: none (also when w >= N-1, where it hides nothing)
+    bool rope;
+    bool v1() const { return group == 1 && window < 0; }  // one call for all heads, as in v1
+};
+SelfAttentionShape self_attention_shape(const ModelConfig& c);
+// Rows per kv head of a session's cache: N, or 2(w+1) for the rolling cache of a window.
+int cache_rows(const ModelConfig& c);
+
+// Rotary positions (MODEL.md "Version 2 additions") in place on q (h heads at column 0) and k
+// (hkv heads at column d) of the rows of qkv [rows, ld], row r at position positions[r], with
+// the float cos/sin table of PackedWeights. Nothing for a model without rope.
+void rotate_qk(const PackedWeights& P, float* qkv, std::size_t ld, int rows, const int* positions);
 
 // The kernel of a decoder as its attention calls use it.
 struct KernelRef {
@@ -75,6 +111,7 @@ std::vector<const Memory*> checked_memories(const ModelConfig& c, const std::vec
                                             std::size_t batch);
 
 // Teacher-forced batch: B whole sequences, rows of sequence b at row0[b] .. row0[b]+T_b-1.
+// q and the output are [B, H, Tmax, dk], k and v [B, hkv, Tmax, dk].
 struct TeacherAttention {
     const PackedWeights& P;
     KernelRef kernel;
@@ -83,30 +120,32 @@ struct TeacherAttention {
     std::vector<int32_t> valid;        // [B] = len
     int Tmax = 0;
     bool padded = false;               // some sequence shorter than Tmax
-    std::vector<float> qh, kh, vh, oh;  // [B, H, Tmax, dk]; the cross-attention reuses qh/oh
+    std::vector<float> qh, kh, vh, oh;  // q, o [B, H, Tmax, dk], k, v [B, hkv, Tmax, dk]; the cross-attention reuses qh/oh
+    std::vector<int> positions;         // [M] position of each row (rope)
 
     // Lays the sequences out one after the other (rows() rows) and sizes the ABI buffers.
     TeacherAttention(const PackedWeights& P, KernelRef kernel, const MemoryCache& mem,
                      const std::vector<std::vector<int>>& tokens);
     int rows() const { return row0.empty() ? 0 : row0.back() + len.back(); }
-    void self(int l, const float* qkv, float* att);
+    void self(int l, float* qkv, float* att);
     void cross(int l, const float* q, float* att);
 
 private:
-    std::size_t at(int b, int hh, int t) const;
-    void scatter(const float* src, std::size_t ld, int col0, std::vector<float>& dst) const;
+    std::size_t at(int b, int hh, int t, int heads) const;
+    void scatter(const float* src, std::size_t ld, int col0, int heads, std::vector<float>& dst) const;
     void gather(float* att) const;
 };
 
-// One sequence's cache: K and V of every layer, [L, H, N, dk] at a layer stride (a BatchSession
-// puts B of them side by side, so its layer stride is B * H * N * dk).
+// One sequence's cache: K and V of every layer, [L, hkv, R, dk] at a layer stride (a BatchSession
+// puts B of them side by side, so its layer stride is B * hkv * R * dk); R = cache_rows().
 struct CacheView {
     float* k = nullptr;
     float* v = nullptr;
     std::size_t layer_stride = 0;
-    std::size_t head_stride = 0;  // N * dk
+    std::size_t head_stride = 0;  // R * dk
+    int ring = 0;                 // w+1 slots of the rolling cache of a window; 0: row p is position p
 };
-// Sequence b of caches k, v [L, batch, H, N, dk].
+// Sequence b of caches k, v [L, batch, hkv, R, dk].
 CacheView sequence_cache(const ModelConfig& c, float* k, float* v, int batch, int b);
 
 // n rows of one sequence at cache positions pos .. pos+n-1 (a chunk of a prefill, or a step).
@@ -120,15 +159,17 @@ struct ChunkAttention {
     float* qh = nullptr;  // [H, n, dk] scratch (n > 1 only)
     float* oh = nullptr;  // [H, n, dk] scratch (n > 1 only)
 
-    void self(int l, const float* qkv, float* att);
+    void self(int l, float* qkv, float* att);
     void cross(int l, const float* q, float* att);
 
 private:
     void gather(float* att) const;
+    void self_v2(int l, float* qkv, float* att);
 };
 
 // One row per sequence, each at its own position: caches [L, B, H, N, dk], one kernel call for
-// the whole batch with kv_len = N and kv_valid_len = pos_b + 1.
+// the whole batch with kv_len = N and kv_valid_len = pos_b + 1 (version 2 self-attention: the
+// calls of a one-row chunk per sequence, caches [L, B, hkv, R, dk]).
 struct BatchStepAttention {
     const PackedWeights& P;
     KernelRef kernel;
@@ -140,7 +181,7 @@ struct BatchStepAttention {
     int B;
     float* qh;  // [B, H, 1, dk] = [B, d]
 
-    void self(int l, const float* qkv, float* att);
+    void self(int l, float* qkv, float* att);
     void cross(int l, const float* q, float* att);
 };
 

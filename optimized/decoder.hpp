@@ -35,6 +35,7 @@ struct AttentionKernel {
     // q_len, and rows past the visible ones may hold anything. A session then passes a layer's
     // whole cache [H, N, dk] in one call for all heads (kv_len N, q_offset pos). Without it,
     // one call per head on the exact incremental problem of KERNEL_ABI.md (kv_len = pos + n).
+    // Grouped-query heads and sliding windows always get per-head calls (attention_policy.hpp).
     // A correct kernel sees the same visible keys either way; the built-in kernel gives the same
     // bits either way (tests/optimized/decoder_test.cpp).
     bool reads_only_visible_keys = false;
@@ -95,7 +96,8 @@ struct KernelError : std::runtime_error {
 
 // Incremental evaluation of one sequence with a K/V cache per layer (self-attention K/V appended
 // per token; cross-attention K/V computed once from the memory). All buffers are sized for N
-// positions at construction: step() allocates nothing.
+// positions (with attn_window w, for the rolling cache of w+1) at construction: step() allocates
+// nothing.
 class Session {
 public:
     Session(const Decoder& decoder, const std::optional<Memory>& memory = std::nullopt);
@@ -112,6 +114,8 @@ public:
     // Forget everything (pos() = 0); the memory stays.
     void reset();
     // Back to an earlier position (0 <= new_pos <= pos()): the cache keeps positions < new_pos.
+    // With attn_window w the cache is rolling (the last w+1 keys per layer): InputError when the
+    // keys the row at new_pos sees (from new_pos - w) have already left it.
     void truncate(int new_pos);
 
 private:

@@ -25,7 +25,7 @@ void layer_norm(const float* x, int m, int d, const Norm32& n, double eps, float
 struct RowBuffers {
     int rows = 0;
     std::vector<float> h;    // [M, d]  LN(x) (pre-norm) or the sublayer output before LN (post)
-    std::vector<float> qkv;  // [M, 3d]
+    std::vector<float> qkv;  // [M, 3d]: q, k, v of a row (narrower with grouped-query heads)
     std::vector<float> q;    // [M, d]  cross-attention queries
     std::vector<float> att;  // [M, d]  attention output, heads concatenated
     std::vector<float> hid;  // [M, f]
@@ -43,7 +43,7 @@ struct RowBuffers {
 
 // The L layers and the final norm over x [M, d] in place (MODEL.md §One decoder layer).
 //   post: x = LN(x + F(x))     pre: x = x + F(LN(x))
-// Attn provides self(l, qkv [M, 3d], att [M, d]) and cross(l, q [M, d], att [M, d]).
+// Attn provides self(l, qkv [M, d + 2 hkv dk], att [M, d]) and cross(l, q [M, d], att [M, d]).
 template <class Attn>
 void run_layers(const PackedWeights& P, int M, float* x, RowBuffers& B, Attn& attn) {
     const ModelConfig& c = P.config;
@@ -72,7 +72,7 @@ void run_layers(const PackedWeights& P, int M, float* x, RowBuffers& B, Attn& at
         sublayer(
             W.norm_self,
             [&](const float* in) -> const float* {
-                linear(W.qkv, in, M, d, B.qkv.data(), 3 * d);
+                linear(W.qkv, in, M, d, B.qkv.data(), P.qkv_width);
                 attn.self(l, B.qkv.data(), B.att.data());
                 return B.att.data();
             },

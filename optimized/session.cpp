@@ -38,7 +38,16 @@ void check_token(const ModelConfig& c, int token, const char* what) {
 struct Session::State {
     const Decoder* decoder;
     int pos = 0;
-    std::vector<float> k_cache, v_cache;  // [L, H, N, dk]
+    // With a window's rolling cache: the lowest position whose keys are still held (a later
+    // position has taken the slot of every one below it). 0 without a window.
+    int oldest_kept = 0;
+    int ring = 0;                         // w+1 slots of the rolling cache, 0: none
+    std::vector<float> k_cache, v_cache;  // [L, hkv, R, dk], R = cache_rows()
+    // The positions pos .. pos+n-1 were just written.
+    void advance(int n) {
+        pos += n;
+        if (ring) oldest_kept = std::max(oldest_kept, pos - ring);
+    }
     MemoryCache mem;                      // [L, 1, H, S, dk]
     // Step scratch, sized at construction so that step() allocates nothing.
     RowBuffers step_rows;
@@ -63,9 +72,12 @@ Session::Session(const Decoder& decoder, const std::optional<Memory>& memory) : 
     std::vector<std::optional<Memory>> mems;
     if (memory) mems.push_back(memory);
     s_->mem.build(decoder.packed(), checked_memories(c, mems, 1));
-    const std::size_t cache = std::size_t(c.n_layers) * std::size_t(c.max_len) * std::size_t(c.d_model);
+    const std::size_t cache = std::size_t(c.n_layers) * std::size_t(c.kv_heads()) * std::size_t(cache_rows(c)) *
+                              std::size_t(c.head_dim());
     s_->k_cache.assign(cache, 0.0f);
     s_->v_cache.assign(cache, 0.0f);
+    const int window = self_attention_shape(c).window;
+    s_->ring = window >= 0 ? window + 1 : 0;
     s_->step_rows.resize(c, 1);
     s_->x.assign(std::size_t(c.d_model), 0.0f);
     s_->logits.assign(std::size_t(c.vocab_size), 0.0f);
@@ -100,7 +112,7 @@ std::vector<float> Session::prefill(const std::vector<int>& tokens, int chunk) {
         ChunkAttention a = s.attention(n, s.qh.data(), s.oh.data());
         run_layers(P, n, s.chunk_x.data(), s.chunk_rows, a);
         linear(P.lm_head, s.chunk_x.data(), n, int(d), out.data() + std::size_t(t0) * V, int(V));
-        s.pos += n;
+        s.advance(n);
     }
     return out;
 }
@@ -116,16 +128,29 @@ std::span<const float> Session::step(int token) {
     ChunkAttention a = s.attention(1, nullptr, nullptr);
     run_layers(P, 1, s.x.data(), s.step_rows, a);
     linear(P.lm_head, s.x.data(), 1, c.d_model, s.logits.data(), c.vocab_size);
-    s.pos += 1;
+    s.advance(1);
     return {s.logits.data(), s.logits.size()};
 }
 
-void Session::reset() { s_->pos = 0; }
+void Session::reset() {
+    s_->pos = 0;
+    s_->oldest_kept = 0;
+}
 
 void Session::truncate(int new_pos) {
-    if (new_pos < 0 || new_pos > s_->pos)
-        throw InputError("truncate: position " + std::to_string(new_pos) + " is outside [0, " + std::to_string(s_->pos) + "]");
-    s_->pos = new_pos;
+    State& s = *s_;
+    if (new_pos < 0 || new_pos > s.pos)
+        throw InputError("truncate: position " + std::to_string(new_pos) + " is outside [0, " + std::to_string(s.pos) + "]");
+    // The next row, at new_pos, sees keys from max(0, new_pos - w): the rolling cache must still
+    // hold them.
+    const int w = s.ring - 1;
+    if (s.ring && new_pos > 0 && std::max(0, new_pos - w) < s.oldest_kept)
+        throw InputError("truncate: position " + std::to_string(new_pos) + " needs the keys from position " +
+                         std::to_string(std::max(0, new_pos - w)) + ", but the rolling cache of attn_window + 1 = " +
+                         std::to_string(s.ring) + " keys holds only positions from " +
+                         std::to_string(s.oldest_kept) + " (go back to " + std::to_string(s.oldest_kept + w) +
+                         " or later, or reset)");
+    s.pos = new_pos;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -137,7 +162,7 @@ struct BatchSession::State {
     int B = 0;
     std::vector<int> pos;            // [B]
     std::vector<int32_t> valid;      // [B] pos + 1 during a step
-    std::vector<float> k_cache, v_cache;  // [L, B, H, N, dk]
+    std::vector<float> k_cache, v_cache;  // [L, B, hkv, R, dk], R = cache_rows()
     MemoryCache mem;                 // [L, B, H, S, dk]
     RowBuffers step_rows;            // B rows
     std::vector<float> x, qh;        // [B, d]
@@ -156,7 +181,8 @@ BatchSession::BatchSession(const Decoder& decoder, int batch, const std::vector<
     s.mem.build(decoder.packed(), checked_memories(c, memories, std::size_t(batch)));
     s.pos.assign(std::size_t(batch), 0);
     s.valid.assign(std::size_t(batch), 0);
-    const std::size_t cache = std::size_t(c.n_layers) * std::size_t(batch) * std::size_t(c.max_len) * std::size_t(c.d_model);
+    const std::size_t cache = std::size_t(c.n_layers) * std::size_t(batch) * std::size_t(c.kv_heads()) *
+                              std::size_t(cache_rows(c)) * std::size_t(c.head_dim());
     s.k_cache.assign(cache, 0.0f);  // zero: rows past a position are padding the kernel may touch
     s.v_cache.assign(cache, 0.0f);
     s.step_rows.resize(c, batch);

@@ -17,14 +17,14 @@ Norm32 load_norm(const Model& m, const std::string& prefix) {
 
 LayerWeights pack_layer(const Model& m, int i) {
     const ModelConfig& c = m.config;
-    const int d = c.d_model, f = c.d_ff;
+    const int d = c.d_model, f = c.d_ff, kv = c.kv_heads() * c.head_dim();
     auto w = [&](const std::string& name) { return m.at(name).data.data(); };
     const std::string p = "layers." + std::to_string(i) + ".";
     LayerWeights L;
     const std::string sa = p + "self_attn.";
     L.qkv = pack_weights({{w(sa + "q.weight"), d, w(sa + "q.bias")},
-                          {w(sa + "k.weight"), d, w(sa + "k.bias")},
-                          {w(sa + "v.weight"), d, w(sa + "v.bias")}}, d);
+                          {w(sa + "k.weight"), kv, w(sa + "k.bias")},
+                          {w(sa + "v.weight"), kv, w(sa + "v.bias")}}, d);
     L.o = pack_weights(w(sa + "o.weight"), d, d, w(sa + "o.bias"));
     L.norm_self = load_norm(m, p + "norm_self.");
     if (c.cross_attention) {
@@ -50,8 +50,13 @@ std::unique_ptr<PackedWeights> pack_model(const Model& m) {
     auto pw = std::make_unique<PackedWeights>();
     pw->config = c;
     pw->embed = m.at("embed.weight").data;
+    pw->qkv_width = d + 2 * c.kv_heads() * c.head_dim();
     if (c.positional == Positional::learned) {
         pw->pos = m.at("pos.weight").data;
+    } else if (c.positional == Positional::rope) {
+        const RopeTable t = rope_table(std::size_t(c.max_len), std::size_t(c.head_dim()), c.rope_theta);
+        pw->rope_cos.assign(t.cos.begin(), t.cos.end());  // each rounded to float once
+        pw->rope_sin.assign(t.sin.begin(), t.sin.end());
     } else {
         const std::vector<double> table = sinusoidal_positions(std::size_t(c.max_len), std::size_t(d));
         pw->pos.assign(table.size(), 0.0f);
@@ -71,6 +76,10 @@ std::unique_ptr<PackedWeights> pack_model(const Model& m) {
 void embed_row(const PackedWeights& P, int token, int position, float* x) {
     const std::size_t d = std::size_t(P.config.d_model);
     const float* e = P.embed.data() + std::size_t(token) * d;
+    if (P.pos.empty()) {  // rope: the positions enter in the self-attention
+        for (std::size_t c = 0; c < d; ++c) x[c] = e[c] * P.embed_scale;
+        return;
+    }
     const float* p = P.pos.data() + std::size_t(position) * d;
     for (std::size_t c = 0; c < d; ++c) x[c] = e[c] * P.embed_scale + p[c];
 }

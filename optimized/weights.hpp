@@ -17,7 +17,7 @@ struct Norm32 {
 };
 
 struct LayerWeights {
-    PackedMatrix qkv;  // [3d, d]: Wq, Wk, Wv stacked (bias bq, bk, bv)
+    PackedMatrix qkv;  // [d + 2 hkv dk, d]: Wq, Wk, Wv stacked (bias bq, bk, bv); hkv = n_kv_heads
     PackedMatrix o;    // [d, d]
     Norm32 norm_self;
     PackedMatrix cross_q;   // [d, d]
@@ -32,7 +32,9 @@ struct LayerWeights {
 struct PackedWeights {
     ModelConfig config;
     std::vector<float> embed;  // [V, d]
-    std::vector<float> pos;    // [N, d], learned or sinusoidal
+    std::vector<float> pos;    // [N, d], learned or sinusoidal (empty with rope)
+    std::vector<float> rope_cos, rope_sin;  // [N, dk/2], the rotary angles (rope only)
+    int qkv_width = 0;         // columns of a qkv row: d (q) + hkv dk (k) + hkv dk (v)
     float embed_scale = 1.0f;
     float attn_scale = 1.0f;   // 1/sqrt(dk)
     Activation32 act = Activation32::relu;
@@ -41,11 +43,13 @@ struct PackedWeights {
     PackedMatrix lm_head;              // [V, d]
 };
 
-// Validates the model (InputError) and packs every weight: Q, K and V into one [3d, d] matrix,
-// the cross-attention's K and V into one [2d, d], the sinusoidal table rounded to float.
+// Validates the model (InputError) and packs every weight: Q, K and V into one [d + 2 hkv dk, d]
+// matrix, the cross-attention's K and V into one [2d, d], the sinusoidal table or the rotary
+// angles' cos and sin rounded to float.
 std::unique_ptr<PackedWeights> pack_model(const Model& m);
 
-// x[c] = embed[token, c] * embed_scale + pos[position, c], MODEL.md §decoder 1.   x [d]
+// x[c] = embed[token, c] * embed_scale + pos[position, c], MODEL.md §decoder 1 (no pos term
+// with rope).                                                                     x [d]
 void embed_row(const PackedWeights& P, int token, int position, float* x);
 
 }  // namespace attncheck::optimized

@@ -34,7 +34,12 @@ std::string describe(const DecoderCase& c) {
       << " L=" << m.n_layers << " N=" << m.max_len << " norm=" << to_string(m.norm)
       << " cross=" << (m.cross_attention ? "true" : "false") << " pos=" << to_string(m.positional)
       << " act=" << to_string(m.activation) << " embed_scale=" << (m.embed_scale_sqrt_d ? "sqrt_d" : "1")
-      << " tie=" << (m.tie_embeddings ? "true" : "false") << " model_seed=" << c.model_seed
+      << " tie=" << (m.tie_embeddings ? "true" : "false");
+    if (m.is_version2()) {
+        s << " n_kv_heads=" << m.kv_heads() << " attn_window=" << m.attn_window;
+        if (m.positional == Positional::rope) s << " rope_theta=" << m.rope_theta;
+    }
+    s << " model_seed=" << c.model_seed
       << "; T=" << c.tokens_len;
     if (m.cross_attention) s << " S=" << c.memory_rows << " memory_valid_len=" << c.memory_valid;
     s << " data_seed=" << c.data_seed << " tokens=[";
@@ -97,6 +102,26 @@ rc::Gen<DecoderCase> gen_decoder_case(const DecoderCaseOptions& o) {
                                                    : *gen::inRange(0, c.memory_rows + 1).as("memory_valid_len");
         }
         c.data_seed = *gen::arbitrary<std::uint32_t>().as("data_seed");
+        // MODEL.md "Version 2 additions" in a share of the cases, drawn last so that the draws
+        // above (and so every version 1 case) are unchanged; shrinks towards version 1.
+        if (*gen::resize(100, gen::inRange(0, 100)).as("version 2 (< 40)") < 40) {
+            // n_kv_heads: 0 (the key absent), n_heads, or mostly a proper divisor (grouped heads).
+            std::vector<int> proper;
+            for (int k = 1; k < m.n_heads; ++k)
+                if (m.n_heads % k == 0) proper.push_back(k);
+            m.n_kv_heads = proper.empty()
+                               ? *gen::element(0, m.n_heads).as("n_kv_heads")
+                               : *gen::weightedOneOf<int>({{1, gen::element(0, m.n_heads)}, {3, gen::elementOf(proper)}})
+                                      .as("n_kv_heads");
+            // Windows of 0 (each row alone) to past the sequence (no key hidden), mostly short.
+            m.attn_window = *gen::weightedOneOf<int>({{1, gen::just(-1)}, {3, gen::element(0, 1, 2, 3)},
+                                                      {1, gen::inRange(0, m.max_len + 1)}})
+                                 .as("attn_window");
+            if (m.head_dim() % 2 == 0 && *gen::arbitrary<bool>().as("rope")) {
+                m.positional = Positional::rope;
+                m.rope_theta = *gen::element(10000.0, 100.0, 1e6).as("rope_theta");
+            }
+        }
         return c;
     });
 }

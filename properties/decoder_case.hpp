@@ -1,7 +1,8 @@
 // properties/decoder_case.hpp — one random decoder problem: a small model, tokens, memory.
 //
 // RapidCheck generates the configuration (every option of MODEL.md: norm, cross-attention,
-// positional, activation, embed scale, tied head), the lengths and two seeds; init_model() makes
+// positional, activation, embed scale, tied head, and in 40% of the cases the version 2
+// additions: grouped-query heads, a sliding window, rope), the lengths and two seeds; init_model() makes
 // the weights from the model seed and the Stream makes tokens and memory from the data seed.
 //
 // Dimension legend: V = vocab, d = d_model, h = heads, N = max_len, T = tokens, S = memory rows.

@@ -9,10 +9,13 @@
 // Weights are stored as float32 in the model and converted to T once, in the constructor.
 //
 // Dimension legend: V = vocab_size, d = d_model, h = n_heads, dk = d / h, f = d_ff,
-// L = n_layers, N = max_len, T = tokens in a call, S = memory rows.
+// L = n_layers, N = max_len, T = tokens in a call, S = memory rows, hkv = n_kv_heads,
+// g = h / hkv (query heads per kv head), w = attn_window.
 //
 // Attention goes through attend_head() of attention.hpp, the same function the built-in
-// reference kernel uses, so the decoder and the ABI kernel share one masking rule.
+// reference kernel uses, so the decoder and the ABI kernel share one masking rule. The version 2
+// features of MODEL.md are spelled out where they act: grouped-query heads and the sliding
+// window in multi_head_attention(), rotary positions in rotate_heads().
 #pragma once
 
 #include <algorithm>
@@ -110,6 +113,38 @@ xt::xtensor<T, 2> sinusoidal_positions(std::size_t n, std::size_t d) {
     return xt::cast<T>(xt::adapt(table.data(), table.size(), xt::no_ownership(), std::vector<std::size_t>{n, d}));
 }
 
+// The rotary angles of MODEL.md "Version 2 additions" for positions 0 .. n-1 (model/positions.hpp,
+// computed in double and rounded to T once, like the sinusoidal table).
+template <class T>
+struct RopeAngles {
+    xt::xtensor<T, 2> cos, sin;  // [n, dk/2]
+};
+template <class T>
+RopeAngles<T> rope_angles(std::size_t n, std::size_t dk, double theta) {
+    const RopeTable t = attncheck::rope_table(n, dk, theta);
+    const std::vector<std::size_t> shape{n, dk / 2};
+    return {xt::cast<T>(xt::adapt(t.cos.data(), t.cos.size(), xt::no_ownership(), shape)),
+            xt::cast<T>(xt::adapt(t.sin.data(), t.sin.size(), xt::no_ownership(), shape))};
+}
+
+// Rotary positions (MODEL.md "Version 2 additions"), in place on every head of x [T, heads*dk]:
+// row t is at absolute position t; in each head, element i pairs with element i + dk/2,
+//   (x_i, x_{i+dk/2}) -> (x_i cos a - x_{i+dk/2} sin a, x_i sin a + x_{i+dk/2} cos a),
+// a = t * theta^(-2i/dk).
+template <class T>
+void rotate_heads(xt::xtensor<T, 2>& x, std::size_t dk, const RopeAngles<T>& angles) {
+    const std::size_t n = x.shape(0), heads = x.shape(1) / dk, half = dk / 2;
+    for (std::size_t t = 0; t < n; ++t)
+        for (std::size_t head = 0; head < heads; ++head)
+            for (std::size_t i = 0; i < half; ++i) {
+                const std::size_t a = head * dk + i, b = a + half;
+                const T c = angles.cos(t, i), s = angles.sin(t, i);
+                const T xa = x(t, a), xb = x(t, b);
+                x(t, a) = xa * c - xb * s;
+                x(t, b) = xa * s + xb * c;
+            }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The decoder.
 // ---------------------------------------------------------------------------------------------
@@ -125,8 +160,10 @@ public:
         lm_head_ = to_xtensor<T, 2>(m.lm_head());         // [V, d], embed when tied
         if (c.positional == Positional::learned)
             pos_ = to_xtensor<T, 2>(m.at("pos.weight"));  // [N, d]
-        else
+        else if (c.positional == Positional::sinusoidal)
             pos_ = sinusoidal_positions<T>(std::size_t(c.max_len), std::size_t(c.d_model));
+        else  // rope: nothing is added to x; q and k are rotated in every self-attention
+            rope_ = rope_angles<T>(std::size_t(c.max_len), std::size_t(c.head_dim()), c.rope_theta);
         for (int i = 0; i < c.n_layers; ++i) {
             const std::string p = "layers." + std::to_string(i) + ".";
             Layer layer;
@@ -199,7 +236,8 @@ public:
     }
 
     // Per layer, the attention probabilities of one teacher-forced pass:
-    //   self[l]  [h, T, T]  causal, entries above the diagonal exactly 0;
+    //   self[l]  [h, T, T]  causal, entries above the diagonal exactly 0 (and, with a window w,
+    //                       entries (i, t) with t < i - w);
     //   cross[l] [h, T, S]  padding columns (>= memory.valid_len) exactly 0; empty without
     //                       cross-attention.
     struct Probs {
@@ -220,7 +258,8 @@ private:
         xt::xtensor<T, 1> bias;    // [out]
     };
     struct Attention {
-        Linear q, k, v, o;  // each [d, d], [d]
+        Linear q, o;  // each [d, d], [d]
+        Linear k, v;  // each [hkv*dk, d], [hkv*dk] in self-attention, [d, d], [d] in cross
     };
     struct LayerNormWeights {
         xt::xtensor<T, 1> weight, bias;  // [d]
@@ -238,8 +277,8 @@ private:
         return {to_xtensor<T, 2>(m.at(prefix + "weight")), to_xtensor<T, 1>(m.at(prefix + "bias"))};
     }
     static Attention load_attention(const Model& m, const std::string& prefix) {
-        return {load_linear(m, prefix + "q."), load_linear(m, prefix + "k."),
-                load_linear(m, prefix + "v."), load_linear(m, prefix + "o.")};
+        return {load_linear(m, prefix + "q."), load_linear(m, prefix + "o."),
+                load_linear(m, prefix + "k."), load_linear(m, prefix + "v.")};
     }
     static LayerNormWeights load_norm(const Model& m, const std::string& prefix) {
         return {to_xtensor<T, 1>(m.at(prefix + "weight")), to_xtensor<T, 1>(m.at(prefix + "bias"))};
@@ -249,33 +288,71 @@ private:
         return layer_norm<T>(x, w.weight, w.bias, T(config_.ln_eps));
     }
 
+    // What a self-attention adds to MODEL.md §layer steps 1-3 (its version 2 additions); the
+    // cross-attention uses none of them.
+    struct SelfAttentionOptions {
+        std::size_t kv_heads;        // hkv: query head j reads kv head j / (h / hkv)
+        int window;                  // w: key t is also masked for row i when t < i - w; -1 none
+        const RopeAngles<T>* rope;   // rotate q and k (row t at position t); null: no rotation
+    };
+
     // Multi-head attention, MODEL.md §layer steps 1-3.
     //   x [T, d] the query stream; src [Tk, d] the key/value stream (x itself for
     //   self-attention, the memory for cross-attention); valid_len: keys >= it are padding.
+    //   self, for self-attention: grouped-query heads, the window and rope (MODEL.md
+    //   "Version 2 additions"); null for cross-attention (hkv = h, no window, no rotation).
     //   probs, when given, receives P [h, T, Tk].                               -> y [T, d]
     xt::xtensor<T, 2> multi_head_attention(const xt::xtensor<T, 2>& x, const xt::xtensor<T, 2>& src,
                                            const Attention& a, bool causal, std::size_t valid_len,
+                                           const SelfAttentionOptions* self,
                                            xt::xtensor<T, 3>* probs) const {
         const std::size_t n = x.shape(0), Tk = src.shape(0);
         const std::size_t h = std::size_t(config_.n_heads), dk = std::size_t(config_.head_dim());
-        // Step 1: projections.
-        const xt::xtensor<T, 2> Q = linear<T>(x, a.q.weight, &a.q.bias);    // [T, d]
-        const xt::xtensor<T, 2> K = linear<T>(src, a.k.weight, &a.k.bias);  // [Tk, d]
-        const xt::xtensor<T, 2> Vv = linear<T>(src, a.v.weight, &a.v.bias); // [Tk, d]
+        const std::size_t hkv = self ? self->kv_heads : h, group = h / hkv;
+        const int window = self ? self->window : -1;
+        // Step 1: projections, then (rope) the rotation of every query and key head.
+        xt::xtensor<T, 2> Q = linear<T>(x, a.q.weight, &a.q.bias);    // [T, d]
+        xt::xtensor<T, 2> K = linear<T>(src, a.k.weight, &a.k.bias);  // [Tk, hkv*dk]
+        const xt::xtensor<T, 2> Vv = linear<T>(src, a.v.weight, &a.v.bias); // [Tk, hkv*dk]
+        if (self && self->rope) {
+            rotate_heads<T>(Q, dk, *self->rope);
+            rotate_heads<T>(K, dk, *self->rope);
+        }
         const T scale = T(1) / std::sqrt(T(dk));
         if (probs) *probs = xt::zeros<T>({h, n, Tk});  // [h, T, Tk]
         xt::xtensor<T, 2> O = xt::zeros<T>({n, h * dk});  // [T, d], heads concatenated
         for (std::size_t j = 0; j < h; ++j) {
-            // Head j owns columns j*dk .. (j+1)*dk - 1.
+            // Query head j owns columns j*dk .. (j+1)*dk - 1 of Q; its kv head kj = j / g the
+            // columns kj*dk .. (kj+1)*dk - 1 of K and V.
             const std::size_t c0 = j * dk, c1 = (j + 1) * dk;
+            const std::size_t kj = j / group, k0 = kj * dk, k1 = (kj + 1) * dk;
             const xt::xtensor<T, 2> Qj = xt::view(Q, xt::all(), xt::range(c0, c1));   // [T, dk]
-            const xt::xtensor<T, 2> Kj = xt::view(K, xt::all(), xt::range(c0, c1));   // [Tk, dk]
-            const xt::xtensor<T, 2> Vj = xt::view(Vv, xt::all(), xt::range(c0, c1));  // [Tk, dk]
-            // Steps 2-3 for one head: scaled scores, -inf mask, softmax, P V. Query row i is at
-            // absolute position i (q_offset 0): the whole sequence is evaluated at once.
-            xt::xtensor<T, 2> Pj;                                        // [T, Tk]
-            const xt::xtensor<T, 2> Oj = attend_head<T>(Qj, Kj, Vj, /*q_offset=*/0, causal,
-                                                        std::int64_t(valid_len), scale, &Pj);  // [T, dk]
+            const xt::xtensor<T, 2> Kj = xt::view(K, xt::all(), xt::range(k0, k1));   // [Tk, dk]
+            const xt::xtensor<T, 2> Vj = xt::view(Vv, xt::all(), xt::range(k0, k1));  // [Tk, dk]
+            xt::xtensor<T, 2> Pj;  // [T, Tk]
+            xt::xtensor<T, 2> Oj;  // [T, dk]
+            if (window < 0) {
+                // Steps 2-3 for one head: scaled scores, -inf mask, softmax, P V. Query row i is
+                // at absolute position i (q_offset 0): the whole sequence is evaluated at once.
+                Oj = attend_head<T>(Qj, Kj, Vj, /*q_offset=*/0, causal, std::int64_t(valid_len), scale, &Pj);
+            } else {
+                // The window: row i sees keys max(0, i - w) .. i. Masked keys add exactly 0 to
+                // every sum, so attending to those keys alone is the masked row: one call per
+                // row, the row's keys as the call's keys (q_offset = i - first: causal up to i).
+                Oj = xt::zeros<T>({n, dk});
+                Pj = xt::zeros<T>({n, Tk});
+                for (std::size_t i = 0; i < n; ++i) {
+                    const std::size_t first = i > std::size_t(window) ? i - std::size_t(window) : 0;
+                    const xt::xtensor<T, 2> qi = xt::view(Qj, xt::range(i, i + 1), xt::all());  // [1, dk]
+                    const xt::xtensor<T, 2> ki = xt::view(Kj, xt::range(first, i + 1), xt::all());  // [i-first+1, dk]
+                    const xt::xtensor<T, 2> vi = xt::view(Vj, xt::range(first, i + 1), xt::all());  // [i-first+1, dk]
+                    xt::xtensor<T, 2> pi;  // [1, i-first+1]
+                    const xt::xtensor<T, 2> oi = attend_head<T>(qi, ki, vi, std::int64_t(i - first), true,
+                                                                std::int64_t(i - first + 1), scale, &pi);
+                    xt::view(Oj, i, xt::all()) = xt::view(oi, 0, xt::all());
+                    xt::view(Pj, i, xt::range(first, i + 1)) = xt::view(pi, 0, xt::all());
+                }
+            }
             xt::view(O, xt::all(), xt::range(c0, c1)) = Oj;
             if (probs) xt::view(*probs, j, xt::all(), xt::all()) = Pj;
         }
@@ -296,12 +373,16 @@ private:
         const ModelConfig& c = config_;
         const std::size_t n = tokens.size(), d = std::size_t(c.d_model);
 
-        // §decoder 1: x[t] = embed[token_t] * s + pos[t].
+        // §decoder 1: x[t] = embed[token_t] * s + pos[t] (rope: x[t] = embed[token_t] * s).
         const T s = c.embed_scale_sqrt_d ? std::sqrt(T(c.d_model)) : T(1);
+        const bool rope = c.positional == Positional::rope;
         xt::xtensor<T, 2> x = xt::zeros<T>({n, d});  // [T, d]
         for (std::size_t t = 0; t < n; ++t)
             for (std::size_t col = 0; col < d; ++col)
-                x(t, col) = embed_(std::size_t(tokens[t]), col) * s + pos_(t, col);
+                x(t, col) = rope ? embed_(std::size_t(tokens[t]), col) * s
+                                 : embed_(std::size_t(tokens[t]), col) * s + pos_(t, col);
+        const SelfAttentionOptions self_options{std::size_t(c.kv_heads()), c.attn_window,
+                                                rope ? &rope_ : nullptr};
 
         // The memory in precision T (only with cross-attention; check_memory has verified it).
         xt::xtensor<T, 2> mem;  // [S, d]
@@ -331,7 +412,8 @@ private:
             if (probs) self_probs = &probs->self.emplace_back();
             // Masked self-attention: causal, every key of the call is real (valid_len = T).
             sublayer(layer.norm_self, [&](const xt::xtensor<T, 2>& in) {
-                return multi_head_attention(in, in, layer.self_attn, /*causal=*/true, n, self_probs);
+                return multi_head_attention(in, in, layer.self_attn, /*causal=*/true, n, &self_options,
+                                            self_probs);
             });
             if (layer.cross_attn) {
                 xt::xtensor<T, 3>* cross_probs = nullptr;  // [h, T, S]
@@ -340,7 +422,7 @@ private:
                 // memory, no causal mask, padding rows >= valid_len masked.
                 sublayer(layer.norm_cross, [&](const xt::xtensor<T, 2>& in) {
                     return multi_head_attention(in, mem, *layer.cross_attn, /*causal=*/false,
-                                                mem_valid, cross_probs);
+                                                mem_valid, nullptr, cross_probs);
                 });
             }
             sublayer(layer.norm_ffn, [&](const xt::xtensor<T, 2>& in) { return feed_forward(in, layer); });
@@ -354,7 +436,8 @@ private:
     ModelConfig config_;
     xt::xtensor<T, 2> embed_;    // [V, d]
     xt::xtensor<T, 2> lm_head_;  // [V, d]
-    xt::xtensor<T, 2> pos_;      // [N, d], learned or sinusoidal
+    xt::xtensor<T, 2> pos_;      // [N, d], learned or sinusoidal (empty with rope)
+    RopeAngles<T> rope_;         // cos, sin [N, dk/2] (rope only)
     std::vector<Layer> layers_;  // L
     std::optional<LayerNormWeights> final_norm_;  // pre-norm only
 };

@@ -281,7 +281,7 @@ BoundedOutput attention_bounded(const attncheck_problem& p, const float* q, cons
 
 namespace {
 
-// §decoder 1: x[t] = embed[token_t] * s + pos[t].
+// §decoder 1: x[t] = embed[token_t] * s + pos[t] (no pos with rope).
 //   s = sqrt(d) rounded (u) times embed (u): 2u |embed s|; learned positions are exact;
 //   sinusoidal ones, sin/cos of angle a = t / 10000^(2i/d): the angle in float32 errs by
 //   4u |a| (the frequency from pow/exp, the product), sin/cos a few ulps and the rounding
@@ -299,7 +299,7 @@ BoundedMatrix bounded_embedding(const Model& model, const std::vector<int>& toke
             double pos = 0, e_pos = 0;
             if (learned_pos) {
                 pos = double(learned_pos->data[t * d + col]);
-            } else {
+            } else if (c.positional == Positional::sinusoidal) {
                 const std::size_t even = col - col % 2;
                 const double angle = double(t) / std::pow(10000.0, double(even) / double(d));
                 pos = col % 2 == 0 ? std::sin(angle) : std::cos(angle);
@@ -312,23 +312,84 @@ BoundedMatrix bounded_embedding(const Model& model, const std::vector<int>& toke
     return x;
 }
 
+// Rotary positions (MODEL.md "Version 2 additions") on every head of x [T, heads*dk], row t at
+// position t: (x_i, x_j) -> (x_i c - x_j s, x_i s + x_j c), j = i + dk/2, c, s = cos, sin of
+// a = t theta^(-2i/dk). A float32 decoder may compute the angle in float32 (4u |a|: the
+// frequency from pow/exp, the product) and cos/sin to a few ulps and round them (3u): each of
+// c, s errs by at most 4u |a| + 3u; then two products and a sum: 3u (|x_i c| + |x_j s|). With
+// the inputs' bounds e_i, e_j:
+//   e' <= |c| e_i + |s| e_j + (|x_i| + e_i + |x_j| + e_j)(4u |a| + 3u) + 3u (|x_i c| + |x_j s|).
+BoundedMatrix bounded_rope(const BoundedMatrix& x, std::size_t dk, double theta) {
+    const std::size_t half = dk / 2;
+    BoundedMatrix y = x;
+    for (std::size_t t = 0; t < x.rows; ++t)
+        for (std::size_t head = 0; head < x.cols / dk; ++head)
+            for (std::size_t i = 0; i < half; ++i) {
+                const std::size_t a = head * dk + i, b = a + half;
+                const double angle = double(t) * std::pow(theta, -double(2 * i) / double(dk));
+                const double c = std::cos(angle), s = std::sin(angle);
+                const double xa = x.x(t, a), xb = x.x(t, b), ea = x.e(t, a), eb = x.e(t, b);
+                const double trig = 4.0 * u * angle + 3.0 * u;
+                const double common = (std::abs(xa) + ea + std::abs(xb) + eb) * trig;
+                y.x(t, a) = xa * c - xb * s;
+                y.x(t, b) = xa * s + xb * c;
+                y.e(t, a) = std::abs(c) * ea + std::abs(s) * eb + common + 3.0 * u * (std::abs(xa * c) + std::abs(xb * s));
+                y.e(t, b) = std::abs(s) * ea + std::abs(c) * eb + common + 3.0 * u * (std::abs(xa * s) + std::abs(xb * c));
+            }
+    return y;
+}
+
+// Rows first .. last of m.
+BoundedMatrix rows_of(const BoundedMatrix& m, std::size_t first, std::size_t last) {
+    BoundedMatrix r(last - first + 1, m.cols);
+    std::copy(m.value.begin() + std::ptrdiff_t(first * m.cols), m.value.begin() + std::ptrdiff_t((last + 1) * m.cols),
+              r.value.begin());
+    std::copy(m.bound.begin() + std::ptrdiff_t(first * m.cols), m.bound.begin() + std::ptrdiff_t((last + 1) * m.cols),
+              r.bound.begin());
+    return r;
+}
+
 // Multi-head attention (MODEL.md §layer 1-3) of `in` over `src` with the weights under
 // `prefix` ("layers.0.self_attn."). The kernel receives scale = 1/sqrt(dk) rounded to float32
-// (relative error u at most, after a float32 sqrt and division 3u).
+// (relative error u at most, after a float32 sqrt and division 3u). Self-attention (is_self)
+// has the version 2 additions: query head j reads kv head j / (h / hkv) (which keys a row sees,
+// no new rounding), the window (row i attends to keys max(0, i - w) .. i alone: masked keys
+// change no sum) and rope (bounded_rope on q and k).
 BoundedMatrix bounded_attention(const Model& model, const BoundedMatrix& in, const BoundedMatrix& src,
-                                const std::string& prefix, bool causal, std::size_t valid_len) {
+                                const std::string& prefix, bool causal, std::size_t valid_len, bool is_self) {
     const ModelConfig& c = model.config;
     const std::size_t d = std::size_t(c.d_model), h = std::size_t(c.n_heads), dk = std::size_t(c.head_dim());
+    const std::size_t group = is_self ? std::size_t(c.group_size()) : 1;
+    const int window = is_self ? c.attn_window : -1;
     auto param = [&](const std::string& name) -> const Tensor& { return model.at(prefix + name); };
-    const BoundedMatrix Q = linear(in, param("q.weight"), &param("q.bias"));
-    const BoundedMatrix K = linear(src, param("k.weight"), &param("k.bias"));
+    BoundedMatrix Q = linear(in, param("q.weight"), &param("q.bias"));
+    BoundedMatrix K = linear(src, param("k.weight"), &param("k.bias"));
     const BoundedMatrix Vv = linear(src, param("v.weight"), &param("v.bias"));
+    if (is_self && c.positional == Positional::rope) {
+        Q = bounded_rope(Q, dk, c.rope_theta);
+        K = bounded_rope(K, dk, c.rope_theta);
+    }
     const double scale = 1.0 / std::sqrt(double(dk));
     BoundedMatrix O(in.rows, d);
     for (std::size_t head = 0; head < h; ++head) {
-        const BoundedMatrix Oh = attend_head_bounded(columns(Q, head * dk, dk), columns(K, head * dk, dk),
-                                                     columns(Vv, head * dk, dk), 0, causal, std::int64_t(valid_len),
-                                                     scale, 3.0 * u);
+        const std::size_t kv = head / group;
+        const BoundedMatrix Qh = columns(Q, head * dk, dk), Kh = columns(K, kv * dk, dk), Vh = columns(Vv, kv * dk, dk);
+        BoundedMatrix Oh;
+        if (window < 0) {
+            Oh = attend_head_bounded(Qh, Kh, Vh, 0, causal, std::int64_t(valid_len), scale, 3.0 * u);
+        } else {
+            Oh = BoundedMatrix(in.rows, dk);
+            for (std::size_t i = 0; i < in.rows; ++i) {
+                const std::size_t first = i > std::size_t(window) ? i - std::size_t(window) : 0;
+                const BoundedMatrix Oi = attend_head_bounded(rows_of(Qh, i, i), rows_of(Kh, first, i), rows_of(Vh, first, i),
+                                                             std::int64_t(i - first), true, std::int64_t(i - first + 1),
+                                                             scale, 3.0 * u);
+                for (std::size_t col = 0; col < dk; ++col) {
+                    Oh.x(i, col) = Oi.x(0, col);
+                    Oh.e(i, col) = Oi.e(0, col);
+                }
+            }
+        }
         for (std::size_t r = 0; r < in.rows; ++r)
             for (std::size_t col = 0; col < dk; ++col) {
                 O.x(r, head * dk + col) = Oh.x(r, col);
@@ -379,11 +440,11 @@ BoundedOutput DecoderBound::forward(const std::vector<int>& tokens, const std::o
     for (int l = 0; l < c.n_layers; ++l) {
         const std::string p = "layers." + std::to_string(l) + ".";
         sublayer(p + "norm_self.", [&](const BoundedMatrix& in) {
-            return bounded_attention(model_, in, in, p + "self_attn.", /*causal=*/true, n);
+            return bounded_attention(model_, in, in, p + "self_attn.", /*causal=*/true, n, /*is_self=*/true);
         });
         if (c.cross_attention)
             sublayer(p + "norm_cross.", [&](const BoundedMatrix& in) {
-                return bounded_attention(model_, in, mem, p + "cross_attn.", /*causal=*/false, mem_valid);
+                return bounded_attention(model_, in, mem, p + "cross_attn.", /*causal=*/false, mem_valid, /*is_self=*/false);
             });
         sublayer(p + "norm_ffn.", [&](const BoundedMatrix& in) { return feed_forward(in, p + "ffn."); });
     }

@@ -20,7 +20,7 @@
 namespace attncheck {
 
 enum class Norm { post, pre };
-enum class Positional { sinusoidal, learned };
+enum class Positional { sinusoidal, learned, rope };
 enum class Activation { relu, gelu, gelu_tanh };
 
 struct ModelConfig {
@@ -37,20 +37,36 @@ struct ModelConfig {
     bool embed_scale_sqrt_d = true;  // embed_scale = sqrt_d_model (true) or 1 (false)
     bool tie_embeddings = true;
     double ln_eps = 1e-5;
+    // MODEL.md "Version 2 additions". At their defaults the config is a version 1 model.
+    int n_kv_heads = 0;         // grouped-query self-attention; 0: the key is absent (= n_heads)
+    int attn_window = -1;       // sliding window of self-attention, -1: none
+    double rope_theta = 10000;  // base of the rotary angles (positional = rope only)
 
     int head_dim() const { return d_model / n_heads; }  // dk
+    int kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
+    // Query heads per kv head: query head j reads kv head j / group_size().
+    int group_size() const { return n_heads / kv_heads(); }
+    bool has_window() const { return attn_window >= 0; }
+    // Any version 2 feature in use: the file says format = attncheck-decoder-2.
+    bool is_version2() const {
+        return n_kv_heads != 0 || attn_window != -1 || positional == Positional::rope;
+    }
 
     // Throws InputError naming the field when a value is out of range (non-positive sizes,
-    // d % h != 0, ln_eps not positive and finite, sizes whose product overflows our limits).
+    // d % h != 0, ln_eps not positive and finite, sizes whose product overflows our limits,
+    // n_kv_heads not dividing n_heads, attn_window < -1, rope with an odd dk, rope_theta not
+    // positive and finite).
     void validate() const;
     bool operator==(const ModelConfig&) const = default;
 };
 
-// The presets of the command line: tiny, small, base. Throws InputError for an unknown name.
+// The presets of the command line: tiny, small, base (version 1) and llama-tiny (version 2:
+// pre-norm, GQA, rope). Throws InputError for an unknown name.
 ModelConfig preset_config(const std::string& name);
 
 // Metadata (string -> string, as stored in safetensors' __metadata__) <-> config.
-// config_from_metadata throws InputError naming the key for a missing or malformed value.
+// config_from_metadata throws InputError naming the key for a missing or malformed value, and
+// for a version 2 key in a file whose format is attncheck-decoder-1 (or the reverse).
 std::map<std::string, std::string> config_to_metadata(const ModelConfig& c);
 ModelConfig config_from_metadata(const std::map<std::string, std::string>& meta);
 

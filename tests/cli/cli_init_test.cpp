@@ -12,7 +12,7 @@ using namespace cli_test;
 
 TEST_CASE("init writes each preset and logits reads it back as finite [T, V]", "[cli][init][logits]") {
     TempDir dir;
-    for (const std::string preset : {"tiny", "small", "base"}) {
+    for (const std::string preset : {"tiny", "small", "base", "llama-tiny"}) {
         INFO("preset " << preset);
         const std::string model = init_model_file(dir, preset + ".safetensors", {"--preset", preset, "--seed", "3"});
         const attncheck::Model m = attncheck::load_model(model);
@@ -50,6 +50,32 @@ TEST_CASE("init applies every override flag to the file's config", "[cli][init]"
     CHECK_FALSE(cross_of({"--cross-attention", "false"}));
     CHECK_FALSE(cross_of({"--cross-attention=false"}));
     CHECK_FALSE(cross_of({}));  // the tiny preset has none
+}
+
+TEST_CASE("init writes version 2 models: the llama-tiny preset and the version 2 flags", "[cli][init]") {
+    TempDir dir;
+    using namespace attncheck;
+    const Model llama = load_model(init_model_file(dir, "llama.safetensors", {"--preset", "llama-tiny"}));
+    CHECK(llama.config == preset_config("llama-tiny"));
+    CHECK(llama.config.n_kv_heads == 2);
+    CHECK(llama.config.n_heads == 4);
+    CHECK(llama.config.positional == Positional::rope);
+    CHECK(llama.config.norm == Norm::pre);
+    CHECK(llama.at("layers.0.self_attn.k.weight").shape == std::vector<std::size_t>{16, 32});
+    CHECK(llama.tensors.count("pos.weight") == 0);
+
+    const Model custom = load_model(init_model_file(
+        dir, "v2.safetensors",
+        {"--preset", "tiny", "--n-heads", "4", "--n-kv-heads", "1", "--attn-window", "3", "--positional", "rope",
+         "--rope-theta", "500"}));
+    ModelConfig want = preset_config("tiny");
+    want.n_heads = 4;
+    want.n_kv_heads = 1;
+    want.attn_window = 3;
+    want.positional = Positional::rope;
+    want.rope_theta = 500.0;
+    CHECK(custom.config == want);
+    CHECK(custom.at("layers.1.self_attn.v.weight").shape == std::vector<std::size_t>{4, 16});
 }
 
 TEST_CASE("init is deterministic in its seed", "[cli][init]") {

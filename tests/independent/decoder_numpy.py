@@ -59,7 +59,7 @@ def read_safetensors(path):
 
 class Config:
     def __init__(self, meta):
-        if meta.get("format") != "attncheck-decoder-1":
+        if meta.get("format") not in ("attncheck-decoder-1", "attncheck-decoder-2"):
             raise BadInput(f"metadata format is {meta.get('format')!r}")
         self.V = int(meta["vocab_size"])
         self.d = int(meta["d_model"])
@@ -69,12 +69,16 @@ class Config:
         self.N = int(meta["max_len"])
         self.norm = meta["norm"]  # "post" | "pre"
         self.cross = meta["cross_attention"] == "true"
-        self.positional = meta["positional"]  # "sinusoidal" | "learned"
+        self.positional = meta["positional"]  # "sinusoidal" | "learned" | "rope"
         self.activation = meta["activation"]  # "relu" | "gelu" | "gelu_tanh"
         self.embed_scale = meta["embed_scale"]  # "sqrt_d_model" | "1"
         self.tied = meta["tie_embeddings"] == "true"
         self.eps = float(meta["ln_eps"])
         self.dk = self.d // self.h
+        # Version 2 additions: grouped-query heads, a sliding window, rotary positions.
+        self.hkv = int(meta.get("n_kv_heads", self.h))
+        self.window = int(meta.get("attn_window", -1))
+        self.theta = float(meta.get("rope_theta", 10000.0))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -115,21 +119,45 @@ def sinusoid_table(n, d):
     return table
 
 
-def mha(cfg, W, prefix, x, src, causal, n_valid):
-    """Multi-head attention. x [T, d] queries, src [S, d] keys/values. -> [T, d]"""
+def rotate(cfg, y):
+    """Rotary positions on every head of y [T, n*dk]: row p at position p; in each head, the
+    pair (y_i, y_{i+dk/2}) is rotated by the angle p * theta^(-2i/dk)."""
+    half = cfg.dk // 2
+    p = np.arange(y.shape[0], dtype=np.float64)[:, None]  # [T, 1]
+    angle = p * cfg.theta ** (-2.0 * np.arange(half, dtype=np.float64) / cfg.dk)[None, :]  # [T, dk/2]
+    cos, sin = np.cos(angle), np.sin(angle)
+    out = y.copy()
+    for head in range(y.shape[1] // cfg.dk):
+        a = y[:, head * cfg.dk : head * cfg.dk + half]
+        b = y[:, head * cfg.dk + half : (head + 1) * cfg.dk]
+        out[:, head * cfg.dk : head * cfg.dk + half] = a * cos - b * sin
+        out[:, head * cfg.dk + half : (head + 1) * cfg.dk] = a * sin + b * cos
+    return out
+
+
+def mha(cfg, W, prefix, x, src, causal, n_valid, is_self):
+    """Multi-head attention. x [T, d] queries, src [S, d] keys/values. -> [T, d]
+    Self-attention (is_self) has cfg.hkv key/value heads, the window and rotary positions."""
     q = dense(x, W[prefix + "q.weight"], W[prefix + "q.bias"])  # [T, d]
-    k = dense(src, W[prefix + "k.weight"], W[prefix + "k.bias"])  # [S, d]
-    v = dense(src, W[prefix + "v.weight"], W[prefix + "v.bias"])  # [S, d]
+    k = dense(src, W[prefix + "k.weight"], W[prefix + "k.bias"])  # [S, hkv*dk]
+    v = dense(src, W[prefix + "v.weight"], W[prefix + "v.bias"])  # [S, hkv*dk]
+    if is_self and cfg.positional == "rope":
+        q, k = rotate(cfg, q), rotate(cfg, k)
     T, S = x.shape[0], src.shape[0]
     # allowed[i, j]: key j may be seen by query i
     allowed = np.arange(S)[None, :] < n_valid  # [1, S]
     allowed = np.broadcast_to(allowed, (T, S)).copy()
     if causal:
         allowed &= np.arange(S)[None, :] <= np.arange(T)[:, None]
+    if is_self and cfg.window >= 0:
+        allowed &= np.arange(S)[None, :] >= np.arange(T)[:, None] - cfg.window
+    kv_heads = cfg.hkv if is_self else cfg.h
     heads = []
     for j in range(cfg.h):
         sl = slice(j * cfg.dk, (j + 1) * cfg.dk)
-        s = (q[:, sl] @ k[:, sl].T) * (1.0 / math.sqrt(cfg.dk))  # [T, S]
+        kj = j // (cfg.h // kv_heads)  # the key/value head of query head j
+        kl = slice(kj * cfg.dk, (kj + 1) * cfg.dk)
+        s = (q[:, sl] @ k[:, kl].T) * (1.0 / math.sqrt(cfg.dk))  # [T, S]
         s = np.where(allowed, s, -np.inf)
         out = np.zeros((T, cfg.dk))
         live = allowed.any(axis=1)  # rows with at least one key; the others stay 0
@@ -137,7 +165,7 @@ def mha(cfg, W, prefix, x, src, causal, n_valid):
             sl_live = s[live]
             e = np.exp(sl_live - sl_live.max(axis=1, keepdims=True))
             probs = e / e.sum(axis=1, keepdims=True)
-            out[live] = probs @ v[:, sl]
+            out[live] = probs @ v[:, kl]
         heads.append(out)
     o = np.concatenate(heads, axis=1)  # [T, d]
     return dense(o, W[prefix + "o.weight"], W[prefix + "o.bias"])
@@ -146,8 +174,11 @@ def mha(cfg, W, prefix, x, src, causal, n_valid):
 def decode(cfg, W, tokens, memory, n_valid):
     T = len(tokens)
     scale = math.sqrt(cfg.d) if cfg.embed_scale == "sqrt_d_model" else 1.0
-    pos = W["pos.weight"] if cfg.positional == "learned" else sinusoid_table(cfg.N, cfg.d)
-    x = W["embed.weight"][np.asarray(tokens)] * scale + pos[:T]  # [T, d]
+    x = W["embed.weight"][np.asarray(tokens)] * scale  # [T, d]
+    if cfg.positional == "learned":
+        x = x + W["pos.weight"][:T]
+    elif cfg.positional == "sinusoidal":
+        x = x + sinusoid_table(cfg.N, cfg.d)[:T]
 
     def residual(x, norm_name, fn):
         g, b = W[norm_name + ".weight"], W[norm_name + ".bias"]
@@ -158,10 +189,10 @@ def decode(cfg, W, tokens, memory, n_valid):
     for i in range(cfg.L):
         pre = f"layers.{i}."
         x = residual(x, pre + "norm_self",
-                     lambda y: mha(cfg, W, pre + "self_attn.", y, y, True, T))
+                     lambda y: mha(cfg, W, pre + "self_attn.", y, y, True, T, True))
         if cfg.cross:
             x = residual(x, pre + "norm_cross",
-                         lambda y: mha(cfg, W, pre + "cross_attn.", y, memory, False, n_valid))
+                         lambda y: mha(cfg, W, pre + "cross_attn.", y, memory, False, n_valid, False))
 
         def ffn(y):
             hid = act(cfg.activation, dense(y, W[pre + "ffn.fc1.weight"], W[pre + "ffn.fc1.bias"]))

@@ -573,3 +573,226 @@ TEST_CASE("a kernel that refuses raises KernelError naming the problem", "[optim
     REQUIRE_THROWS_AS(s.step(1), optimized::KernelError);
     REQUIRE_THROWS_AS(Decoder(init_model(c, 4), {.fn = nullptr}), InputError);
 }
+
+// ---------------------------------------------------------------------------------------------
+// MODEL.md "Version 2 additions": grouped-query heads, the sliding window (a rolling cache), rope
+// ---------------------------------------------------------------------------------------------
+
+namespace {
+
+// d = 24 over 6 heads of dk = 4 (even: rope), N = 24: each version 2 feature alone and together.
+std::vector<ModelConfig> v2_configs() {
+    std::vector<ModelConfig> out;
+    ModelConfig base = small_config();
+    base.n_heads = 6;
+    for (int kv : {0, 2, 3, 1})
+        for (int window : {-1, 0, 3, 30})  // 30 >= N - 1: hides nothing
+            for (bool rope : {false, true}) {
+                ModelConfig c = base;
+                c.n_kv_heads = kv;
+                c.attn_window = window;
+                if (rope) c.positional = Positional::rope;
+                if (!c.is_version2()) continue;
+                const int i = int(out.size());
+                c.norm = i % 2 ? Norm::pre : Norm::post;
+                c.cross_attention = i % 3 == 0;
+                c.tie_embeddings = i % 4 < 2;
+                c.activation = i % 5 == 0 ? Activation::gelu : Activation::relu;
+                out.push_back(c);
+            }
+    return out;
+}
+
+std::string describe_v2(const ModelConfig& c) {
+    return describe(c) + " n_kv_heads=" + std::to_string(c.n_kv_heads) + " attn_window=" +
+           std::to_string(c.attn_window);
+}
+
+}  // namespace
+
+TEST_CASE("version 2 models: teacher-forced, step-by-step and chunked logits agree with the reference, and "
+          "with a window are the same bits",
+          "[optimized][decoder][v2]") {
+    const KernelEntry& kernel = builtin(GENERATE(as<std::string>{}, "optimized", "reference"));
+    const std::uint64_t seed = 2024;
+    int index = 0;
+    for (const ModelConfig& c : v2_configs()) {
+        std::mt19937_64 rng(seed + std::uint64_t(index));
+        const Model model = init_model(c, seed + std::uint64_t(index));
+        ++index;
+        const int T = 13;
+        const auto tokens = random_tokens(rng, T, c.vocab_size);
+        const auto mem = random_memory(rng, c, 5, index % 6);
+        const Expected e = expected(model, tokens, mem);
+        const std::size_t V = std::size_t(c.vocab_size);
+        const Decoder dec(model, attention_kernel_of(kernel));
+        const std::string where = describe_v2(c) + " kernel=" + kernel.name;
+        // A window shorter than the sequence: every row is its own kernel problem in every path.
+        const bool windowed = c.has_window() && c.attn_window < c.max_len - 1;
+
+        const std::vector<float> teacher = dec.forward(tokens, mem);
+        require_agrees(teacher, e, 0, V, "teacher-forced " + where);
+        Session s(dec, mem);
+        std::vector<float> stepped;
+        for (int t = 0; t < T; ++t) {
+            const auto row = s.step(tokens[std::size_t(t)]);
+            stepped.insert(stepped.end(), row.begin(), row.end());
+        }
+        require_agrees(stepped, e, 0, V, "steps " + where);
+        if (windowed) CHECK(stepped == teacher);
+        for (int chunk : {0, 1, 2, 5, 12}) {
+            s.reset();
+            const std::vector<float> chunked = s.prefill(tokens, chunk);
+            require_agrees(chunked, e, 0, V, "prefill chunk=" + std::to_string(chunk) + " " + where);
+            if (windowed) CHECK(chunked == teacher);
+        }
+        s.reset();
+        const std::vector<int> head(tokens.begin(), tokens.begin() + 6);
+        require_agrees(s.prefill(head, 4), e, 0, V, "prefill 6 then steps " + where);
+        for (int t = 6; t < T; ++t) {
+            const auto row = s.step(tokens[std::size_t(t)]);
+            require_agrees(std::vector<float>(row.begin(), row.end()), e, std::size_t(t), V,
+                           "step after prefill " + std::to_string(t) + " " + where);
+        }
+    }
+}
+
+TEST_CASE("version 2 models: BatchSession and forward_batch agree with the reference per sequence",
+          "[optimized][decoder][batch][v2]") {
+    const KernelEntry& kernel = builtin(GENERATE(as<std::string>{}, "optimized", "reference"));
+    const std::uint64_t seed = 777;
+    int index = 0;
+    for (const ModelConfig& c : v2_configs()) {
+        if (index++ % 3 != 0) continue;
+        std::mt19937_64 rng(seed + std::uint64_t(index));
+        const Model model = init_model(c, seed + std::uint64_t(index));
+        const Decoder dec(model, attention_kernel_of(kernel));
+        const std::size_t V = std::size_t(c.vocab_size);
+        const int B = 3;
+        const int prompt[B] = {4, 1, 7}, steps = 6;
+        std::vector<std::vector<int>> tokens;
+        std::vector<std::optional<Memory>> mems;
+        std::vector<Expected> want;
+        for (int b = 0; b < B; ++b) {
+            tokens.push_back(random_tokens(rng, prompt[b] + steps, c.vocab_size));
+            mems.push_back(random_memory(rng, c, 3 + b, b + 1));
+            want.push_back(expected(model, tokens.back(), mems.back()));
+        }
+        const std::string where = describe_v2(c);
+        const std::vector<std::optional<Memory>> batch_mems = c.cross_attention ? mems : std::vector<std::optional<Memory>>{};
+        BatchSession bs(dec, B, batch_mems);
+        for (int b = 0; b < B; ++b) {
+            const std::vector<int> p(tokens[std::size_t(b)].begin(), tokens[std::size_t(b)].begin() + prompt[b]);
+            require_agrees(bs.prefill(b, p), want[std::size_t(b)], 0, V, "batch prefill b=" + std::to_string(b) + " " + where);
+        }
+        for (int s = 0; s < steps; ++s) {
+            std::vector<int> next;
+            for (int b = 0; b < B; ++b) next.push_back(tokens[std::size_t(b)][std::size_t(prompt[b] + s)]);
+            const auto rows = bs.step(next);
+            for (int b = 0; b < B; ++b)
+                require_agrees(std::vector<float>(rows.begin() + std::ptrdiff_t(std::size_t(b) * V),
+                                                  rows.begin() + std::ptrdiff_t(std::size_t(b + 1) * V)),
+                               want[std::size_t(b)], std::size_t(prompt[b] + s), V,
+                               "batch step " + std::to_string(s) + " b=" + std::to_string(b) + " " + where);
+        }
+        const auto all = dec.forward_batch(tokens, batch_mems);
+        for (int b = 0; b < B; ++b)
+            require_agrees(all[std::size_t(b)], want[std::size_t(b)], 0, V, "forward_batch b=" + std::to_string(b) + " " + where);
+    }
+}
+
+namespace {
+
+// Records the k pointer of every call, then runs the built-in kernel.
+std::vector<const float*> g_k_pointers;
+extern "C" int recording_kernel(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
+    g_k_pointers.push_back(k);
+    return attncheck_optimized_kernel(p, q, k, v, out);
+}
+
+}  // namespace
+
+TEST_CASE("grouped-query heads read their kv head's cache, never a copy", "[optimized][session][v2]") {
+    ModelConfig c = small_config();
+    c.n_heads = 6;
+    c.n_kv_heads = 2;
+    c.n_layers = 1;
+    c.attn_window = GENERATE(-1, 3);
+    const Decoder dec(init_model(c, 5), {.fn = recording_kernel});
+    Session s(dec);
+    s.prefill({1, 2, 3, 4, 5, 6});
+    g_k_pointers.clear();
+    s.step(7);
+    // One call per query head; heads 0-2 share kv head 0's keys, heads 3-5 kv head 1's.
+    REQUIRE(g_k_pointers.size() == 6);
+    CHECK(g_k_pointers[0] == g_k_pointers[1]);
+    CHECK(g_k_pointers[1] == g_k_pointers[2]);
+    CHECK(g_k_pointers[3] == g_k_pointers[4]);
+    CHECK(g_k_pointers[4] == g_k_pointers[5]);
+    CHECK(g_k_pointers[0] != g_k_pointers[3]);
+}
+
+TEST_CASE("a window's rolling cache: step allocates nothing, truncate within it equals a fresh session, "
+          "beyond it is refused",
+          "[optimized][session][v2]") {
+    ModelConfig c = small_config();
+    c.n_heads = 6;
+    c.n_kv_heads = 3;
+    c.attn_window = 4;
+    c.positional = Positional::rope;
+    const Model model = init_model(c, 17);
+    std::mt19937_64 rng(17);
+    const Decoder dec(model, {.fn = no_alloc_kernel});
+    const auto history = random_tokens(rng, 9, c.vocab_size);
+    const auto after = random_tokens(rng, 6, c.vocab_size);
+
+    Session a(dec);
+    a.prefill(history, 3);
+    g_allocations = 0;
+    g_counting = true;
+    a.step(1);
+    a.step(2);
+    g_counting = false;
+    CHECK(g_allocations == 0);
+    REQUIRE(a.pos() == 11);
+    // Positions 6 .. 10 are held (5 slots): the row at 10 sees keys 6 .. 10, at 9 keys 5 .. 9.
+    CHECK_THROWS_WITH(a.truncate(9), Catch::Matchers::Contains("rolling cache"));
+    a.truncate(10);
+    Session b(dec);
+    b.prefill(history, 3);
+    b.step(1);
+    for (int t : after) {
+        const auto ra = a.step(t);
+        const std::vector<float> va(ra.begin(), ra.end());
+        const auto rb = b.step(t);
+        REQUIRE(va == std::vector<float>(rb.begin(), rb.end()));
+    }
+    a.reset();
+    CHECK_NOTHROW(a.prefill(history));
+}
+
+TEST_CASE("version 2 results are bitwise the same on 1 and 2 threads", "[optimized][decoder][threads][v2]") {
+    ModelConfig c{.vocab_size = 300, .d_model = 64, .n_heads = 8, .d_ff = 128, .n_layers = 2, .max_len = 200,
+                  .norm = Norm::pre, .activation = Activation::gelu};
+    c.n_kv_heads = 2;
+    c.positional = Positional::rope;
+    c.attn_window = GENERATE(-1, 40);
+    const Model model = init_model(c, 9);
+    std::mt19937_64 rng(9);
+    const auto tokens = random_tokens(rng, 120, c.vocab_size);
+    const Decoder dec(model);
+    auto run = [&](int threads) {
+        ThreadCount t(threads);
+        std::vector<float> out = dec.forward(tokens, std::nullopt);
+        Session s(dec);
+        const auto p = s.prefill(std::vector<int>(tokens.begin(), tokens.begin() + 100), 30);
+        out.insert(out.end(), p.begin(), p.end());
+        for (int i = 100; i < 120; ++i) {
+            const auto r = s.step(tokens[std::size_t(i)]);
+            out.insert(out.end(), r.begin(), r.end());
+        }
+        return out;
+    };
+    const auto one = run(1), two = run(2);
+    REQUIRE(one == two);
+}

@@ -48,6 +48,22 @@ inline ModelConfig variant(int index) {
     return c;
 }
 
+// MODEL.md "Version 2 additions" on top of the switches: n_kv_heads in {absent, 1, 2, 4 (given
+// explicitly)}, attn_window in {-1, 0, 1, 3}, positional rope or the variant's own. d = 16 over
+// 4 heads (dk = 4, even, as rope needs); index digits pick the three, and a spread of the 96
+// switch combinations under them.
+inline constexpr int kNumVariantsV2 = 4 * 4 * 2;
+inline ModelConfig variant_v2(int index) {
+    ModelConfig c = variant((index * 37) % kNumVariants);
+    c.d_model = 16;
+    c.n_heads = 4;
+    c.n_kv_heads = std::vector<int>{0, 1, 2, 4}[std::size_t(index % 4)];
+    c.attn_window = std::vector<int>{-1, 0, 1, 3}[std::size_t((index / 4) % 4)];
+    if ((index / 16) % 2 == 1) c.positional = Positional::rope;
+    if (c.positional == Positional::rope) c.rope_theta = (index % 3 == 0) ? 10000.0 : 50.0;
+    return c;
+}
+
 // One line naming every switch, for INFO().
 inline std::string describe(const ModelConfig& c) {
     std::ostringstream s;
@@ -56,6 +72,8 @@ inline std::string describe(const ModelConfig& c) {
       << " pos=" << to_string(c.positional) << " scale_sqrt_d=" << c.embed_scale_sqrt_d
       << " V=" << c.vocab_size << " d=" << c.d_model << " h=" << c.n_heads << " f=" << c.d_ff
       << " L=" << c.n_layers << " N=" << c.max_len;
+    if (c.is_version2())
+        s << " n_kv_heads=" << c.n_kv_heads << " attn_window=" << c.attn_window << " rope_theta=" << c.rope_theta;
     return s.str();
 }
 
@@ -95,8 +113,11 @@ struct VariantCase {
     std::mt19937_64 rng;
 
     VariantCase(std::uint64_t test_id, int variant_index)
+        : VariantCase(test_id, variant_index, variant(variant_index)) {}
+    // A case of another config list (variant_v2): the seed depends on (test_id, index) only.
+    VariantCase(std::uint64_t test_id, int variant_index, const ModelConfig& c)
         : index(variant_index),
-          config(variant(variant_index)),
+          config(c),
           seed(case_seed(test_id, variant_index)),
           model(init_model(config, seed)),
           rng(seed) {}
