@@ -107,7 +107,7 @@ TEMPLATE_TEST_CASE("grouped-query attention equals multi-head attention with K a
     CHECK_FALSE(bool(Decoder<double>(v.model).forward(tokens, memory) == Decoder<double>(swapped).forward(tokens, memory)));
 }
 
-TEST_CASE("a window of at least T-1 keys is no window; a smaller one changes the logits", "[reference][v2][window]") {
+TEST_CASE("a window of at least T-1 keys is no window, and a smaller one changes the logits", "[reference][v2][window]") {
     for (int index = 0; index < test::kNumVariantsV2; ++index) {
         ModelConfig c = test::variant_v2(index);
         c.attn_window = -1;
@@ -158,7 +158,7 @@ TEST_CASE("with a window w, row i attends to exactly keys max(0, i-w) .. i", "[r
     }
 }
 
-TEST_CASE("version 2 models: forward_incremental equals forward; later tokens leave earlier rows unchanged",
+TEST_CASE("version 2 models: forward_incremental equals forward, and later tokens leave earlier rows unchanged",
           "[reference][v2]") {
     for (int index = 0; index < test::kNumVariantsV2; ++index) {
         test::VariantCase v(45, index, test::variant_v2(index));
