@@ -38,6 +38,22 @@ KernelUnderTest under_test(const KernelEntry& e) {
     return k;
 }
 
+// A registry kernel that reads outside its inputs (KernelEntry::reads_out_of_bounds) runs in a
+// worker process per property, like a --kernel-lib kernel: its reads may fault.
+IsolatedSubject isolated(const KernelEntry& e, const FuzzOptions& o, RowKind kind) {
+    IsolatedSubject s;
+    s.name = e.name;
+    s.worker_args = {"--kernel", e.name};
+    s.flag = "--kernel " + e.name + declare_flag(o);
+    s.v2 = e.fn_v2 != nullptr;
+    s.declaration = KernelDeclaration::parse(e.declaration);
+    s.declaration.apply(o.declare);
+    s.kind = kind;
+    s.library = false;
+    s.verdict_lines = kind != RowKind::mutant;
+    return s;
+}
+
 // The kernels the run checks in process, with their declarations: --kernel's names from the
 // registry, or every built-in when nothing else is selected. Throws InputError for an unknown name.
 std::vector<KernelUnderTest> selected_kernels(const FuzzOptions& o, bool everything) {
@@ -91,7 +107,10 @@ int run_mutants(const FuzzOptions& o, std::uint64_t seed, std::vector<Row>& rows
     std::vector<int> kill_cases;
     for (const KernelEntry* m : mutants) {
         std::vector<Row> mine;
-        run_kernel_subject(o, seed, under_test(*m), RowKind::mutant, mine, line);
+        if (m->reads_out_of_bounds)
+            run_isolated(o, seed, isolated(*m, o, RowKind::mutant), mine);
+        else
+            run_kernel_subject(o, seed, under_test(*m), RowKind::mutant, mine, line);
         const MutantVerdict v = mutant_verdict(mine);
         if (v.first) kill_cases.push_back(v.first->result.failed_at);
         json_out["mutants"].push_back(mutant_json(m->name, m->bug, v));
@@ -113,7 +132,13 @@ int run_mutants(const FuzzOptions& o, std::uint64_t seed, std::vector<Row>& rows
 int run_subjects(const FuzzOptions& o, std::uint64_t seed, const std::vector<KernelUnderTest>& kernels,
                  bool reference_decoder, std::vector<Row>& rows) {
     ProgressLine line(o.progress);
-    for (const auto& k : kernels) run_kernel_subject(o, seed, k, RowKind::kernel, rows, line);
+    for (const auto& k : kernels) {
+        const KernelEntry* e = find_kernel(k.name);
+        if (e && e->reads_out_of_bounds)
+            run_isolated(o, seed, isolated(*e, o, RowKind::kernel), rows);
+        else
+            run_kernel_subject(o, seed, k, RowKind::kernel, rows, line);
+    }
     if (reference_decoder)
         run_decoder_subject(o, run_params(o, seed, decoder_cases(o)), 0, DecoderUnderTest{"reference", nullptr},
                             "--decoder reference", rows, line);

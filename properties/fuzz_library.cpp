@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "attncheck/error.hpp"
+#include "kernels/registry.hpp"
 #include "properties/fuzz_run.hpp"
 
 namespace attncheck::properties {
@@ -42,15 +43,16 @@ private:
     std::string path_;
 };
 
-// The command line of the worker that runs one property.
-std::vector<std::string> worker_args(const FuzzOptions& o, std::uint64_t seed, const std::string& prop, int cases,
-                                     const std::string& out_path) {
+// The command line of the worker that runs one property of the kernel `subject` names.
+std::vector<std::string> worker_args(const FuzzOptions& o, const std::vector<std::string>& subject, std::uint64_t seed,
+                                     const std::string& prop, int cases, const std::string& out_path) {
     std::ostringstream shrink_time;
     shrink_time << o.shrink_time_s;
-    std::vector<std::string> args = {"fuzz", "--worker", "--kernel-lib", o.kernel_lib, "--symbol", o.symbol,
-                                     "--property", prop, "--seed", std::to_string(seed),
-                                     "--cases", std::to_string(cases), "--shrink-time", shrink_time.str(),
-                                     "--worker-out", out_path};
+    std::vector<std::string> args = {"fuzz", "--worker"};
+    args.insert(args.end(), subject.begin(), subject.end());
+    args.insert(args.end(), {"--property", prop, "--seed", std::to_string(seed),
+                             "--cases", std::to_string(cases), "--shrink-time", shrink_time.str(), "--worker-out",
+                             out_path});
     if (!o.declare.empty()) args.insert(args.end(), {"--declare", o.declare});
     return args;
 }
@@ -124,23 +126,33 @@ void print_verdicts(const std::vector<Row>& rows, std::size_t first_new, const s
 }  // namespace
 
 void run_library_isolated(const FuzzOptions& o, std::uint64_t seed, std::vector<Row>& rows) {
-    const std::string name = o.symbol;
     // A version 2 kernel has the version 2 kernel-level properties and no decoder level (the
     // optimized decoder calls its attention through version 1).
     const LoadedKernel lk = load_kernel_library(o.kernel_lib, o.symbol);
-    const bool v2 = lk.fn_v2 != nullptr;
-    const KernelDeclaration declaration = declaration_of(lk, o);
-    if (v2 && o.level != Level::decoder)
+    IsolatedSubject s;
+    s.name = o.symbol;
+    s.worker_args = {"--kernel-lib", o.kernel_lib, "--symbol", o.symbol};
+    s.flag = "--kernel-lib " + o.kernel_lib + " --symbol " + o.symbol + declare_flag(o);
+    s.v2 = lk.fn_v2 != nullptr;
+    s.declaration = declaration_of(lk, o);
+    s.decoder_level = !s.v2;
+    run_isolated(o, seed, s, rows);
+}
+
+void run_isolated(const FuzzOptions& o, std::uint64_t seed, const IsolatedSubject& s, std::vector<Row>& rows) {
+    const std::string& name = s.name;
+    const bool v2 = s.v2;
+    if (v2 && o.level != Level::decoder && s.verdict_lines)
         for (const auto& p : kernel_properties_v2())
-            if (const std::string why = not_applicable(p, declaration); !why.empty() && selected(o, p.name))
-                std::cout << progress_label(RowKind::kernel, name, p.name) << ": not applicable (" << why << ")\n";
+            if (const std::string why = not_applicable(p, s.declaration); !why.empty() && selected(o, p.name))
+                std::cout << progress_label(s.kind, name, p.name) << ": not applicable (" << why << ")\n";
     std::vector<std::pair<std::string, bool>> props;  // name, is decoder-level
-    for (const std::string& p : kernel_property_names(v2, declaration))
+    for (const std::string& p : kernel_property_names(v2, s.declaration))
         if (selected(o, p) && o.level != Level::decoder) props.push_back({p, false});
     for (const auto& p : decoder_properties())
-        if (selected(o, p.name) && o.level != Level::kernel && !v2) props.push_back({p.name, true});
+        if (selected(o, p.name) && o.level != Level::kernel && s.decoder_level) props.push_back({p.name, true});
     const WorkerOutFile out_file;
-    const std::string flag = "--kernel-lib " + o.kernel_lib + " --symbol " + o.symbol + declare_flag(o);
+    const std::string& flag = s.flag;
     ProgressLine line(o.progress);
     // After the kernel's first crash or hang, its other properties would most likely crash or
     // hang the same way, each costing a worker start or a whole timeout: they are skipped.
@@ -148,10 +160,10 @@ void run_library_isolated(const FuzzOptions& o, std::uint64_t seed, std::vector<
     for (const auto& [prop, is_decoder] : props) {
         int capped_from = 0;
         const int cases = is_decoder ? decoder_cases(o, kernel_failed(rows, name), capped_from) : kernel_cases(o);
-        const RowKind kind = is_decoder ? RowKind::decoder : RowKind::kernel;
+        const RowKind kind = is_decoder ? RowKind::decoder : s.kind;
         const std::string subject = is_decoder ? "optimized[" + name + "]" : name;
         Row base{kind, subject, flag, run_params(o, seed, cases), {}};
-        base.library = true;
+        base.library = s.library;
         base.capped_from = capped_from;
         base.result.property = prop;
         if (!broken.empty()) {
@@ -164,23 +176,54 @@ void run_library_isolated(const FuzzOptions& o, std::uint64_t seed, std::vector<
         if (std::FILE* f = std::fopen(out_file.path().c_str(), "w")) std::fclose(f);  // empty it
         const std::string label = progress_label(kind, subject, prop);
         const WorkerOutcome w =
-            run_property_worker(o, worker_args(o, seed, prop, cases, out_file.path()), label, cases, line);
+            run_property_worker(o, worker_args(o, s.worker_args, seed, prop, cases, out_file.path()), label, cases, line);
         if (w.kind == WorkerOutcome::Kind::crashed || w.kind == WorkerOutcome::Kind::timed_out) broken = prop;
         const std::size_t first_new = rows.size();
         if (w.kind == WorkerOutcome::Kind::exited) read_worker_rows(out_file.path(), base, rows);
         if (rows.size() == first_new) rows.push_back(failed_worker_row(base, w));
-        print_verdicts(rows, first_new, label, cases, w, line);
+        for (std::size_t i = first_new; i < rows.size(); ++i)
+            if (rows[i].kind == RowKind::kernel) rows[i].kind = s.kind;  // the worker knows its kernel as a kernel
+        if (s.verdict_lines) print_verdicts(rows, first_new, label, cases, w, line);
     }
 }
+
+namespace {
+
+// The worker's results to o.worker_out; 0 when every property passed.
+int finish_worker(const FuzzOptions& o, const std::vector<Row>& rows) {
+    nlohmann::json j;
+    j["results"] = nlohmann::json::array();
+    bool ok = true;
+    for (const Row& r : rows) {
+        j["results"].push_back(to_json(r));
+        ok &= r.result.status == Status::pass;
+    }
+    if (!o.worker_out.empty() && !write_file(o.worker_out, j.dump() + "\n"))
+        std::cerr << "attncheck fuzz --worker: cannot write " << o.worker_out << ": " << std::strerror(errno) << "\n";
+    return ok ? 0 : 1;
+}
+
+}  // namespace
 
 int run_fuzz_worker(const FuzzOptions& o) {
     quiet_rapidcheck_configuration();
     try {
         const std::uint64_t seed = run_seed(o);
-        const LoadedKernel lk = load_kernel_library(o.kernel_lib, o.symbol);
         const WorkerChannel channel = WorkerChannel::from_environment();
         std::vector<Row> rows;
         ProgressLine line;
+        if (o.kernel_lib.empty()) {
+            // A registry kernel isolated because it reads out of bounds (run_isolated).
+            if (o.kernels.size() != 1 || !find_kernel(o.kernels[0]))
+                throw InputError("fuzz --worker needs --kernel-lib PATH --symbol NAME, or one registry --kernel NAME");
+            const KernelEntry& e = *find_kernel(o.kernels[0]);
+            KernelUnderTest k{e.name, e.fn, true, KernelDeclaration::parse(e.declaration)};
+            k.declaration.apply(o.declare);
+            k.fn_v2 = e.fn_v2;
+            run_kernel_subject(o, seed, k, RowKind::kernel, rows, line, &channel);
+            return finish_worker(o, rows);
+        }
+        const LoadedKernel lk = load_kernel_library(o.kernel_lib, o.symbol);
         const KernelDeclaration declaration = declaration_of(lk, o);
         KernelUnderTest k{o.symbol, lk.fn, false, declaration};
         k.fn_v2 = lk.fn_v2;
@@ -189,16 +232,7 @@ int run_fuzz_worker(const FuzzOptions& o) {
             run_decoder_subject(o, run_params(o, seed, decoder_cases(o)), 0,
                                 DecoderUnderTest{"optimized[" + o.symbol + "]", lk.fn, declaration}, "", rows, line,
                                 &channel);
-        nlohmann::json j;
-        j["results"] = nlohmann::json::array();
-        bool ok = true;
-        for (const Row& r : rows) {
-            j["results"].push_back(to_json(r));
-            ok &= r.result.status == Status::pass;
-        }
-        if (!o.worker_out.empty() && !write_file(o.worker_out, j.dump() + "\n"))
-            std::cerr << "attncheck fuzz --worker: cannot write " << o.worker_out << ": " << std::strerror(errno) << "\n";
-        return ok ? 0 : 1;
+        return finish_worker(o, rows);
     } catch (const InputError& e) {
         std::cerr << "attncheck fuzz: " << e.what() << "\n";
         return 2;

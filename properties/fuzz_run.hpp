@@ -77,8 +77,23 @@ bool kernel_failed(const std::vector<Row>& rows, const std::string& kernel);
 int planned_runs(const FuzzOptions& o, int v1_kernels, const std::vector<KernelDeclaration>& v2_kernels,
                  bool reference_decoder, int optimized_decoders);
 
-// --kernel-lib in a worker per property (properties/fuzz_library.cpp): a crash or hang costs that
-// property only. Prints each property's verdict as it finishes, with progress on stderr.
+// A kernel run in a worker process per property (properties/fuzz_library.cpp): a crash or hang
+// costs that property only.
+struct IsolatedSubject {
+    std::string name;                      // the kernel's name in the rows
+    std::vector<std::string> worker_args;  // how the worker finds it: --kernel-lib P --symbol S, or --kernel NAME
+    std::string flag;                      // the same for the replay lines
+    bool v2 = false;                       // the version 2 properties
+    KernelDeclaration declaration;
+    bool decoder_level = false;            // also the decoder-level properties (in the optimized decoder)
+    RowKind kind = RowKind::kernel;
+    bool library = true;                   // the rows say "library" (replay through check_kernel() too)
+    bool verdict_lines = true;             // print each property's verdict as it finishes
+};
+void run_isolated(const FuzzOptions& o, std::uint64_t seed, const IsolatedSubject& subject, std::vector<Row>& rows);
+
+// --kernel-lib in a worker per property: run_isolated with the library's kernel. Prints each
+// property's verdict as it finishes, with progress on stderr.
 void run_library_isolated(const FuzzOptions& o, std::uint64_t seed, std::vector<Row>& rows);
 
 }  // namespace attncheck::properties

@@ -18,6 +18,7 @@
 
 #include "attncheck/check.hpp"
 #include "attncheck/isa.hpp"
+#include "kernels/registry.hpp"
 #include "properties/isolation/kernel_lib.hpp"
 #include "run_cli.hpp"
 
@@ -479,4 +480,24 @@ TEST_CASE("fuzz --empty-rows nan: a NaN-convention kernel passes, and is flagged
     const Result bad = run_cli(dir, {"fuzz", "--empty-rows", "maybe"});
     CHECK(bad.code == 2);
     CHECK(bad.err.find("--empty-rows maybe: declaration item 'empty_rows=maybe': expected zero or nan") != std::string::npos);
+}
+
+TEST_CASE("a registry kernel that reads out of bounds runs isolated, and each such mutant is killed", "[cli][fuzz][zoo]") {
+    // Its reads may fault (the guard page after q, k, v) or, in a sanitized build, end in an
+    // AddressSanitizer report: either is a crash of one worker, reported, never of the run. The
+    // report goes to the worker's stderr (read by the isolation), not to a sanitizer log file.
+    const TempDir dir;
+    int isolated = 0;
+    for (const attncheck::KernelEntry& e : attncheck::kernel_registry()) {
+        if (!e.reads_out_of_bounds) continue;
+        ++isolated;
+        INFO(e.name << " (" << e.bug << ")");
+        const Result r = run_cli(dir, {"fuzz", "--kernel", e.name, "--cases", "100", "--seed", "1"},
+                                 {"ASAN_OPTIONS=halt_on_error=1:log_path=stderr:handle_segv=0:detect_leaks=0"});
+        INFO(r.describe());
+        CHECK(r.code == 1);
+        CHECK(r.out.find("FAIL") != std::string::npos);
+        CHECK(r.out.find("FAILED:") != std::string::npos);
+    }
+    CHECK(isolated >= 1);
 }

@@ -123,6 +123,9 @@ TEST_CASE("every mutant is killed by some kernel property within the default bud
     const RunParams params{ci.seed, std::max(ci.cases, 300)};
     REQUIRE(kernels_of(KernelRole::mutant).size() >= 12);
     for (const KernelEntry* m : kernels_of(KernelRole::mutant)) {
+        // Its reads may fault or overflow a heap buffer: `attncheck fuzz` runs it in a worker
+        // process, and tests/cli/fuzz_test.cpp checks that it is killed there.
+        if (m->reads_out_of_bounds) continue;
         int first_kill = 0;
         std::string by;
         each_kernel_property(*m, params, [&](const PropertyResult& r) {
