@@ -30,10 +30,10 @@ int usage_error(const std::string& message) {
     return 2;
 }
 
-// A registry kernel as the properties take it (version 1 or 2; bitwise batch independence:
-// the built-ins and the zoo split work by sequence and head only).
+// A registry kernel as the properties take it, with what its entry declares (version 1 or 2;
+// bitwise batch independence: the built-ins and the zoo split work by sequence and head only).
 KernelUnderTest under_test(const KernelEntry& e) {
-    KernelUnderTest k{e.name, e.fn, true};
+    KernelUnderTest k{e.name, e.fn, true, KernelDeclaration::parse(e.declaration)};
     k.fn_v2 = e.fn_v2;
     return k;
 }
