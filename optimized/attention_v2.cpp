@@ -54,6 +54,7 @@
 
 #include "attncheck/kernel_abi.h"
 #include "attncheck/kernel_abi_v2.h"
+#include "attncheck/problem.hpp"
 #include "attncheck/kernels.hpp"
 #include "attncheck/problem_v2.hpp"
 #include "optimized/attention_kernel.hpp"
@@ -97,19 +98,16 @@ bool v1_expressible(const attncheck_problem_v2& p) {
 }
 
 attncheck_problem v1_problem(const attncheck_problem_v2& p) {
-    attncheck_problem q{};
-    q.abi_version = ATTNCHECK_ABI_VERSION;
-    q.batch = p.batch;
-    q.heads = p.q_heads;
-    q.q_len = p.q_len;
-    q.kv_len = p.kv_len;
-    q.head_dim = p.head_dim;
-    q.value_dim = p.value_dim;
-    q.q_offset = p.q_pos[0];
-    q.causal = p.causal;
-    q.kv_valid_len = p.kv_lens;
-    q.scale = p.scale;
-    return q;
+    return attncheck::make_problem({.batch = p.batch,
+                                    .heads = p.q_heads,
+                                    .q_len = p.q_len,
+                                    .kv_len = p.kv_len,
+                                    .head_dim = p.head_dim,
+                                    .value_dim = p.value_dim,
+                                    .q_offset = p.q_pos[0],
+                                    .causal = p.causal != 0,
+                                    .kv_valid_len = p.kv_lens,
+                                    .scale = p.scale});
 }
 
 // ---- the general path ------------------------------------------------------------------------
