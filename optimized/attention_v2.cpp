@@ -3,45 +3,61 @@
 //
 // Fast path. A problem that version 1 can express exactly (float32, Hq = Hk, contiguous
 // [B,H,T,D] tensors, one q_pos for every sequence, equal Tq, kv_lens as v1 padding, and no
-// window, softcap, ALiBi, pages, varlen or lse) goes to attncheck_optimized_kernel unchanged:
-// same bits, same speed.
+// window, softcap, ALiBi, pages, varlen or lse) goes to attncheck_optimized_kernel unchanged.
 //
-// General path: online softmax over key tiles, per (sequence, kv head, query block):
+// General path: the version 1 kernel's online softmax (attention_kernel.cpp), with the same
+// tiles, chunks, micro-blocks and arithmetic (attention_tile.hpp), per (sequence, kv head,
+// query block):
 //
 //   pack the query rows of the block for ALL the query heads of the kv head's group
 //     (G = Hq / Hk heads x block rows), converted to float32 once     Qf [G*rows, Dk]
-//   for each chunk of kChunk keys, for each tile of kTile keys that some row of the block sees:
-//     read its keys and values once (through strides, varlen packing or the block table),
-//     converted to float32 once                                        Kt [Dk, kTile], Vf [kTile, Dv]
-//     for the packed rows whose visible keys meet the tile, two at a time (sharing the loads):
-//       s = scale * q.k over the whole tile (fixed-length loops the compiler vectorizes);
-//       softcap and ALiBi; keys the row does not see -> -inf; m' = max(m, max s),
-//       alpha = exp(m - m'), p = exp(s - m'), l = l * alpha + sum p,
-//       O = O * alpha + sum_j p_j V_j over the row's visible keys only
+//   for each chunk of kChunkKeys keys, for each tile of kTileKeys keys that some row sees:
+//     its keys transposed and its values, as float32                  Kt [Dk, 64], Vf [64, Dv]
+//     for each micro-block of kRows packed rows that meets the tile:
+//       S = scale * Q Kt in registers; softcap, ALiBi; keys a row does not see -> -inf;
+//       m' = max(m, max S), alpha = exp(m - m'), P = exp(S - m'), l = l * alpha + sum P,
+//       O = O * alpha + P V over each row's visible keys only
 //     merge the chunk's (m, l, O) of each row into the row's total, in chunk order
 //   out = O / l, lse = m + log l   (0 and -inf for a row that sees no key)
 //
-// GQA without replication: a kv head's tiles are read once per query block and serve the G
-// query heads of its group. Skipping: a row's visible keys are one interval [lo, hi] (window
-// and causality), nondecreasing in the row, so the block's keys are the union of its rows'
-// intervals, one interval too; tiles outside it (past the diagonal, before the window, in the
-// padding) are never read, and in a partly visible tile a row uses only its own keys. A key that
-// no row of the call sees is never loaded, so NaN there cannot reach the result; a key a row
-// does not see is never multiplied into its output (not even as 0 * v).
+// So a float32 MHA problem gives the version 1 kernel's bits in any layout, paged or packed.
+//
+// K/V. A call with several query blocks per (sequence, kv head) (a prefill) first converts and
+// packs each tile once, in parallel, into buffers the size of the used K/V in float32; a call
+// with one block per (sequence, kv head) (a decode step) converts each tile as it reads it.
+// Either way a tile is read through the strides, the varlen packing or the block table, and the
+// keys of a sequence that no row of the call sees are never read.
+//
+// GQA without replication: a kv head's tiles serve the G query heads of its group. Skipping: a
+// row's visible keys are one interval [lo, hi] (window and causality), nondecreasing in the
+// row, so a block's keys are the union of its rows' intervals, one interval too; tiles outside
+// it (past the diagonal, before the window, in the padding) are never read, micro-blocks that
+// see nothing of a tile are skipped, and in a partly visible tile a row's scores outside its
+// interval are replaced (a blend, not arithmetic) by -inf and its P V runs over its own keys
+// only: keys only it sees alone, the keys every row of the micro-block sees together, in
+// ascending order either way, so a key a row does not see is never multiplied into its output
+// (not even as 0 * v) and a row's bits do not depend on its neighbours.
 //
 // Work split (OpenMP, dynamic schedule): tasks are the blocks, last (heaviest) first. When
 // there are fewer than two blocks per thread (a decode step), tasks are (block, chunk) pairs
 // instead, each writing its rows' chunk state to a buffer, and a second loop merges each
 // block's chunks in order, with the same arithmetic as a block run on one thread.
 //
-// Determinism: the arithmetic of a row depends only on its own inputs and on the tiles and
-// chunks, which start at multiples of their size in absolute key index (never at an offset that
-// depends on the block or the thread); every score is one FMA chain over c, every P V sum adds
-// the row's keys in ascending order, whether the row goes alone or in a pair. So the result is
-// bitwise the same for any thread count, either work split and any query blocking.
+// Determinism: as in the version 1 kernel, a row's arithmetic depends only on its own inputs
+// and on the tiles and chunks, which start at multiples of their size in absolute key index.
+// The result is bitwise the same for any thread count, either work split and any blocking.
+//
+// Vectorization: compiled once per target of simd_targets.hpp (Highway's foreach_target.h
+// re-includes this file) and dispatched at run time, like the version 1 kernel.
 //
 // Dimension legend: B = batch, Hq = q_heads, Hk = kv_heads, G = Hq / Hk, Tq / Tk = rows / keys
 // of a sequence, Dk = head_dim, Dv = value_dim.
+// g++ 12's AVX-512 headers: see attention_kernel.cpp (the pragma precedes <immintrin.h>).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include "optimized/attention_v2.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -54,26 +70,539 @@
 
 #include "attncheck/kernel_abi.h"
 #include "attncheck/kernel_abi_v2.h"
-#include "attncheck/problem.hpp"
 #include "attncheck/kernels.hpp"
+#include "attncheck/problem.hpp"
 #include "attncheck/problem_v2.hpp"
 #include "optimized/attention_kernel.hpp"
-#include "optimized/attention_v2.hpp"
+#include "optimized/simd_targets.hpp"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "optimized/attention_v2.cpp"
+#include <hwy/foreach_target.h>  // re-includes this file once per target
+#include <hwy/highway.h>
+
+#include "optimized/attention_tile.hpp"
+#include "optimized/key_tile.hpp"
+#include "optimized/vec16.hpp"
+
+HWY_BEFORE_NAMESPACE();
+namespace attncheck::optimized::attention_detail::HWY_NAMESPACE {
+namespace {
+
+// Packed query rows per block: G heads x max(1, kQueryBlock / G) rows.
+constexpr int kPackedRows = kQueryBlock;
+
+// dst[c] = element offset + c * stride of data, as float32, for c < n: `convert` applied to
+// each element, in a loop of its own for contiguous rows (the usual case), which vectorizes.
+template <class T, class Convert>
+void load_elements(const void* data, std::int64_t offset, std::int64_t stride, std::int64_t n, float* dst,
+                   const Convert& convert) {
+    const T* src = static_cast<const T*>(data) + offset;
+    if (stride == 1)
+        for (std::int64_t c = 0; c < n; ++c) dst[c] = convert(src[c]);
+    else
+        for (std::int64_t c = 0; c < n; ++c) dst[c] = convert(src[c * stride]);
+}
+
+void load_row(std::int32_t dtype, const void* data, std::int64_t offset, std::int64_t stride, std::int64_t n,
+              float* dst) {
+    switch (dtype) {
+    case ATTNCHECK_DTYPE_BF16:
+        load_elements<std::uint16_t>(data, offset, stride, n, dst, [](std::uint16_t h) { return bf16_to_float(h); });
+        break;
+    case ATTNCHECK_DTYPE_F16:
+        load_elements<std::uint16_t>(data, offset, stride, n, dst, [](std::uint16_t h) {
+            return attention_v2_detail::f16_to_float_branchless(h);
+        });
+        break;
+    default: load_elements<float>(data, offset, stride, n, dst, [](float x) { return x; });
+    }
+}
+
+// The keys [lo, hi] the row at absolute position a sees among Tk keys (empty when lo > hi).
+struct KeyRange {
+    std::int64_t lo, hi;
+    bool empty() const { return lo > hi; }
+};
+KeyRange visible_keys(const attncheck_problem_v2& p, std::int64_t Tk, std::int64_t a) {
+    KeyRange r{0, Tk - 1};
+    if (p.causal)
+        r.hi = std::min(r.hi, a);
+    else if (p.window_right >= 0)
+        r.hi = std::min(r.hi, a + p.window_right);
+    if (p.window_left >= 0) r.lo = std::max(r.lo, a - p.window_left);
+    return r;
+}
+
+// The union of the keys rows [i0, i1) of sequence b see: one interval, since each row's
+// interval is nondecreasing in the row (empty when no row sees a key).
+KeyRange keys_of_rows(const attncheck_problem_v2& p, int b, std::int64_t i0, std::int64_t i1) {
+    const std::int64_t Tk = kv_len_of(p, b), pos = p.q_pos[b];
+    KeyRange all{std::numeric_limits<std::int64_t>::max(), -1};
+    for (std::int64_t i = i0; i < i1; ++i) {
+        const KeyRange k = visible_keys(p, Tk, pos + i);
+        if (k.empty()) continue;
+        all.lo = std::min(all.lo, k.lo);
+        all.hi = std::max(all.hi, k.hi);
+    }
+    return all;
+}
+
+// Query rows [i0, i1) of sequence b for the G query heads of kv head hk: G * (i1 - i0) packed
+// rows, packed row r being head hk * G + r / (i1 - i0), row i0 + r % (i1 - i0).
+struct Block {
+    int b, hk, G;
+    std::int64_t i0, i1;
+    std::int64_t rows() const { return i1 - i0; }
+    std::int64_t packed() const { return G * rows(); }
+    int head_of(std::int64_t r) const { return hk * G + int(r / rows()); }
+    std::int64_t row_of(std::int64_t r) const { return i0 + r % rows(); }
+};
+
+// Per-thread scratch, grown on demand and kept between calls (a decode step allocates nothing
+// once the largest shape has been seen).
+struct Scratch {
+    std::vector<float> q;        // [packed, Dk]   packed query rows
+    std::vector<float> krows;    // [64, Dk]       a tile's keys as float32, before the transpose
+    std::vector<float> kt;       // [Dk, 64]       the key tile, transposed
+    std::vector<float> v;        // [64, Dv]       the value tile
+    std::vector<float> p;        // [kRows, 64]    probabilities of one micro-block and tile
+    std::vector<float> row;      // [Dv]           one output row before its conversion
+    std::vector<KeyRange> keys;  // [packed]       visible keys of each packed row
+    std::vector<float> o, lvec, m, lsum;  // the chunk's state: [packed, Dv], [packed, 16], [packed], [packed]
+    std::vector<float> o_tot, m_tot, l_tot;  // merged over the chunks so far
+    void reserve(std::int64_t packed, std::int64_t Dk, std::int64_t Dv) {
+        const std::size_t n = std::size_t(packed), dk = std::size_t(Dk), dv = std::size_t(Dv);
+        const auto grow = [](auto& x, std::size_t size) {
+            if (x.size() < size) x.resize(size);
+        };
+        grow(q, n * dk);
+        grow(krows, kTileKeys * dk);
+        grow(kt, dk * kTileKeys);
+        grow(v, kTileKeys * dv);
+        grow(p, std::size_t(kRows) * kTileKeys);
+        grow(row, dv);
+        grow(keys, n);
+        grow(o, n * dv);
+        grow(o_tot, n * dv);
+        grow(lvec, n * kLanes);
+        for (auto* x : {&m, &lsum, &m_tot, &l_tot}) grow(*x, n);
+    }
+};
+thread_local Scratch t_scratch;
+
+// Keys and values of (sequence, kv head) pairs, packed up front: tile t of pair n at
+// kt + (first_tile[n] + t) * Dk * 64 ([Dk, 64]) and v + (first_tile[n] + t) * 64 * Dv ([64, Dv]).
+thread_local std::vector<float> t_packed_kt, t_packed_v;
+
+// Where a block finds a tile: packed up front (kt, v of its pair, null otherwise), or read and
+// converted by the block itself.
+struct TileSource {
+    const float* kt = nullptr;
+    const float* v = nullptr;
+};
+
+// Keys and values [jlo, jhi] of the tile at t0 (kv head hk of sequence b), as float32: keys
+// transposed into kt [Dk, 64] (the other keys' columns 0: they are never used), values into vt
+// rows jlo - t0 .. jhi - t0. krows [64, Dk] is scratch.
+void load_tile(const attncheck_problem_v2& p, int b, int hk, std::int64_t t0, std::int64_t jlo, std::int64_t jhi,
+               float* krows, float* kt, float* vt) {
+    const std::int64_t Dk = p.head_dim, Dv = p.value_dim;
+    std::fill(krows, krows + (jlo - t0) * Dk, 0.0f);
+    for (std::int64_t j = jlo; j <= jhi; ++j) {
+        load_row(p.dtype, p.k.data, kv_offset_v2(p, p.k, b, hk, int(j), 0), p.k.stride[3], Dk, krows + (j - t0) * Dk);
+        load_row(p.dtype, p.v.data, kv_offset_v2(p, p.v, b, hk, int(j), 0), p.v.stride[3], Dv, vt + (j - t0) * Dv);
+    }
+    pack_key_tile(krows, Dk, 0, int(jhi - t0 + 1), kt);
+}
+
+// The key index of each lane of a tile, for ALiBi's distances.
+struct KeyIndex {
+    alignas(64) float j[kTileKeys];
+    constexpr KeyIndex() : j() {
+        for (int i = 0; i < kTileKeys; ++i) j[i] = float(i);
+    }
+};
+constexpr KeyIndex kKeyIndex{};
+
+// pv_dispatch for n <= R rows chosen at run time.
+template <int R>
+void pv_rows(int n, int nv, float* const* o_rows, const float* alpha, bool scale_o, const float* const* p_rows,
+             const float* v, std::int64_t Dv, std::int64_t dv0, int last_n, int j0, int j1) {
+    if (n == R)
+        pv_dispatch<R>(nv, o_rows, alpha, scale_o, p_rows, v, Dv, dv0, last_n, j0, j1);
+    else if constexpr (R > 1)
+        pv_rows<R - 1>(n, nv, o_rows, alpha, scale_o, p_rows, v, Dv, dv0, last_n, j0, j1);
+}
+
+// Micro-block of R packed rows lr0 .. lr0+R-1 of blk against the tile at t0 (kt, vt): scores,
+// online softmax update, P V, into the chunk state of s. The attention_kernel.cpp micro_tile,
+// with each row's visible keys an interval of the tile, and softcap and ALiBi.
+template <int R>
+void micro_tile(const attncheck_problem_v2& p, const Block& blk, int lr0, std::int64_t t0, const float* kt,
+                const float* vt, Scratch& s) {
+    const std::int64_t Dk = p.head_dim, Dv = p.value_dim, pos = p.q_pos[blk.b];
+    vf acc[R][kTileVecs];
+    tile_scores<R>(s.q.data() + lr0 * Dk, Dk, kt, acc);
+
+    int lo[R], hi[R];  // the tile-local keys [lo, hi] each row sees (none when lo > hi)
+    float alpha[R];
+    {
+        float m_old[R], m_use[R];
+        const vf scale = vset1(p.scale);
+        for (int r = 0; r < R; ++r) {
+            const int lr = lr0 + r;
+            const KeyRange k = s.keys[std::size_t(lr)];
+            lo[r] = int(std::clamp<std::int64_t>(k.lo - t0, 0, kTileKeys));
+            hi[r] = int(std::clamp<std::int64_t>(k.hi - t0, -1, kTileKeys - 1));
+            for (int u = 0; u < kTileVecs; ++u) acc[r][u] = vmul(acc[r][u], scale);
+            if (p.softcap > 0.0f) {
+                float t[kTileKeys];
+                for (int u = 0; u < kTileVecs; ++u) vstore(t + u * kLanes, acc[r][u]);
+                for (int j = lo[r]; j <= hi[r]; ++j) t[j] = p.softcap * std::tanh(t[j] / p.softcap);
+                for (int u = 0; u < kTileVecs; ++u) acc[r][u] = vload(t + u * kLanes);
+            }
+            if (p.alibi_slopes) {  // s -= slope * (a - j), a - j = (a - t0) - (j - t0), exact below 2^24
+                const vf slope = vset1(p.alibi_slopes[blk.head_of(lr)]);
+                const vf d0 = vset1(float(pos + blk.row_of(lr) - t0));
+                for (int u = 0; u < kTileVecs; ++u)
+                    acc[r][u] = vsub(acc[r][u], vmul(slope, vsub(d0, vload(kKeyIndex.j + u * kLanes))));
+            }
+            vf vmx = vset1(kNegInf);
+            for (int u = 0; u < kTileVecs; ++u) {
+                acc[r][u] = vmask_before(vmask_after(acc[r][u], hi[r] + 1 - u * kLanes), lo[r] - u * kLanes);
+                vmx = vmax(vmx, acc[r][u]);
+            }
+            const float mx = vreduce_max(vmx);
+            m_old[r] = s.m[std::size_t(lr)];
+            const float m_new = std::max(m_old[r], mx);
+            s.m[std::size_t(lr)] = m_new;
+            // A row that has seen no key yet keeps m = -inf; subtracting 0 instead keeps
+            // exp(-inf - -inf) = NaN out: its P is exp(-inf) = 0 and alpha irrelevant.
+            m_use[r] = m_new == kNegInf ? 0.0f : m_new;
+        }
+        float d[kLanes] = {}, e[kLanes];
+        for (int r = 0; r < R; ++r) d[r] = m_old[r] - m_use[r];  // -inf - finite = -inf: alpha 0
+        vstore(e, vexp(vload(d)));
+        for (int r = 0; r < R; ++r) alpha[r] = e[r];
+        for (int r = 0; r < R; ++r) {
+            const vf mu = vset1(m_use[r]);
+            vf psum = vzero();
+            for (int u = 0; u < kTileVecs; ++u) {
+                const vf pr = vexp(vsub(acc[r][u], mu));
+                vstore(s.p.data() + r * kTileKeys + u * kLanes, pr);
+                psum = vadd(psum, pr);
+            }
+            float* lv = s.lvec.data() + std::size_t(lr0 + r) * kLanes;
+            vstore(lv, vfma(vload(lv), vset1(alpha[r]), psum));
+        }
+    }
+
+    // O = O * alpha + P V over the rows that see keys of the tile (for the others alpha is 1,
+    // or 0 on an accumulator still 0: nothing to do). The keys all of them see go through the
+    // n-row kernel; before that, each row's keys below them alone (the row's alpha applied
+    // there), after it each row's keys above them alone, so each row adds its keys in
+    // ascending order, and only its own.
+    float* o_rows[R];
+    const float* p_rows[R];
+    float a_rows[R];
+    int sel[R], n = 0, all_lo = 0, all_hi = kTileKeys - 1;
+    for (int r = 0; r < R; ++r) {
+        if (lo[r] > hi[r]) continue;
+        sel[n] = r;
+        o_rows[n] = s.o.data() + std::size_t(lr0 + r) * std::size_t(Dv);
+        p_rows[n] = s.p.data() + r * kTileKeys;
+        a_rows[n] = alpha[r];
+        all_lo = std::max(all_lo, lo[r]);
+        all_hi = std::min(all_hi, hi[r]);
+        ++n;
+    }
+    if (n == 0) return;
+    for (std::int64_t dv0 = 0; dv0 < Dv; dv0 += kDvBlockVecs * kLanes) {
+        const int cols = int(std::min<std::int64_t>(Dv - dv0, kDvBlockVecs * kLanes));
+        const int nv = (cols + kLanes - 1) / kLanes;
+        const int last_n = cols - (nv - 1) * kLanes;
+        if (n == 1 || all_lo > all_hi) {  // no key in common: each row alone
+            for (int t = 0; t < n; ++t)
+                pv_dispatch<1>(nv, &o_rows[t], &a_rows[t], true, &p_rows[t], vt, Dv, dv0, last_n, lo[sel[t]],
+                               hi[sel[t]] + 1);
+            continue;
+        }
+        float a_common[R];
+        for (int t = 0; t < n; ++t) {
+            a_common[t] = a_rows[t];
+            if (lo[sel[t]] < all_lo) {
+                pv_dispatch<1>(nv, &o_rows[t], &a_rows[t], true, &p_rows[t], vt, Dv, dv0, last_n, lo[sel[t]], all_lo);
+                a_common[t] = 1.0f;  // o * 1 is exact
+            }
+        }
+        pv_rows<R>(n, nv, o_rows, a_common, true, p_rows, vt, Dv, dv0, last_n, all_lo, all_hi + 1);
+        for (int t = 0; t < n; ++t)
+            if (hi[sel[t]] > all_hi)
+                pv_dispatch<1>(nv, &o_rows[t], &a_rows[t], false, &p_rows[t], vt, Dv, dv0, last_n, all_hi + 1,
+                               hi[sel[t]] + 1);
+    }
+}
+
+// The visible keys of every packed row of blk into s.keys, and the rows of q that see some key
+// into s.q (the others 0); returns their union, one interval (empty when lo > hi).
+KeyRange prepare(const attncheck_problem_v2& p, const Block& blk, Scratch& s, bool load_q) {
+    const std::int64_t Tk = kv_len_of(p, blk.b), pos = p.q_pos[blk.b], Dk = p.head_dim;
+    KeyRange block{std::numeric_limits<std::int64_t>::max(), -1};
+    for (std::int64_t r = 0; r < blk.packed(); ++r) {
+        const KeyRange k = visible_keys(p, Tk, pos + blk.row_of(r));
+        s.keys[std::size_t(r)] = k;
+        if (!k.empty()) {
+            block.lo = std::min(block.lo, k.lo);
+            block.hi = std::max(block.hi, k.hi);
+        }
+        if (!load_q) continue;
+        if (k.empty())
+            std::fill_n(s.q.data() + r * Dk, Dk, 0.0f);
+        else
+            load_row(p.dtype, p.q.data, q_offset_v2(p, p.q, blk.b, blk.head_of(r), int(blk.row_of(r)), 0),
+                     p.q.stride[3], Dk, s.q.data() + r * Dk);
+    }
+    return block;
+}
+
+// Chunk c of block blk (keys [c * kChunkKeys, (c + 1) * kChunkKeys) within `block`, the union
+// of its rows' keys): the rows' state over those keys alone, in s.o, s.m, s.lsum.
+void run_chunk(const attncheck_problem_v2& p, const Block& blk, Scratch& s, const KeyRange& block, std::int64_t c,
+               const TileSource& src) {
+    const std::int64_t packed = blk.packed(), Dk = p.head_dim, Dv = p.value_dim;
+    std::fill_n(s.o.begin(), packed * Dv, 0.0f);
+    std::fill_n(s.lvec.begin(), packed * kLanes, 0.0f);
+    std::fill_n(s.m.begin(), packed, kNegInf);
+    const std::int64_t first = std::max(block.lo, c * kChunkKeys);
+    const std::int64_t last = std::min(block.hi, (c + 1) * kChunkKeys - 1);
+    for (std::int64_t t0 = first / kTileKeys * kTileKeys; t0 <= last; t0 += kTileKeys) {
+        const std::int64_t t1 = t0 + kTileKeys - 1;
+        const float* kt = src.kt ? src.kt + (t0 / kTileKeys) * Dk * kTileKeys : s.kt.data();
+        const float* vt = src.v ? src.v + t0 * Dv : s.v.data();
+        if (!src.kt)
+            load_tile(p, blk.b, blk.hk, t0, std::max(t0, first), std::min(t1, last), s.krows.data(), s.kt.data(),
+                      s.v.data());
+        for (std::int64_t lr0 = 0; lr0 < packed; lr0 += kRows) {
+            const int R = int(std::min<std::int64_t>(kRows, packed - lr0));
+            bool meets = false;  // micro-blocks that see nothing of this tile are skipped (an exact no-op)
+            for (int r = 0; r < R; ++r) {
+                const KeyRange k = s.keys[std::size_t(lr0 + r)];
+                meets = meets || (!k.empty() && k.hi >= t0 && k.lo <= t1);
+            }
+            if (!meets) continue;
+            const int l = int(lr0);
+            if constexpr (kRows == 2) {
+                if (R == 2) micro_tile<2>(p, blk, l, t0, kt, vt, s);
+                else micro_tile<1>(p, blk, l, t0, kt, vt, s);
+                continue;
+            }
+            switch (R) {
+                case 1: micro_tile<1>(p, blk, l, t0, kt, vt, s); break;
+                case 2: micro_tile<2>(p, blk, l, t0, kt, vt, s); break;
+                case 3: micro_tile<3>(p, blk, l, t0, kt, vt, s); break;
+                case 4: micro_tile<4>(p, blk, l, t0, kt, vt, s); break;
+                case 5: micro_tile<5>(p, blk, l, t0, kt, vt, s); break;
+                default: micro_tile<6>(p, blk, l, t0, kt, vt, s); break;
+            }
+        }
+    }
+    for (std::int64_t r = 0; r < packed; ++r)
+        s.lsum[std::size_t(r)] = vreduce_add(vload(s.lvec.data() + std::size_t(r) * kLanes));
+}
+
+// The running (m, l, o) of blk's rows before their first chunk: nothing seen.
+void reset_totals(Scratch& s, std::int64_t packed, std::int64_t Dv) {
+    std::fill_n(s.o_tot.begin(), packed * Dv, 0.0f);
+    std::fill_n(s.m_tot.begin(), packed, kNegInf);
+    std::fill_n(s.l_tot.begin(), packed, 0.0f);
+}
+
+// Merges a chunk's state of row r (m_c, l_c, o_c) into its total in s (nothing when the row
+// saw no key of the chunk).
+void merge_row(Scratch& s, std::int64_t r, float m_c, float l_c, const float* o_c, std::int64_t Dv) {
+    merge_partial(m_c, l_c, o_c, s.m_tot[std::size_t(r)], s.l_tot[std::size_t(r)],
+                  s.o_tot.data() + std::size_t(r * Dv), Dv);
+}
+
+// out = o / l and lse = m + log l of every packed row of blk from the totals of s (0 and -inf
+// for a row that sees no key).
+void finalize(const attncheck_problem_v2& p, const Block& blk, Scratch& s) {
+    const std::int64_t Dv = p.value_dim;
+    for (std::int64_t r = 0; r < blk.packed(); ++r) {
+        const int h = blk.head_of(r), i = int(blk.row_of(r));
+        const bool any = !s.keys[std::size_t(r)].empty();
+        const float l = s.l_tot[std::size_t(r)];
+        finalize_row(s.o_tot.data() + std::size_t(r * Dv), any ? l : 0.0f, s.row.data(), Dv);
+        const std::int64_t at = q_offset_v2(p, p.out, blk.b, h, i, 0), step = p.out.stride[3];
+        if (p.dtype == ATTNCHECK_DTYPE_F32)
+            for (std::int64_t c = 0; c < Dv; ++c) static_cast<float*>(p.out.data)[at + c * step] = s.row[std::size_t(c)];
+        else
+            for (std::int64_t c = 0; c < Dv; ++c) store_element(p.dtype, p.out.data, at + c * step, s.row[std::size_t(c)]);
+        if (p.lse) p.lse[lse_offset_v2(p, blk.b, h, i)] = any ? s.m_tot[std::size_t(r)] + std::log(l) : kNegInf;
+    }
+}
+
+// A whole block on one thread: its chunks in order, each merged as it ends.
+void run_block(const attncheck_problem_v2& p, const Block& blk, Scratch& s, const TileSource& src) {
+    const KeyRange block = prepare(p, blk, s, true);
+    const std::int64_t packed = blk.packed(), Dv = p.value_dim;
+    reset_totals(s, packed, Dv);
+    if (!block.empty())
+        for (std::int64_t c = block.lo / kChunkKeys; c <= block.hi / kChunkKeys; ++c) {
+            run_chunk(p, blk, s, block, c, src);
+            for (std::int64_t r = 0; r < packed; ++r)
+                merge_row(s, r, s.m[std::size_t(r)], s.lsum[std::size_t(r)], s.o.data() + r * Dv, Dv);
+        }
+    finalize(p, blk, s);
+}
+
+// Runs fn(scratch, n) for n < count over the OpenMP threads (dynamic schedule), each thread's
+// scratch sized first; false when an allocation failed (no exception may cross an OpenMP region).
+template <class Fn>
+bool parallel_for(const attncheck_problem_v2& p, std::int64_t packed, std::size_t count, const Fn& fn) {
+    bool failed = false;
+#pragma omp parallel
+    {
+        bool ready = true;
+        try {
+            t_scratch.reserve(packed, p.head_dim, p.value_dim);
+        } catch (...) {
+            ready = false;
+#pragma omp atomic write
+            failed = true;
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (std::size_t n = 0; n < count; ++n)
+            if (ready) fn(t_scratch, n);
+    }
+    return !failed;
+}
+
+// The (sequence, kv head) pairs' K/V tiles that some row of the call sees, converted and packed
+// into t_packed_kt / t_packed_v; source[b * Hk + hk] says where each pair's tiles are. May throw.
+bool pack_all_tiles(const attncheck_problem_v2& p, std::int64_t packed, std::vector<TileSource>& source) {
+    const std::int64_t Dk = p.head_dim, Dv = p.value_dim, Hk = p.kv_heads;
+    struct Task {
+        int b, hk;
+        std::int64_t t0, jlo, jhi;
+        std::size_t at;  // tile index in the packed buffers
+    };
+    std::vector<Task> tasks;
+    std::vector<std::size_t> first_tile(std::size_t(p.batch * Hk));
+    std::size_t tiles = 0;
+    for (int b = 0; b < p.batch; ++b) {
+        const KeyRange used = keys_of_rows(p, b, 0, q_len_of(p, b));
+        const std::int64_t n_tiles = used.empty() ? 0 : used.hi / kTileKeys + 1;
+        for (int hk = 0; hk < Hk; ++hk) {
+            first_tile[std::size_t(b * Hk + hk)] = tiles;
+            for (std::int64_t t = used.empty() ? 0 : used.lo / kTileKeys; t < n_tiles; ++t) {
+                const std::int64_t t0 = t * kTileKeys;
+                tasks.push_back({b, hk, t0, std::max(t0, used.lo), std::min(t0 + kTileKeys - 1, used.hi),
+                                 tiles + std::size_t(t)});
+            }
+            tiles += std::size_t(n_tiles);
+        }
+    }
+    t_packed_kt.resize(tiles * std::size_t(Dk * kTileKeys));
+    t_packed_v.resize(tiles * std::size_t(kTileKeys * Dv));
+    float* kt = t_packed_kt.data();
+    float* v = t_packed_v.data();
+    source.resize(first_tile.size());
+    for (std::size_t n = 0; n < first_tile.size(); ++n)
+        source[n] = {kt + first_tile[n] * std::size_t(Dk * kTileKeys), v + first_tile[n] * std::size_t(kTileKeys * Dv)};
+    return parallel_for(p, packed, tasks.size(), [&](Scratch& s, std::size_t n) {
+        const Task& t = tasks[n];
+        load_tile(p, t.b, t.hk, t.t0, t.jlo, t.jhi, s.krows.data(), kt + t.at * std::size_t(Dk * kTileKeys),
+                  v + t.at * std::size_t(kTileKeys * Dv));
+    });
+}
+
+}  // namespace
+
+// The general path of this target, on a problem already validated (may throw std::bad_alloc).
+int run_v2_target(const attncheck_problem_v2& p) {
+    const int G = p.q_heads / p.kv_heads;
+    const std::int64_t rows = std::max(1, kPackedRows / G), packed = G * rows, Dv = p.value_dim;
+    std::vector<Block> blocks;
+    bool shared_tiles = false;  // some (sequence, kv head) has several query blocks
+    for (int b = 0; b < p.batch; ++b) {
+        const std::int64_t Tq = q_len_of(p, b);
+        shared_tiles = shared_tiles || Tq > rows;
+        // Last blocks first: under causality they are the heaviest.
+        for (std::int64_t i0 = (Tq - 1) / rows * rows; i0 >= 0 && Tq > 0; i0 -= rows)
+            for (int hk = 0; hk < p.kv_heads; ++hk) blocks.push_back({b, hk, G, i0, std::min(Tq, i0 + rows)});
+    }
+    std::vector<TileSource> source(std::size_t(p.batch) * std::size_t(p.kv_heads));
+    if (shared_tiles && !pack_all_tiles(p, packed, source)) return ATTNCHECK_UNSUPPORTED;
+    const auto source_of = [&](const Block& blk) { return source[std::size_t(blk.b) * std::size_t(p.kv_heads) + std::size_t(blk.hk)]; };
+
+    const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+    if (threads == 1 || blocks.size() >= std::size_t(2 * threads))
+        return parallel_for(p, packed, blocks.size(),
+                            [&](Scratch& s, std::size_t n) { run_block(p, blocks[n], s, source_of(blocks[n])); })
+                   ? ATTNCHECK_OK
+                   : ATTNCHECK_UNSUPPORTED;
+
+    // Too few blocks for the threads (a decode step): every (block, chunk) is a task, whose
+    // state goes to `partials`, then each block merges its chunks in order, as run_block does.
+    struct Split {
+        std::size_t block;
+        std::int64_t chunk;
+        std::size_t at;  // offset in partials: [packed rows][m, l, o[Dv]]
+    };
+    std::vector<Split> splits;
+    std::vector<std::size_t> first_split(blocks.size() + 1);
+    std::size_t size = 0;
+    const std::size_t stride = std::size_t(Dv + 2);
+    for (std::size_t n = 0; n < blocks.size(); ++n) {
+        first_split[n] = splits.size();
+        const Block& blk = blocks[n];
+        const KeyRange block = keys_of_rows(p, blk.b, blk.i0, blk.i1);
+        if (!block.empty())
+            for (std::int64_t c = block.lo / kChunkKeys; c <= block.hi / kChunkKeys; ++c) {
+                splits.push_back({n, c, size});
+                size += std::size_t(blk.packed()) * stride;
+            }
+    }
+    first_split[blocks.size()] = splits.size();
+    std::vector<float> partials(size);
+    const bool ran = parallel_for(p, packed, splits.size(), [&](Scratch& s, std::size_t n) {
+        const Split& sp = splits[n];
+        const Block& blk = blocks[sp.block];
+        const KeyRange block = prepare(p, blk, s, true);
+        run_chunk(p, blk, s, block, sp.chunk, source_of(blk));
+        for (std::int64_t r = 0; r < blk.packed(); ++r) {
+            float* dst = partials.data() + sp.at + std::size_t(r) * stride;
+            dst[0] = s.m[std::size_t(r)];
+            dst[1] = s.lsum[std::size_t(r)];
+            std::copy_n(s.o.data() + r * Dv, Dv, dst + 2);
+        }
+    });
+    const bool merged = ran && parallel_for(p, packed, blocks.size(), [&](Scratch& s, std::size_t n) {
+        const Block& blk = blocks[n];
+        prepare(p, blk, s, false);
+        reset_totals(s, blk.packed(), Dv);
+        for (std::size_t k = first_split[n]; k < first_split[n + 1]; ++k)
+            for (std::int64_t r = 0; r < blk.packed(); ++r) {
+                const float* src = partials.data() + splits[k].at + std::size_t(r) * stride;
+                merge_row(s, r, src[0], src[1], src + 2, Dv);
+            }
+        finalize(p, blk, s);
+    });
+    return merged ? ATTNCHECK_OK : ATTNCHECK_UNSUPPORTED;
+}
+
+}  // namespace attncheck::optimized::attention_detail::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace attncheck::optimized::attention_detail {
+HWY_EXPORT(run_v2_target);
+}  // namespace attncheck::optimized::attention_detail
 
 namespace attncheck::optimized::attention_v2_detail {
 namespace {
-
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-// Keys per tile (the unit of the online softmax, of the K/V conversion and of the skip).
-constexpr int kTile = 64;
-// Packed query rows per task: G heads x max(1, kPackedRows / G) rows.
-constexpr int kPackedRows = 64;
-// Keys per chunk: each chunk gives every row a partial state (max, sum, accumulator), merged
-// in chunk order. A decode step hands its chunks to different threads; otherwise one thread
-// runs a block's chunks in order; the arithmetic is the same either way.
-constexpr std::int64_t kChunk = 512;
-
-// ---- the fast path ---------------------------------------------------------------------------
 
 // Whether view t is exactly the contiguous [n0, n1, n2, n3] layout (a stride of an extent-1
 // dimension is never used, so any value is accepted there).
@@ -110,431 +639,6 @@ attncheck_problem v1_problem(const attncheck_problem_v2& p) {
                                     .scale = p.scale});
 }
 
-// ---- the general path ------------------------------------------------------------------------
-
-// dst[c] = element offset + c * stride of data, as float32, for c < n: `convert` applied to
-// each element, in a loop of its own for contiguous rows (the usual case), which vectorizes.
-template <class T, class Convert>
-void load_elements(const void* data, std::int64_t offset, std::int64_t stride, std::int64_t n, float* dst,
-                   const Convert& convert) {
-    const T* src = static_cast<const T*>(data) + offset;
-    if (stride == 1)
-        for (std::int64_t c = 0; c < n; ++c) dst[c] = convert(src[c]);
-    else
-        for (std::int64_t c = 0; c < n; ++c) dst[c] = convert(src[c * stride]);
-}
-
-void load_row(std::int32_t dtype, const void* data, std::int64_t offset, std::int64_t stride, std::int64_t n,
-              float* dst) {
-    switch (dtype) {
-    case ATTNCHECK_DTYPE_BF16:
-        load_elements<std::uint16_t>(data, offset, stride, n, dst, [](std::uint16_t h) { return bf16_to_float(h); });
-        break;
-    case ATTNCHECK_DTYPE_F16:
-        load_elements<std::uint16_t>(data, offset, stride, n, dst,
-                                     [](std::uint16_t h) { return f16_to_float_branchless(h); });
-        break;
-    default: load_elements<float>(data, offset, stride, n, dst, [](float x) { return x; });
-    }
-}
-
-// The keys [lo, hi] the row at absolute position a sees among Tk keys (empty when lo > hi).
-struct KeyRange {
-    std::int64_t lo, hi;
-    bool empty() const { return lo > hi; }
-};
-KeyRange visible_keys(const attncheck_problem_v2& p, std::int64_t Tk, std::int64_t a) {
-    KeyRange r{0, Tk - 1};
-    if (p.causal)
-        r.hi = std::min(r.hi, a);
-    else if (p.window_right >= 0)
-        r.hi = std::min(r.hi, a + p.window_right);
-    if (p.window_left >= 0) r.lo = std::max(r.lo, a - p.window_left);
-    return r;
-}
-
-// Query rows [i0, i1) of sequence b for the G query heads of kv head hk: G * (i1 - i0) packed
-// rows, packed row r being head hk * G + r / (i1 - i0), row i0 + r % (i1 - i0).
-struct Block {
-    int b, hk, G;
-    std::int64_t i0, i1;
-    std::int64_t rows() const { return i1 - i0; }
-    std::int64_t packed() const { return G * rows(); }
-    int head_of(std::int64_t r) const { return hk * G + int(r / rows()); }
-    std::int64_t row_of(std::int64_t r) const { return i0 + r % rows(); }
-};
-
-// The online-softmax state of packed rows: running max, sum and unnormalized accumulator.
-struct RowState {
-    std::vector<float> m, l;  // [packed]
-    std::vector<float> o;     // [packed, Dv]
-    RowState(std::int64_t packed, std::int64_t Dv)
-        : m(std::size_t(packed)), l(std::size_t(packed)), o(std::size_t(packed * Dv)) {}
-    void reset(std::int64_t packed, std::int64_t Dv) {
-        std::fill_n(m.begin(), packed, kNegInf);
-        std::fill_n(l.begin(), packed, 0.0f);
-        std::fill_n(o.begin(), packed * Dv, 0.0f);
-    }
-};
-
-// Per-thread buffers of a call.
-struct Scratch {
-    std::vector<float> q;        // [packed, Dk]   packed query rows
-    std::vector<float> kt;       // [Dk, kTile]    the key tile, transposed
-    std::vector<float> krow;     // [Dk]           one key, before the transpose
-    std::vector<float> v;        // [kTile, Dv]    the value tile
-    std::vector<KeyRange> keys;  // [packed]       visible keys of each packed row
-    RowState chunk, total;       // of the chunk being run, and merged over the chunks so far
-    Scratch(std::int64_t packed, std::int64_t Dk, std::int64_t Dv)
-        : q(std::size_t(packed * Dk)), kt(std::size_t(Dk * kTile)), krow(std::size_t(Dk)),
-          v(std::size_t(kTile * Dv)), keys(std::size_t(packed)), chunk(packed, Dv), total(packed, Dv) {}
-};
-
-// s[r][j] = q[r] . kt[:, j] for R rows and the kTile keys of the tile: one FMA chain per score
-// over c = 0 .. Dk-1, so a score has the same bits whether its row goes alone or in a pair. The
-// keys go in passes of kScoreKeys, whose R x kScoreKeys / 8 accumulators stay in AVX2 registers
-// and share each load of kt. (The project compiles with -ffp-contract=off, so every
-// multiply-add that should be one FMA says so.)
-template <int R>
-[[gnu::noinline]] void tile_scores(const float* const* q, const float* kt, std::int64_t Dk, float (*s)[kTile]) {
-    constexpr int kScoreKeys = R == 1 ? 64 : 32;
-    for (int j0 = 0; j0 < kTile; j0 += kScoreKeys) {
-        float acc[R][kScoreKeys] = {};
-        for (std::int64_t c = 0; c < Dk; ++c) {
-            const float* kc = kt + c * kTile + j0;
-            for (int r = 0; r < R; ++r) {
-                const float qc = q[r][c];
-                for (int j = 0; j < kScoreKeys; ++j) acc[r][j] = std::fma(qc, kc[j], acc[r][j]);
-            }
-        }
-        for (int r = 0; r < R; ++r) std::memcpy(s[r] + j0, acc[r], sizeof acc[r]);
-    }
-}
-
-// o[r][0 .. Dv) = o[r] * alpha[r] + sum_{j in [j0, j1]} p[r][j] * v[j, :] for R rows, keys in
-// ascending order, one FMA each, R x kPvCols / 8 accumulators in registers sharing each load
-// of v. (Elementwise, so a row's bits do not depend on R.) Not inlined: inside the caller, g++
-// 12 spilled an accumulator of the pair, and the loop ran at the speed of a store and a load.
-template <int R>
-[[gnu::noinline]] void pv_update(float* const* o, const float* alpha, const float* const* p, const float* v, std::int64_t Dv, int j0,
-               int j1) {
-    constexpr int kPvCols = R == 1 ? 64 : 32;
-    std::int64_t d0 = 0;
-    for (; d0 + kPvCols <= Dv; d0 += kPvCols) {
-        float acc[R][kPvCols];
-        for (int r = 0; r < R; ++r)
-            for (int u = 0; u < kPvCols; ++u) acc[r][u] = o[r][d0 + u] * alpha[r];
-        for (int j = j0; j <= j1; ++j) {
-            const float* vj = v + j * Dv + d0;
-            for (int r = 0; r < R; ++r) {
-                const float pj = p[r][j];
-                for (int u = 0; u < kPvCols; ++u) acc[r][u] = std::fma(pj, vj[u], acc[r][u]);
-            }
-        }
-        for (int r = 0; r < R; ++r) std::memcpy(o[r] + d0, acc[r], sizeof acc[r]);
-    }
-    for (int r = 0; r < R; ++r)
-        for (std::int64_t d = d0; d < Dv; ++d) {
-            float acc = o[r][d] * alpha[r];
-            for (int j = j0; j <= j1; ++j) acc = std::fma(p[r][j], v[j * Dv + d], acc);
-            o[r][d] = acc;
-        }
-}
-
-// The online softmax of one row over one tile starting at key t0, from its raw scores s (q.k):
-// the row sees the tile-local keys [j0, j1]; a is its absolute position, slope its ALiBi slope.
-// Leaves the probabilities in e (exactly 0 outside [j0, j1]), updates m and l, and returns
-// alpha, the factor of the row's old accumulator. The loops run over the whole tile, with the
-// keys the row does not see at -inf, so that they have a fixed length and vectorize.
-float softmax_tile(const attncheck_problem_v2& p, float* s, std::int64_t t0, int j0, int j1, std::int64_t a,
-                   float slope, float& m, float& l, float* e) {
-    for (int j = 0; j < kTile; ++j) s[j] *= p.scale;
-    if (p.softcap > 0.0f)
-        for (int j = j0; j <= j1; ++j) s[j] = p.softcap * std::tanh(s[j] / p.softcap);
-    if (p.alibi_slopes) {
-        const float d0 = float(a - t0);  // a - j = d0 - (j - t0), exact below 2^24
-        for (int j = 0; j < kTile; ++j) s[j] -= slope * (d0 - float(j));
-    }
-    for (int j = 0; j < kTile; ++j) s[j] = j >= j0 && j <= j1 ? s[j] : kNegInf;
-    // Maximum and sum in 8 interleaved partials (vectorizable, fixed order).
-    float part[8];
-    std::fill_n(part, 8, kNegInf);
-    for (int j = 0; j < kTile; j += 8)
-        for (int u = 0; u < 8; ++u) part[u] = std::max(part[u], s[j + u]);
-    const float mx = std::max(std::max(std::max(part[0], part[1]), std::max(part[2], part[3])),
-                              std::max(std::max(part[4], part[5]), std::max(part[6], part[7])));
-    const float m_new = std::max(m, mx);
-    // While every score seen is -inf, subtracting 0 keeps exp(-inf - -inf) = NaN out.
-    const float m_use = m_new == kNegInf ? 0.0f : m_new;
-    const float alpha = m == kNegInf ? 0.0f : std::exp(m - m_use);
-    m = m_new;
-    for (int j = 0; j < kTile; ++j) s[j] -= m_use;
-    attention_detail::exp_nonpositive(s, e, kTile);
-    std::fill_n(part, 8, 0.0f);
-    for (int j = 0; j < kTile; j += 8)
-        for (int u = 0; u < 8; ++u) part[u] += e[j + u];
-    const float psum = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
-    l = l * alpha + psum;
-    return alpha;
-}
-
-// Reads keys and values [jlo, jhi] of the tile at t0 (kv head hk of sequence b) into s.kt and
-// s.v, as float32.
-void load_tile(const attncheck_problem_v2& p, int b, int hk, std::int64_t t0, std::int64_t jlo, std::int64_t jhi,
-               Scratch& s) {
-    const std::int64_t Dk = p.head_dim, Dv = p.value_dim;
-    for (std::int64_t j = jlo; j <= jhi; ++j) {
-        const std::int64_t jj = j - t0;
-        load_row(p.dtype, p.k.data, kv_offset_v2(p, p.k, b, hk, int(j), 0), p.k.stride[3], Dk, s.krow.data());
-        for (std::int64_t c = 0; c < Dk; ++c) s.kt[std::size_t(c * kTile + jj)] = s.krow[std::size_t(c)];
-        load_row(p.dtype, p.v.data, kv_offset_v2(p, p.v, b, hk, int(j), 0), p.v.stride[3], Dv,
-                 s.v.data() + jj * Dv);
-    }
-}
-
-// R packed rows (indices rs) of block blk against the tile at t0 held in s.kt / s.v: scores,
-// softmax, P V into s.chunk. A row's visible keys there are the tile-local [lo[r], hi[r]]; P V
-// adds each row's keys in ascending order: keys only the first-starting row sees alone, then
-// the keys both see together, then the keys only the last-ending row sees, so the bits are
-// those of the row alone.
-template <int R>
-void rows_tile(const attncheck_problem_v2& p, const Block& blk, Scratch& s, const std::int64_t (&rs)[R],
-               std::int64_t t0) {
-    const std::int64_t Dk = p.head_dim, Dv = p.value_dim, t1 = t0 + kTile - 1, pos = p.q_pos[blk.b];
-    const float* q[R];
-    float* o[R];
-    float sc[R][kTile], e[R][kTile], alpha[R];
-    const float* pr[R];
-    int lo[R], hi[R];
-    for (int r = 0; r < R; ++r) {
-        q[r] = s.q.data() + rs[r] * Dk;
-        o[r] = s.chunk.o.data() + rs[r] * Dv;
-        pr[r] = e[r];
-    }
-    tile_scores<R>(q, s.kt.data(), Dk, sc);
-    for (int r = 0; r < R; ++r) {
-        const KeyRange k = s.keys[std::size_t(rs[r])];
-        lo[r] = int(std::max(k.lo, t0) - t0);
-        hi[r] = int(std::min(k.hi, t1) - t0);
-        const int h = blk.head_of(rs[r]);
-        alpha[r] = softmax_tile(p, sc[r], t0, lo[r], hi[r], pos + blk.row_of(rs[r]),
-                                p.alibi_slopes ? p.alibi_slopes[h] : 0.0f, s.chunk.m[std::size_t(rs[r])],
-                                s.chunk.l[std::size_t(rs[r])], e[r]);
-    }
-    if constexpr (R == 1) {
-        pv_update<1>(o, alpha, pr, s.v.data(), Dv, lo[0], hi[0]);
-    } else {
-        const int both_lo = std::max(lo[0], lo[1]), both_hi = std::min(hi[0], hi[1]);
-        if (both_lo > both_hi) {  // no key in common
-            for (int r = 0; r < 2; ++r) pv_update<1>(&o[r], &alpha[r], &pr[r], s.v.data(), Dv, lo[r], hi[r]);
-            return;
-        }
-        float ones[2] = {1.0f, 1.0f};  // o * 1 is exact: later passes only add
-        for (int r = 0; r < 2; ++r) {
-            if (lo[r] < both_lo) {
-                pv_update<1>(&o[r], &alpha[r], &pr[r], s.v.data(), Dv, lo[r], both_lo - 1);
-                alpha[r] = 1.0f;
-            }
-        }
-        pv_update<2>(o, alpha, pr, s.v.data(), Dv, both_lo, both_hi);
-        for (int r = 0; r < 2; ++r)
-            if (hi[r] > both_hi) pv_update<1>(&o[r], &ones[r], &pr[r], s.v.data(), Dv, both_hi + 1, hi[r]);
-    }
-}
-
-// The visible keys of every packed row of blk into s.keys (and, with load_q, the rows of q
-// that see some key into s.q); returns their union, one interval (empty when lo > hi).
-KeyRange prepare(const attncheck_problem_v2& p, const Block& blk, Scratch& s, bool load_q) {
-    const std::int64_t Tk = kv_len_of(p, blk.b), pos = p.q_pos[blk.b];
-    KeyRange block{std::numeric_limits<std::int64_t>::max(), -1};
-    for (std::int64_t r = 0; r < blk.packed(); ++r) {
-        const KeyRange k = visible_keys(p, Tk, pos + blk.row_of(r));
-        s.keys[std::size_t(r)] = k;
-        if (k.empty()) continue;
-        block.lo = std::min(block.lo, k.lo);
-        block.hi = std::max(block.hi, k.hi);
-        if (load_q)
-            load_row(p.dtype, p.q.data, q_offset_v2(p, p.q, blk.b, blk.head_of(r), int(blk.row_of(r)), 0),
-                     p.q.stride[3], p.head_dim, s.q.data() + r * p.head_dim);
-    }
-    return block;
-}
-
-// Whether key range k meets chunk c.
-bool meets_chunk(const KeyRange& k, std::int64_t c) {
-    return !k.empty() && k.hi >= c * kChunk && k.lo < (c + 1) * kChunk;
-}
-
-// Chunk c of block blk (keys [c * kChunk, (c + 1) * kChunk) within `block`, the union of its
-// rows' keys): the rows' state over those keys alone, in s.chunk.
-void run_chunk(const attncheck_problem_v2& p, const Block& blk, Scratch& s, const KeyRange& block, std::int64_t c) {
-    const std::int64_t packed = blk.packed();
-    s.chunk.reset(packed, p.value_dim);
-    const std::int64_t first = std::max(block.lo, c * kChunk), last = std::min(block.hi, (c + 1) * kChunk - 1);
-    for (std::int64_t t0 = first / kTile * kTile; t0 <= last; t0 += kTile) {
-        const std::int64_t t1 = t0 + kTile - 1;
-        load_tile(p, blk.b, blk.hk, t0, std::max(t0, first), std::min(t1, last), s);
-        // The rows that see keys of the tile, two at a time.
-        std::int64_t pending = -1;
-        for (std::int64_t r = 0; r < packed; ++r) {
-            const KeyRange k = s.keys[std::size_t(r)];
-            if (k.empty() || k.hi < t0 || k.lo > t1) continue;
-            if (pending < 0) {
-                pending = r;
-                continue;
-            }
-            rows_tile<2>(p, blk, s, {pending, r}, t0);
-            pending = -1;
-        }
-        if (pending >= 0) rows_tile<1>(p, blk, s, {pending}, t0);
-    }
-}
-
-// Merges a chunk's state of one row (m, l, o) into the row's total (mt, lt, ot): the same
-// arithmetic whether the chunk ran on this thread just before or elsewhere.
-void merge_row(float& mt, float& lt, float* ot, float m, float l, const float* o, std::int64_t Dv) {
-    const float M = std::max(mt, m);
-    const float M_use = M == kNegInf ? 0.0f : M;
-    const float a = mt == kNegInf ? 0.0f : std::exp(mt - M_use);
-    const float b = m == kNegInf ? 0.0f : std::exp(m - M_use);
-    lt = std::fma(l, b, lt * a);
-    for (std::int64_t d = 0; d < Dv; ++d) ot[d] = std::fma(o[d], b, ot[d] * a);
-    mt = M;
-}
-
-// out = o / l and lse = m + log l of every packed row of blk from s.total (0 and -inf for a
-// row that sees no key).
-void finalize(const attncheck_problem_v2& p, const Block& blk, const Scratch& s) {
-    const std::int64_t Dv = p.value_dim;
-    for (std::int64_t r = 0; r < blk.packed(); ++r) {
-        const int h = blk.head_of(r), i = int(blk.row_of(r));
-        const float l = s.total.l[std::size_t(r)];
-        const bool any = !s.keys[std::size_t(r)].empty();
-        for (std::int64_t c = 0; c < Dv; ++c)
-            store_element(p.dtype, p.out.data, q_offset_v2(p, p.out, blk.b, h, i, int(c)),
-                          any ? s.total.o[std::size_t(r * Dv + c)] / l : 0.0f);
-        if (p.lse) p.lse[lse_offset_v2(p, blk.b, h, i)] = any ? s.total.m[std::size_t(r)] + std::log(l) : kNegInf;
-    }
-}
-
-// The chunks a block's keys span: [first, last] (empty when first > last).
-std::pair<std::int64_t, std::int64_t> chunks_of(const KeyRange& block) {
-    if (block.empty()) return {0, -1};
-    return {block.lo / kChunk, block.hi / kChunk};
-}
-
-// A whole block on one thread: its chunks in order, each merged as it ends.
-void run_block(const attncheck_problem_v2& p, const Block& blk, Scratch& s) {
-    const KeyRange block = prepare(p, blk, s, true);
-    const std::int64_t packed = blk.packed(), Dv = p.value_dim;
-    s.total.reset(packed, Dv);
-    const auto [first, last] = chunks_of(block);
-    for (std::int64_t c = first; c <= last; ++c) {
-        run_chunk(p, blk, s, block, c);
-        for (std::int64_t r = 0; r < packed; ++r)
-            if (meets_chunk(s.keys[std::size_t(r)], c))
-                merge_row(s.total.m[std::size_t(r)], s.total.l[std::size_t(r)], s.total.o.data() + r * Dv,
-                          s.chunk.m[std::size_t(r)], s.chunk.l[std::size_t(r)], s.chunk.o.data() + r * Dv, Dv);
-    }
-    finalize(p, blk, s);
-}
-
-// Runs fn(scratch, n) for n < count over the OpenMP threads (dynamic schedule); false when a
-// thread could not allocate its scratch (no exception may cross an OpenMP region).
-template <class Fn>
-bool parallel_for(const attncheck_problem_v2& p, std::int64_t packed, std::size_t count, const Fn& fn) {
-    bool failed = false;
-#pragma omp parallel
-    {
-        Scratch* s = nullptr;
-        try {
-            s = new Scratch(packed, p.head_dim, p.value_dim);
-        } catch (...) {
-#pragma omp atomic write
-            failed = true;
-        }
-#pragma omp for schedule(dynamic, 1)
-        for (std::size_t n = 0; n < count; ++n)
-            if (s) fn(*s, n);
-        delete s;
-    }
-    return !failed;
-}
-
-int run_general(const attncheck_problem_v2& p) {
-    const int G = p.q_heads / p.kv_heads;
-    const std::int64_t rows = std::max(1, kPackedRows / G), packed = G * rows, Dv = p.value_dim;
-    std::vector<Block> blocks;
-    for (int b = 0; b < p.batch; ++b) {
-        const std::int64_t Tq = q_len_of(p, b);
-        // Last blocks first: under causality they are the heaviest.
-        for (std::int64_t i0 = (Tq - 1) / rows * rows; i0 >= 0 && Tq > 0; i0 -= rows)
-            for (int hk = 0; hk < p.kv_heads; ++hk) blocks.push_back({b, hk, G, i0, std::min(Tq, i0 + rows)});
-    }
-    const int threads = omp_get_max_threads();
-    if (threads == 1 || blocks.size() >= std::size_t(2 * threads))
-        return parallel_for(p, packed, blocks.size(), [&](Scratch& s, std::size_t n) { run_block(p, blocks[n], s); })
-                   ? ATTNCHECK_OK
-                   : ATTNCHECK_UNSUPPORTED;
-
-    // Too few blocks for the threads (a decode step): every (block, chunk) is a task, whose
-    // state goes to `partials`, then each block merges its chunks in order, as run_block does.
-    struct Split {
-        std::size_t block;
-        std::int64_t chunk;
-        std::size_t at;  // offset in partials: [packed rows][m, l, o[Dv]]
-    };
-    std::vector<Split> splits;
-    std::vector<std::size_t> first_split(blocks.size() + 1);
-    std::size_t size = 0;
-    const std::size_t stride = std::size_t(Dv + 2);
-    for (std::size_t n = 0; n < blocks.size(); ++n) {
-        first_split[n] = splits.size();
-        const Block& blk = blocks[n];
-        const std::int64_t Tk = kv_len_of(p, blk.b), pos = p.q_pos[blk.b];
-        KeyRange block{std::numeric_limits<std::int64_t>::max(), -1};
-        for (std::int64_t i = blk.i0; i < blk.i1; ++i) {
-            const KeyRange k = visible_keys(p, Tk, pos + i);
-            if (k.empty()) continue;
-            block.lo = std::min(block.lo, k.lo);
-            block.hi = std::max(block.hi, k.hi);
-        }
-        const auto [first, last] = chunks_of(block);
-        for (std::int64_t c = first; c <= last; ++c) {
-            splits.push_back({n, c, size});
-            size += std::size_t(blk.packed()) * stride;
-        }
-    }
-    first_split[blocks.size()] = splits.size();
-    std::vector<float> partials(size);
-    const bool ran = parallel_for(p, packed, splits.size(), [&](Scratch& s, std::size_t n) {
-        const Split& sp = splits[n];
-        const Block& blk = blocks[sp.block];
-        const KeyRange block = prepare(p, blk, s, true);
-        run_chunk(p, blk, s, block, sp.chunk);
-        for (std::int64_t r = 0; r < blk.packed(); ++r) {
-            float* dst = partials.data() + sp.at + std::size_t(r) * stride;
-            dst[0] = s.chunk.m[std::size_t(r)];
-            dst[1] = s.chunk.l[std::size_t(r)];
-            std::copy_n(s.chunk.o.data() + r * Dv, Dv, dst + 2);
-        }
-    });
-    const bool merged = ran && parallel_for(p, packed, blocks.size(), [&](Scratch& s, std::size_t n) {
-        const Block& blk = blocks[n];
-        prepare(p, blk, s, false);
-        s.total.reset(blk.packed(), Dv);
-        for (std::size_t k = first_split[n]; k < first_split[n + 1]; ++k)
-            for (std::int64_t r = 0; r < blk.packed(); ++r) {
-                if (!meets_chunk(s.keys[std::size_t(r)], splits[k].chunk)) continue;
-                const float* src = partials.data() + splits[k].at + std::size_t(r) * stride;
-                merge_row(s.total.m[std::size_t(r)], s.total.l[std::size_t(r)], s.total.o.data() + r * Dv, src[0],
-                          src[1], src + 2, Dv);
-            }
-        finalize(p, blk, s);
-    });
-    return merged ? ATTNCHECK_OK : ATTNCHECK_UNSUPPORTED;
-}
-
 // Products of sizes that index a tensor must fit int64 with room; the ABI's int32 fields keep
 // each factor small, but B * H * T * D could still overflow in a hostile problem.
 bool sizes_fit(const attncheck_problem_v2& p) {
@@ -561,8 +665,10 @@ extern "C" int attncheck_optimized_kernel_v2(const attncheck_problem_v2* p) {
                                               static_cast<const float*>(p->k.data),
                                               static_cast<const float*>(p->v.data), static_cast<float*>(p->out.data));
         }
-        return detail::run_general(*p);
+        attncheck::optimized::isa_choice();  // ATTNCHECK_ISA is applied before the first dispatch
+        return HWY_DYNAMIC_DISPATCH(attncheck::optimized::attention_detail::run_v2_target)(*p);
     } catch (...) {
         return ATTNCHECK_UNSUPPORTED;
     }
 }
+#endif  // HWY_ONCE

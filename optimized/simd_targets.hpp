@@ -1,8 +1,8 @@
 // optimized/simd_targets.hpp — which instruction sets the hot code is compiled for, and the one
 // place that picks among them at run time.
 //
-// The GEMM (gemm.cpp), the fused attention kernel (attention_kernel.cpp) and the FMA calibration
-// (perf/calibration.cpp) are compiled once per target by Google Highway's foreach_target.h and
+// The GEMM (gemm.cpp), the fused attention kernels (attention_kernel.cpp, attention_v2.cpp, with
+// attention_tile.hpp) and the FMA calibration (perf/calibration.cpp) are compiled once per target by Google Highway's foreach_target.h and
 // called through HWY_DYNAMIC_DISPATCH, so one build runs the best path of whatever x86-64 CPU it
 // lands on. Every file that includes a Highway header includes this one first: all of them must
 // compile the same set of targets.

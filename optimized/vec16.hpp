@@ -67,6 +67,10 @@ inline vf vmax(vf a, vf b) { return {_mm512_max_ps(a.r, b.r)}; }
 inline vf vmask_after(vf a, int n) {
     return {_mm512_mask_mov_ps(_mm512_set1_ps(kNegInf), first_n(n), a.r)};
 }
+// Lanes < n replaced by -inf (keys before a row's first visible key: a sliding window).
+inline vf vmask_before(vf a, int n) {
+    return {_mm512_mask_mov_ps(a.r, first_n(n), _mm512_set1_ps(kNegInf))};
+}
 inline float vreduce_max(vf a) { return _mm512_reduce_max_ps(a.r); }
 inline float vreduce_add(vf a) { return _mm512_reduce_add_ps(a.r); }
 inline void vpin(vf&) {}  // see the AVX2 version
@@ -157,6 +161,14 @@ inline vf vmask_after(vf a, int n) {
     for (int i = 0; i < kParts; ++i)
         b.r[i] = hn::IfThenElse(hn::FirstN(D8(), std::size_t(std::clamp(n - i * L, 0, L))), a.r[i],
                                 hn::Set(D8(), kNegInf));
+    return b;
+}
+inline vf vmask_before(vf a, int n) {
+    constexpr int L = int(hn::MaxLanes(D8()));
+    vf b;
+    for (int i = 0; i < kParts; ++i)
+        b.r[i] = hn::IfThenElse(hn::FirstN(D8(), std::size_t(std::clamp(n - i * L, 0, L))), hn::Set(D8(), kNegInf),
+                                a.r[i]);
     return b;
 }
 inline float vreduce_max(vf a) {
@@ -256,6 +268,11 @@ inline vf vfma(vf a, vf b, vf c) {
 inline vf vmask_after(vf a, int n) {  // a select on every lane, like the AVX-512 blend
     vf b;
     for (int l = 0; l < kLanes; ++l) b.r[l] = l < n ? a.r[l] : kNegInf;
+    return b;
+}
+inline vf vmask_before(vf a, int n) {
+    vf b;
+    for (int l = 0; l < kLanes; ++l) b.r[l] = l < n ? kNegInf : a.r[l];
     return b;
 }
 inline float vreduce_max(vf a) {

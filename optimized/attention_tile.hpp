@@ -1,0 +1,161 @@
+// optimized/attention_tile.hpp — the pieces of the online-softmax attention kernels that both
+// kernels share: attncheck_optimized_kernel (attention_kernel.cpp, ABI version 1) and the general
+// path of attncheck_optimized_kernel_v2 (attention_v2.cpp). The register blocking per target, the
+// scores of a micro-block of rows against a key tile (S = Q Kt), the P V update, the merge of a
+// chunk's partial into a row's running state, and the final division. Sharing them is what makes
+// the two kernels give the same bits for a problem both can express.
+//
+// Per target, like vec16.hpp (included once per target of simd_targets.hpp by a file that includes
+// hwy/foreach_target.h).
+#include <algorithm>
+#include <cstdint>
+
+#include "optimized/attention_kernel.hpp"
+#include "optimized/vec16.hpp"
+
+#if defined(ATTNCHECK_OPTIMIZED_ATTENTION_TILE_HPP_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ATTNCHECK_OPTIMIZED_ATTENTION_TILE_HPP_
+#undef ATTNCHECK_OPTIMIZED_ATTENTION_TILE_HPP_
+#else
+#define ATTNCHECK_OPTIMIZED_ATTENTION_TILE_HPP_
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace attncheck::optimized::attention_detail::HWY_NAMESPACE {
+// Internal linkage: each kernel's file has its own copy.
+namespace {
+
+constexpr int kTileVecs = kTileKeys / kLanes;  // 4
+// Register blocking per target. AVX-512 (32 registers of 16 floats): 6-row micro-blocks whose
+// 6 x 64 scores stay in 24 registers from their FMA chains to the softmax, and P V over 64 output
+// columns at a time. AVX2 (16 registers of 8 floats, a vector of 16 is two): 2-row micro-blocks,
+// scores in passes of 32 keys and P V over 32 columns, 8 accumulators each, so that the keys or
+// values of a step are loaded once and used by both rows from registers (vpin). (6-row blocks with
+// 16-key passes, 12 accumulators, measured 30-40% slower: their 6 x 64 scores live in memory.)
+constexpr bool kNarrow = HWY_TARGET == HWY_AVX2;
+constexpr int kRows = kNarrow ? 2 : kMicroRows;
+constexpr int kScoreVecs = kNarrow ? 2 : kTileVecs;  // 16-key vectors per score pass
+constexpr int kDvBlockVecs = kNarrow ? 2 : 4;         // 16-column vectors per P V pass
+static_assert(kTileKeys % kLanes == 0 && kChunkKeys % kTileKeys == 0);
+
+// o[r, :] = o[r, :] * alpha[r] (when scale_o) + sum_{j in [j0, j1)} p[r, j] * v[j, :], for the
+// R rows, over NV vectors of output columns starting at column dv0 (the last has `last_n`
+// lanes; Tail: fewer than 16). Keys are added in ascending order, one FMA each.
+template <int R, int NV, bool Tail>
+void pv_block(float* const* o_rows, const float* alpha, bool scale_o, const float* const* p_rows,
+              const float* v, std::int64_t Dv, std::int64_t dv0, int last_n, int j0, int j1) {
+    vf acc[R][NV];
+    for (int r = 0; r < R; ++r)
+        for (int u = 0; u < NV; ++u) {
+            acc[r][u] = Tail && u == NV - 1 ? vload_n(o_rows[r] + dv0 + u * kLanes, last_n)
+                                            : vload(o_rows[r] + dv0 + u * kLanes);
+            if (scale_o) acc[r][u] = vmul(acc[r][u], vset1(alpha[r]));
+        }
+    for (int j = j0; j < j1; ++j) {
+        const float* vj = v + std::int64_t(j) * Dv + dv0;
+        vf vv[NV];
+        for (int u = 0; u < NV; ++u) {
+            vv[u] = Tail && u == NV - 1 ? vload_n(vj + u * kLanes, last_n) : vload(vj + u * kLanes);
+            if (R > 1) vpin(vv[u]);
+        }
+        for (int r = 0; r < R; ++r) {
+            const vf pj = vset1(p_rows[r][j]);
+            for (int u = 0; u < NV; ++u) acc[r][u] = vfma(pj, vv[u], acc[r][u]);
+        }
+    }
+    for (int r = 0; r < R; ++r)
+        for (int u = 0; u < NV; ++u) {
+            if (Tail && u == NV - 1)
+                vstore_n(o_rows[r] + dv0 + u * kLanes, acc[r][u], last_n);
+            else
+                vstore(o_rows[r] + dv0 + u * kLanes, acc[r][u]);
+        }
+}
+
+template <int R>
+void pv_dispatch(int nv, float* const* o_rows, const float* alpha, bool scale_o,
+                 const float* const* p_rows, const float* v, std::int64_t Dv, std::int64_t dv0,
+                 int last_n, int j0, int j1) {
+    // A full last vector is loaded and stored whole (a masked load is slower on some CPUs).
+    const auto run = [&]<int NV>() {
+        if (last_n < kLanes) pv_block<R, NV, true>(o_rows, alpha, scale_o, p_rows, v, Dv, dv0, last_n, j0, j1);
+        else pv_block<R, NV, false>(o_rows, alpha, scale_o, p_rows, v, Dv, dv0, last_n, j0, j1);
+    };
+    if constexpr (kDvBlockVecs == 2) {
+        if (nv == 1) run.template operator()<1>();
+        else run.template operator()<2>();
+    } else {
+        switch (nv) {
+            case 1: run.template operator()<1>(); break;
+            case 2: run.template operator()<2>(); break;
+            case 3: run.template operator()<3>(); break;
+            default: run.template operator()<4>(); break;
+        }
+    }
+}
+
+// S = Q Kt for R rows and a tile: acc[r][u] holds the scores of keys 16u .. 16u+15, each one FMA
+// chain over c = 0 .. Dk-1. The tile's keys go in passes of kScoreVecs vectors so that a pass's
+// R x kScoreVecs accumulators and its keys fit the registers (one pass on AVX-512; two of 32
+// keys on AVX2); the chains, and so the bits, are the same either way.
+template <int R>
+void tile_scores(const float* qrow, std::int64_t Dk, const float* kt, vf (&acc)[R][kTileVecs]) {
+    for (int u0 = 0; u0 < kTileVecs; u0 += kScoreVecs) {
+        vf part[R][kScoreVecs];
+        for (int r = 0; r < R; ++r)
+            for (int u = 0; u < kScoreVecs; ++u) part[r][u] = vzero();
+        for (std::int64_t c = 0; c < Dk; ++c) {
+            vf kv[kScoreVecs];
+            for (int u = 0; u < kScoreVecs; ++u) {
+                kv[u] = vload(kt + c * kTileKeys + (u0 + u) * kLanes);
+                if (R > 1) vpin(kv[u]);
+            }
+            for (int r = 0; r < R; ++r) {
+                const vf qb = vset1(qrow[r * Dk + c]);
+                for (int u = 0; u < kScoreVecs; ++u) part[r][u] = vfma(qb, kv[u], part[r][u]);
+            }
+        }
+        for (int r = 0; r < R; ++r)
+            for (int u = 0; u < kScoreVecs; ++u) acc[r][u0 + u] = part[r][u];
+    }
+}
+
+// Merges one chunk's partial of a row (m_c, l_c, o_c) into the running (m, l, o). Used by both
+// work splits, so the arithmetic (and every bit of the result) is the same in both.
+[[gnu::noinline]] void merge_partial(float m_c, float l_c, const float* o_c, float& m, float& l,
+                                     float* o, std::int64_t Dv) {
+    if (m_c == kNegInf) return;  // the row saw no key of this chunk: nothing to add
+    const float m_new = std::max(m, m_c);
+    const float a = sexp(m - m_new);    // 0 when m = -inf (first contributing chunk)
+    const float b = sexp(m_c - m_new);  // 1 for the chunk that holds the max
+    const vf va = vset1(a), vb = vset1(b);
+    std::int64_t c = 0;
+    for (; c + kLanes <= Dv; c += kLanes)
+        vstore(o + c, vfma(vload(o + c), va, vmul(vload(o_c + c), vb)));
+    if (c < Dv) {
+        const int n = int(Dv - c);
+        vstore_n(o + c, vfma(vload_n(o + c, n), va, vmul(vload_n(o_c + c, n), vb)), n);
+    }
+    float tmp[kLanes];
+    vstore(tmp, vfma(vset1(l), va, vmul(vset1(l_c), vb)));
+    l = tmp[0];
+    m = m_new;
+}
+
+// out = o / l, or exactly 0 for a row with no visible key (l = 0).
+void finalize_row(const float* o, float l, float* out, std::int64_t Dv) {
+    if (!(l > 0.0f)) {
+        std::fill(out, out + Dv, 0.0f);
+        return;
+    }
+    const vf vl = vset1(l);
+    std::int64_t c = 0;
+    for (; c + kLanes <= Dv; c += kLanes) vstore(out + c, vdiv(vload(o + c), vl));
+    if (c < Dv) vstore_n(out + c, vdiv(vload_n(o + c, int(Dv - c)), vl), int(Dv - c));
+}
+
+}  // namespace
+}  // namespace attncheck::optimized::attention_detail::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // ATTNCHECK_OPTIMIZED_ATTENTION_TILE_HPP_
