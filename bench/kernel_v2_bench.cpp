@@ -1,12 +1,15 @@
 // bench/kernel_v2_bench.cpp — the version 2 kernel (attncheck_optimized_kernel_v2) on the shapes
 // of today's decoders, each against the version 1 kernel on the equivalent float32 MHA problem
 // (perf/kernel_shapes.hpp's, 8 heads, head_dim 64) timed in the same benchmark, call for call:
-//   prefill   bf16 [B,T,H,D] GQA (Hq 8, Hk 2, D 64) causal prefill, T = 512
+//   prefill   bf16 [B,T,H,D] GQA (Hq 8, Hk 2, D 64) causal prefill, T = 512 and 2048
+//   window    the same prefill at T = 2048 under a sliding window of 256 keys
 //   decode    bf16 GQA paged decode step at ctx 4096: 16-key blocks under a permuted block
 //             table, K/V rotated over kDecodeCopies caches as the v1 decode benchmark rotates
 //             its copies
 // Counters: gflops (v2) and v1_gflops, useful GFLOP/s, (2*Dk + 2*Dv) flops per visible
-// (query, key) pair and query head, the same count for both; vs_v1 = gflops / v1_gflops.
+// (query, key) pair and query head, the same count for both; vs_v1 = gflops / v1_gflops;
+// frac_peak = gflops / fma_peak_gflops(threads) (perf/calibration.hpp, same process), the
+// performance issue's measure of the v1 kernel (bench/kernel_bench.cpp).
 // Arg 0 is the thread count (0 = all OpenMP threads).
 //
 // Dimension legend: B = batch, Hq / Hk = query / kv heads, T = rows, D = head_dim = value_dim.
@@ -23,6 +26,7 @@
 
 #include "attncheck/kernels.hpp"
 #include "attncheck/problem_v2.hpp"
+#include "perf/calibration.hpp"
 #include "perf/kernel_shapes.hpp"
 
 namespace {
@@ -44,7 +48,7 @@ struct ProblemV2 {
     void use_copy(int c) { p.block_table = tables.data() + std::size_t(c) * std::size_t(blocks_per_seq); }
 };
 
-ProblemV2 make_problem(int Tq, int Tk, bool paged, int copies) {
+ProblemV2 make_problem(int Tq, int Tk, bool paged, int copies, int window = -1) {
     ProblemV2 pr;
     attncheck_problem_v2& p = pr.p;
     p.abi_version = ATTNCHECK_ABI_VERSION_2;
@@ -54,7 +58,7 @@ ProblemV2 make_problem(int Tq, int Tk, bool paged, int copies) {
     p.q_len = Tq, p.kv_len = Tk;
     pr.q_pos = {Tk - Tq};
     p.q_pos = pr.q_pos.data();
-    p.causal = 1, p.window_left = -1, p.window_right = -1;
+    p.causal = 1, p.window_left = window, p.window_right = -1;
     p.scale = 0.125f;
     const std::int64_t bthd_q[4] = {std::int64_t(Tq) * kHq * kD, kD, kHq * kD, 1};
     std::copy(bthd_q, bthd_q + 4, p.q.stride);
@@ -88,7 +92,10 @@ ProblemV2 make_problem(int Tq, int Tk, bool paged, int copies) {
         for (auto& e : *x) e = attncheck::float_to_bf16(u(rng));
     p.q.data = pr.q.data(), p.k.data = pr.k.data(), p.v.data = pr.v.data(), p.out.data = pr.out.data();
     double pairs = 0;
-    for (int i = 0; i < Tq; ++i) pairs += std::min(Tk - Tq + i + 1, Tk);
+    for (int i = 0; i < Tq; ++i) {
+        const int a = Tk - Tq + i;  // the row's position: it sees keys max(0, a - window) .. a
+        pairs += std::min(a + 1, Tk) - (window >= 0 ? std::max(0, a - window) : 0);
+    }
     pr.useful_flops = double(kHq) * pairs * (4.0 * kD);
     return pr;
 }
@@ -113,6 +120,7 @@ double seconds(F&& call) {
 // that both see the same machine state.
 void run(benchmark::State& state, ProblemV2& v2, attncheck::perf::KernelProblem& v1) {
     const Threads th(state.range(0));
+    attncheck::perf::fma_peak_gflops(th.n);  // calibrate outside the timed calls
     double s2 = 0, s1 = 0;
     int c = 0;
     for (auto _ : state) {
@@ -129,16 +137,32 @@ void run(benchmark::State& state, ProblemV2& v2, attncheck::perf::KernelProblem&
     state.counters["gflops"] = v2.useful_flops / (s2 / n) * 1e-9;
     state.counters["v1_gflops"] = v1.useful_flops / (s1 / n) * 1e-9;
     state.counters["vs_v1"] = (v2.useful_flops / s2) / (v1.useful_flops / s1);
+    state.counters["frac_peak"] = v2.useful_flops / (s2 / n) * 1e-9 / attncheck::perf::fma_peak_gflops(th.n);
 }
 
 void BM_AttentionV2PrefillGqaBf16(benchmark::State& state) {
     const int T = int(state.range(1));
-    static ProblemV2 v2 = make_problem(T, T, false, 1);
-    static attncheck::perf::KernelProblem v1 = attncheck::perf::make_kernel_problem(T, T, 0, 1);
+    ProblemV2 v2 = make_problem(T, T, false, 1);
+    attncheck::perf::KernelProblem v1 = attncheck::perf::make_kernel_problem(T, T, 0, 1);
     run(state, v2, v1);
 }
 BENCHMARK(BM_AttentionV2PrefillGqaBf16)
-    ->ArgsProduct({{1, 0}, {512}})
+    ->ArgsProduct({{1, 0}, {512, 2048}})
+    ->ArgNames({"threads", "T"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+// A sliding window of 256 keys over a T = 2048 prefill: the tiles outside every row's window are
+// never read, so the useful rate (visible pairs only) stays near the full causal prefill's,
+// which v1 is timed on (vs_v1 then compares useful rates, not times).
+void BM_AttentionV2PrefillWindowGqaBf16(benchmark::State& state) {
+    const int T = int(state.range(1));
+    ProblemV2 v2 = make_problem(T, T, false, 1, 256);
+    attncheck::perf::KernelProblem v1 = attncheck::perf::make_kernel_problem(T, T, 0, 1);
+    run(state, v2, v1);
+}
+BENCHMARK(BM_AttentionV2PrefillWindowGqaBf16)
+    ->ArgsProduct({{1, 0}, {2048}})
     ->ArgNames({"threads", "T"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);

@@ -237,8 +237,11 @@ void pv_rows(int n, int nv, float* const* o_rows, const float* alpha, bool scale
 
 // Micro-block of R packed rows lr0 .. lr0+R-1 of blk against the tile at t0 (kt, vt): scores,
 // online softmax update, P V, into the chunk state of s. The attention_kernel.cpp micro_tile,
-// with each row's visible keys an interval of the tile, and softcap and ALiBi.
-template <int R>
+// with each row's visible keys an interval of the tile, and (Extras) softcap and ALiBi: a
+// separate instantiation, so that without them the R x 4 scores stay in registers from their
+// FMA chains to the softmax, as in the version 1 kernel (with the branches in the loop over the
+// rows, g++ 12 kept them in memory: a third slower).
+template <int R, bool Extras>
 void micro_tile(const attncheck_problem_v2& p, const Block& blk, int lr0, std::int64_t t0, const float* kt,
                 const float* vt, Scratch& s) {
     const std::int64_t Dk = p.head_dim, Dv = p.value_dim, pos = p.q_pos[blk.b];
@@ -256,13 +259,13 @@ void micro_tile(const attncheck_problem_v2& p, const Block& blk, int lr0, std::i
             lo[r] = int(std::clamp<std::int64_t>(k.lo - t0, 0, kTileKeys));
             hi[r] = int(std::clamp<std::int64_t>(k.hi - t0, -1, kTileKeys - 1));
             for (int u = 0; u < kTileVecs; ++u) acc[r][u] = vmul(acc[r][u], scale);
-            if (p.softcap > 0.0f) {
+            if (Extras && p.softcap > 0.0f) {
                 float t[kTileKeys];
                 for (int u = 0; u < kTileVecs; ++u) vstore(t + u * kLanes, acc[r][u]);
                 for (int j = lo[r]; j <= hi[r]; ++j) t[j] = p.softcap * std::tanh(t[j] / p.softcap);
                 for (int u = 0; u < kTileVecs; ++u) acc[r][u] = vload(t + u * kLanes);
             }
-            if (p.alibi_slopes) {  // s -= slope * (a - j), a - j = (a - t0) - (j - t0), exact below 2^24
+            if (Extras && p.alibi_slopes) {  // s -= slope * (a - j), a - j = (a - t0) - (j - t0), exact below 2^24
                 const vf slope = vset1(p.alibi_slopes[blk.head_of(lr)]);
                 const vf d0 = vset1(float(pos + blk.row_of(lr) - t0));
                 for (int u = 0; u < kTileVecs; ++u)
@@ -344,6 +347,25 @@ void micro_tile(const attncheck_problem_v2& p, const Block& blk, int lr0, std::i
     }
 }
 
+// micro_tile for R (<= kRows) rows chosen at run time.
+template <bool Extras>
+void micro_block(int R, const attncheck_problem_v2& p, const Block& blk, int lr0, std::int64_t t0, const float* kt,
+                 const float* vt, Scratch& s) {
+    if constexpr (kRows == 2) {
+        if (R == 2) micro_tile<2, Extras>(p, blk, lr0, t0, kt, vt, s);
+        else micro_tile<1, Extras>(p, blk, lr0, t0, kt, vt, s);
+    } else {
+        switch (R) {
+            case 1: micro_tile<1, Extras>(p, blk, lr0, t0, kt, vt, s); break;
+            case 2: micro_tile<2, Extras>(p, blk, lr0, t0, kt, vt, s); break;
+            case 3: micro_tile<3, Extras>(p, blk, lr0, t0, kt, vt, s); break;
+            case 4: micro_tile<4, Extras>(p, blk, lr0, t0, kt, vt, s); break;
+            case 5: micro_tile<5, Extras>(p, blk, lr0, t0, kt, vt, s); break;
+            default: micro_tile<6, Extras>(p, blk, lr0, t0, kt, vt, s); break;
+        }
+    }
+}
+
 // The visible keys of every packed row of blk into s.keys, and the rows of q that see some key
 // into s.q (the others 0); returns their union, one interval (empty when lo > hi).
 KeyRange prepare(const attncheck_problem_v2& p, const Block& blk, Scratch& s, bool load_q) {
@@ -376,6 +398,7 @@ void run_chunk(const attncheck_problem_v2& p, const Block& blk, Scratch& s, cons
     std::fill_n(s.m.begin(), packed, kNegInf);
     const std::int64_t first = std::max(block.lo, c * kChunkKeys);
     const std::int64_t last = std::min(block.hi, (c + 1) * kChunkKeys - 1);
+    const bool extras = p.softcap > 0.0f || p.alibi_slopes;
     for (std::int64_t t0 = first / kTileKeys * kTileKeys; t0 <= last; t0 += kTileKeys) {
         const std::int64_t t1 = t0 + kTileKeys - 1;
         const float* kt = src.kt ? src.kt + (t0 / kTileKeys) * Dk * kTileKeys : s.kt.data();
@@ -391,20 +414,10 @@ void run_chunk(const attncheck_problem_v2& p, const Block& blk, Scratch& s, cons
                 meets = meets || (!k.empty() && k.hi >= t0 && k.lo <= t1);
             }
             if (!meets) continue;
-            const int l = int(lr0);
-            if constexpr (kRows == 2) {
-                if (R == 2) micro_tile<2>(p, blk, l, t0, kt, vt, s);
-                else micro_tile<1>(p, blk, l, t0, kt, vt, s);
-                continue;
-            }
-            switch (R) {
-                case 1: micro_tile<1>(p, blk, l, t0, kt, vt, s); break;
-                case 2: micro_tile<2>(p, blk, l, t0, kt, vt, s); break;
-                case 3: micro_tile<3>(p, blk, l, t0, kt, vt, s); break;
-                case 4: micro_tile<4>(p, blk, l, t0, kt, vt, s); break;
-                case 5: micro_tile<5>(p, blk, l, t0, kt, vt, s); break;
-                default: micro_tile<6>(p, blk, l, t0, kt, vt, s); break;
-            }
+            if (extras)
+                micro_block<true>(R, p, blk, int(lr0), t0, kt, vt, s);
+            else
+                micro_block<false>(R, p, blk, int(lr0), t0, kt, vt, s);
         }
     }
     for (std::int64_t r = 0; r < packed; ++r)
@@ -435,10 +448,13 @@ void finalize(const attncheck_problem_v2& p, const Block& blk, Scratch& s) {
         const float l = s.l_tot[std::size_t(r)];
         finalize_row(s.o_tot.data() + std::size_t(r * Dv), any ? l : 0.0f, s.row.data(), Dv);
         const std::int64_t at = q_offset_v2(p, p.out, blk.b, h, i, 0), step = p.out.stride[3];
+        const float* row = s.row.data();
         if (p.dtype == ATTNCHECK_DTYPE_F32)
-            for (std::int64_t c = 0; c < Dv; ++c) static_cast<float*>(p.out.data)[at + c * step] = s.row[std::size_t(c)];
+            for (std::int64_t c = 0; c < Dv; ++c) static_cast<float*>(p.out.data)[at + c * step] = row[c];
+        else if (p.dtype == ATTNCHECK_DTYPE_BF16)  // a loop of its own per dtype: it vectorizes
+            for (std::int64_t c = 0; c < Dv; ++c) static_cast<std::uint16_t*>(p.out.data)[at + c * step] = float_to_bf16(row[c]);
         else
-            for (std::int64_t c = 0; c < Dv; ++c) store_element(p.dtype, p.out.data, at + c * step, s.row[std::size_t(c)]);
+            for (std::int64_t c = 0; c < Dv; ++c) static_cast<std::uint16_t*>(p.out.data)[at + c * step] = float_to_f16(row[c]);
         if (p.lse) p.lse[lse_offset_v2(p, blk.b, h, i)] = any ? s.m_tot[std::size_t(r)] + std::log(l) : kNegInf;
     }
 }
