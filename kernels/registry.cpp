@@ -13,6 +13,7 @@
 namespace attncheck {
 
 optimized::AttentionKernel attention_kernel_of(const KernelEntry& entry) {
+    if (entry.fn_v2) return {.fn_v2 = entry.fn_v2, .block_size = kDecoderBlockSize};
     return {.fn = entry.fn, .reads_only_visible_keys = entry.reads_only_visible_keys};
 }
 

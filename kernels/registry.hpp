@@ -49,7 +49,10 @@ struct KernelEntry {
 };
 
 // The kernel as the optimized decoder takes it: the entry's function with what the entry
-// declares. Every optimized decoder around a registry kernel is built from this.
+// declares. Every optimized decoder around a registry kernel is built from this. A version 2
+// kernel runs the decoder with a paged cache of kDecoderBlockSize-row blocks: small, so that
+// the short sequences of the decoder properties span several blocks.
+inline constexpr int kDecoderBlockSize = 4;
 optimized::AttentionKernel attention_kernel_of(const KernelEntry& entry);
 
 // Every kernel: the built-ins, the zoo's bases, the mutants (each group in a fixed order).

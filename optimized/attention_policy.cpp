@@ -3,12 +3,15 @@
 #include "optimized/attention_policy.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <sstream>
 #include <string>
+#include <type_traits>
 
 #include "attncheck/error.hpp"
 #include "attncheck/problem.hpp"
+#include "attncheck/problem_v2.hpp"
 #include "optimized/gemm.hpp"
 
 namespace attncheck::optimized {
@@ -43,6 +46,75 @@ void call_kernel(const KernelRef& kernel, const attncheck_problem& p, const floa
     const std::size_t per_b = std::size_t(p.heads) * std::size_t(p.q_len) * std::size_t(p.value_dim);
     for (int b = 0; b < p.batch; ++b)
         if (p.kv_valid_len[b] == 0) std::fill_n(out + std::size_t(b) * per_b, per_b, 0.0f);
+}
+
+// ---- version 2 calls (KernelRef::fn_v2) ------------------------------------------------------
+
+// A float32 problem of the model's shape, tensors to be set by the caller.
+attncheck_problem_v2 problem_v2(const PackedWeights& P, int batch, int q_heads, int kv_heads, int q_len, int kv_len,
+                                const int32_t* q_pos, const int32_t* kv_lens, bool causal, int window) {
+    attncheck_problem_v2 p{};
+    p.abi_version = ATTNCHECK_ABI_VERSION_2;
+    p.struct_size = sizeof(attncheck_problem_v2);
+    p.dtype = ATTNCHECK_DTYPE_F32;
+    p.batch = batch;
+    p.q_heads = q_heads;
+    p.kv_heads = kv_heads;
+    p.head_dim = p.value_dim = P.config.head_dim();
+    p.q_len = q_len;
+    p.kv_len = kv_len;
+    p.kv_lens = kv_lens;
+    p.q_pos = q_pos;
+    p.causal = causal;
+    p.window_left = window;
+    p.window_right = -1;
+    p.scale = P.attn_scale;
+    return p;
+}
+
+// A contiguous [*, heads, rows, dk] tensor at data.
+attncheck_tensor_v2 dense_tensor(const float* data, int heads, int rows, int dk) {
+    const std::int64_t r = rows, d = dk;
+    return {const_cast<float*>(data), {heads * r * d, r * d, d, 1}};
+}
+
+// Layer l of a version 2 cache as the problem's k and v: paged through its table (sequences
+// [b0, b0 + batch) of it), or dense.
+void set_cache(attncheck_problem_v2& p, const PagedCache& pool, int l, int b0, int hkv, int dk) {
+    const float* k = pool.k.data() + std::size_t(l) * pool.layer_stride;
+    const float* v = pool.v.data() + std::size_t(l) * pool.layer_stride;
+    p.k = dense_tensor(k, hkv, pool.block_size, dk);
+    p.v = dense_tensor(v, hkv, pool.block_size, dk);
+    if (pool.paged) {
+        p.block_table = pool.table.data() + std::size_t(b0) * std::size_t(pool.blocks_per_seq);
+        p.block_table_stride = pool.blocks_per_seq;
+        p.block_size = pool.block_size;
+        p.num_blocks = pool.num_blocks;
+    } else {  // dense: block b is sequence b
+        const std::size_t seq = std::size_t(hkv) * std::size_t(pool.block_size) * std::size_t(dk);
+        p.k.data = const_cast<float*>(k) + std::size_t(b0) * seq;
+        p.v.data = const_cast<float*>(v) + std::size_t(b0) * seq;
+    }
+}
+
+void call_kernel_v2(const KernelRef& kernel, const attncheck_problem_v2& p, const char* where) {
+    const int rc = kernel.fn_v2(&p);
+    if (rc != 0)
+        throw KernelError(std::string("attention kernel (ABI version 2) returned ") + std::to_string(rc) +
+                          " (unsupported) for the " + where + " problem: " + describe_v2(p));
+}
+
+// k, v of one row (hkv heads at columns d and d + hkv dk of qkv_row) into layer l of a
+// version 2 cache at position p of sequence b.
+void store_kv(const ModelConfig& c, PagedCache& pool, int l, int b, const float* qkv_row, int p) {
+    const int d = c.d_model, hkv = c.kv_heads(), dk = c.head_dim();
+    float* kl = pool.k.data() + std::size_t(l) * pool.layer_stride;
+    float* vl = pool.v.data() + std::size_t(l) * pool.layer_stride;
+    for (int kh = 0; kh < hkv; ++kh) {
+        const std::size_t at = pool.at(c, b, kh, p);
+        std::memcpy(kl + at, qkv_row + d + kh * dk, sizeof(float) * std::size_t(dk));
+        std::memcpy(vl + at, qkv_row + d + (hkv + kh) * dk, sizeof(float) * std::size_t(dk));
+    }
 }
 
 // Memory K/V of every layer: m [S, d] -> k, v [H, S_pad, dk] for one sequence, written at
@@ -162,8 +234,36 @@ void rotate_qk(const PackedWeights& P, float* qkv, std::size_t ld, int rows, con
 KernelRef kernel_of(const Decoder& decoder) {
     const AttentionKernel& k = decoder.attention_kernel();
     return {.fn = k.fn, .reads_only_visible_keys = k.reads_only_visible_keys,
-            .zero_empty_rows = decoder.zero_empty_rows()};
+            .zero_empty_rows = decoder.zero_empty_rows(), .fn_v2 = k.fn_v2, .block_size = k.block_size};
 }
+
+// ---------------------------------------------------------------------------------------------
+// A version 2 kernel's K/V cache
+// ---------------------------------------------------------------------------------------------
+
+void PagedCache::build(const ModelConfig& c, int B, int bs) {
+    const int N = c.max_len;
+    paged = bs > 0;
+    block_size = paged ? bs : N;
+    blocks_per_seq = (N + block_size - 1) / block_size;
+    num_blocks = B * blocks_per_seq;
+    table.resize(std::size_t(num_blocks));
+    for (int b = 0; b < B; ++b)
+        for (int e = 0; e < blocks_per_seq; ++e)
+            table[std::size_t(b * blocks_per_seq + e)] = paged ? num_blocks - 1 - (e * B + b) : b;
+    layer_stride = std::size_t(num_blocks) * std::size_t(c.kv_heads()) * std::size_t(block_size) *
+                   std::size_t(c.head_dim());
+    k.assign(std::size_t(c.n_layers) * layer_stride, 0.0f);  // zero: rows past a position stay finite
+    v.assign(k.size(), 0.0f);
+}
+
+std::size_t PagedCache::at(const ModelConfig& c, int b, int kh, int p) const {
+    const std::size_t block = std::size_t(table[std::size_t(b * blocks_per_seq + p / block_size)]);
+    return ((block * std::size_t(c.kv_heads()) + std::size_t(kh)) * std::size_t(block_size) +
+            std::size_t(p % block_size)) * std::size_t(c.head_dim());
+}
+
+CacheView sequence_cache(PagedCache& pool, int b) { return {.pool = &pool, .seq = b}; }
 
 // ---------------------------------------------------------------------------------------------
 // Cross-attention memory
@@ -276,7 +376,16 @@ void TeacherAttention::self(int, float* qkv, float* att) {
     scatter(qkv, ld, 0, H, qh);
     scatter(qkv, ld, d, hkv, kh);
     scatter(qkv, ld, d + hkv * dk, hkv, vh);
-    if (shape.v1()) {
+    if (kernel.fn_v2) {
+        zeros.assign(len.size(), 0);
+        attncheck_problem_v2 p = problem_v2(P, int(len.size()), H, hkv, Tmax, Tmax, zeros.data(), valid.data(), true,
+                                            shape.window);
+        p.q = dense_tensor(qh.data(), H, Tmax, dk);
+        p.k = dense_tensor(kh.data(), hkv, Tmax, dk);
+        p.v = dense_tensor(vh.data(), hkv, Tmax, dk);
+        p.out = dense_tensor(oh.data(), H, Tmax, dk);
+        call_kernel_v2(kernel, p, "self-attention prefill");
+    } else if (shape.v1()) {
         const attncheck_problem p = make_problem(P, int(len.size()), H, Tmax, Tmax, 0, true,
                                                  padded ? valid.data() : nullptr);
         call_kernel(kernel, p, qh.data(), kh.data(), vh.data(), oh.data(), "self-attention prefill");
@@ -308,6 +417,19 @@ void TeacherAttention::self(int, float* qkv, float* att) {
 
 void TeacherAttention::cross(int l, const float* q, float* att) {
     scatter(q, std::size_t(P.config.d_model), 0, P.config.n_heads, qh);
+    if (kernel.fn_v2) {
+        const int H = P.config.n_heads, dk = P.config.head_dim();
+        zeros.assign(len.size(), 0);
+        attncheck_problem_v2 p =
+            problem_v2(P, int(len.size()), H, H, Tmax, mem.S, zeros.data(), mem.valid.data(), false, -1);
+        p.q = dense_tensor(qh.data(), H, Tmax, dk);
+        p.k = dense_tensor(mem.k_at(l, 0), H, mem.S, dk);
+        p.v = dense_tensor(mem.v_at(l, 0), H, mem.S, dk);
+        p.out = dense_tensor(oh.data(), H, Tmax, dk);
+        call_kernel_v2(kernel, p, "cross-attention prefill");
+        gather(att);
+        return;
+    }
     const attncheck_problem p = make_problem(P, int(len.size()), P.config.n_heads, Tmax, mem.S, 0, false,
                                              mem.valid.data());
     call_kernel(kernel, p, qh.data(), mem.k_at(l, 0), mem.v_at(l, 0), oh.data(), "cross-attention prefill");
@@ -364,8 +486,36 @@ void ChunkAttention::self_v2(int l, float* qkv, float* att) {
     gather(att);
 }
 
+// Self-attention of a chunk through a version 2 kernel: every row rotated and stored at its
+// position in the cache, then one call for all heads and rows.
+void ChunkAttention::self_abi_v2(int l, float* qkv, float* att) {
+    const ModelConfig& c = P.config;
+    const SelfAttentionShape shape = self_attention_shape(c);
+    const int H = c.n_heads, dk = c.head_dim(), hkv = shape.kv_heads;
+    const std::size_t ld = std::size_t(P.qkv_width);
+    for (int t = 0; t < n; ++t) {
+        float* row = qkv + std::size_t(t) * ld;
+        const int p = pos + t;
+        rotate_qk(P, row, ld, 1, &p);
+        store_kv(c, *cache.pool, l, cache.seq, row, p);
+        if (n > 1)
+            for (int hh = 0; hh < H; ++hh)
+                std::memcpy(qh + (std::size_t(hh) * std::size_t(n) + std::size_t(t)) * std::size_t(dk),
+                            row + std::size_t(hh * dk), sizeof(float) * std::size_t(dk));
+    }
+    const int32_t q_pos = pos, kv_lens = pos + n;
+    attncheck_problem_v2 p = problem_v2(P, 1, H, hkv, n, c.max_len, &q_pos, &kv_lens, true, shape.window);
+    set_cache(p, *cache.pool, l, cache.seq, hkv, dk);
+    // With one row, q [d] already is [H, 1, dk] and att [d] is out [H, 1, dk].
+    p.q = dense_tensor(n > 1 ? qh : qkv, H, n, dk);
+    p.out = dense_tensor(n > 1 ? oh : att, H, n, dk);
+    call_kernel_v2(kernel, p, n > 1 ? "self-attention chunk" : "self-attention step");
+    if (n > 1) gather(att);
+}
+
 void ChunkAttention::self(int l, float* qkv, float* att) {
     const ModelConfig& c = P.config;
+    if (kernel.fn_v2) return self_abi_v2(l, qkv, att);
     if (!self_attention_shape(c).v1()) return self_v2(l, qkv, att);
     if (c.positional == Positional::rope)
         for (int t = 0; t < n; ++t) {
@@ -421,9 +571,19 @@ void ChunkAttention::cross(int l, const float* q, float* att) {
             for (int hh = 0; hh < H; ++hh)
                 std::memcpy(qh + (std::size_t(hh) * std::size_t(n) + std::size_t(t)) * std::size_t(dk),
                             q + std::size_t(t) * std::size_t(d) + std::size_t(hh * dk), sizeof(float) * std::size_t(dk));
-    const attncheck_problem p = make_problem(P, 1, H, n, mem.S, 0, false, mem.valid);
-    call_kernel(kernel, p, n > 1 ? qh : q, mem.k + std::size_t(l) * mem.layer_stride,
-                mem.v + std::size_t(l) * mem.layer_stride, n > 1 ? oh : att, "cross-attention");
+    if (kernel.fn_v2) {
+        const int32_t q_pos = 0;
+        attncheck_problem_v2 p = problem_v2(P, 1, H, H, n, mem.S, &q_pos, mem.valid, false, -1);
+        p.q = dense_tensor(n > 1 ? qh : q, H, n, dk);
+        p.k = dense_tensor(mem.k + std::size_t(l) * mem.layer_stride, H, mem.S, dk);
+        p.v = dense_tensor(mem.v + std::size_t(l) * mem.layer_stride, H, mem.S, dk);
+        p.out = dense_tensor(n > 1 ? oh : att, H, n, dk);
+        call_kernel_v2(kernel, p, "cross-attention");
+    } else {
+        const attncheck_problem p = make_problem(P, 1, H, n, mem.S, 0, false, mem.valid);
+        call_kernel(kernel, p, n > 1 ? qh : q, mem.k + std::size_t(l) * mem.layer_stride,
+                    mem.v + std::size_t(l) * mem.layer_stride, n > 1 ? oh : att, "cross-attention");
+    }
     if (n > 1) gather(att);
 }
 
@@ -445,6 +605,21 @@ void BatchStepAttention::self(int l, float* qkv, float* att) {
     const ModelConfig& c = P.config;
     const SelfAttentionShape shape = self_attention_shape(c);
     if (shape.rope) rotate_qk(P, qkv, std::size_t(P.qkv_width), B, pos);
+    if (kernel.fn_v2) {
+        static_assert(std::is_same_v<int, int32_t>);  // pos is the problem's q_pos
+        const int H = c.n_heads, dk = c.head_dim(), d = c.d_model;
+        for (int b = 0; b < B; ++b) {
+            const float* row = qkv + std::size_t(b) * std::size_t(P.qkv_width);
+            std::memcpy(qh + std::size_t(b) * std::size_t(d), row, sizeof(float) * std::size_t(d));
+            store_kv(c, *pool, l, b, row, pos[b]);
+        }
+        attncheck_problem_v2 p = problem_v2(P, B, H, shape.kv_heads, 1, c.max_len, pos, valid, true, shape.window);
+        set_cache(p, *pool, l, 0, shape.kv_heads, dk);
+        p.q = dense_tensor(qh, H, 1, dk);
+        p.out = dense_tensor(att, H, 1, dk);
+        call_kernel_v2(kernel, p, "batch self-attention step");
+        return;
+    }
     if (!shape.v1()) {
         // Each sequence's row as a one-row chunk at its position: its own calls per query head.
         for (int b = 0; b < B; ++b) {
@@ -476,6 +651,16 @@ void BatchStepAttention::self(int l, float* qkv, float* att) {
 }
 
 void BatchStepAttention::cross(int l, const float* q, float* att) {
+    if (kernel.fn_v2) {
+        const int H = P.config.n_heads, dk = P.config.head_dim();
+        attncheck_problem_v2 p = problem_v2(P, B, H, H, 1, mem.S, pos, mem.valid.data(), false, -1);
+        p.q = dense_tensor(q, H, 1, dk);
+        p.k = dense_tensor(mem.k_at(l, 0), H, mem.S, dk);
+        p.v = dense_tensor(mem.v_at(l, 0), H, mem.S, dk);
+        p.out = dense_tensor(att, H, 1, dk);
+        call_kernel_v2(kernel, p, "batch cross-attention step");
+        return;
+    }
     const attncheck_problem p = make_problem(P, B, P.config.n_heads, 1, mem.S, 0, false, mem.valid.data());
     call_kernel(kernel, p, q, mem.k_at(l, 0), mem.v_at(l, 0), att, "batch cross-attention step");
 }

@@ -40,8 +40,21 @@
 //                         contiguous and in position order (a chunk stores and attends row by
 //                         row). A window of N-1 or more hides nothing and runs as none.
 //
+// A version 2 kernel (AttentionKernel::fn_v2) takes every policy in one call of its own ABI:
+//   teacher-forced batch  q [B, H, Tmax, dk], k, v [B, hkv, Tmax, dk], kv_lens = T_b, q_pos 0,
+//                         causal, window_left = w: GQA and the window as such, no per-row calls
+//   session chunk/step    q [1, H, n, dk], k, v in the PagedCache (blocks [hkv, bs, dk] under
+//                         the sequence's block-table row, or its dense [hkv, N, dk]), kv_len N,
+//                         kv_lens = pos + n, q_pos = pos, causal, window_left = w; no rolling
+//                         cache: every position keeps its keys
+//   batch step            q [B, H, 1, dk], the PagedCache of the B sequences (one block table,
+//                         or B dense caches), kv_lens = pos_b + 1, q_pos = pos_b, causal, window
+//   cross-attention       the memory [B, H, S, dk], kv_lens = its valid_len, not causal
+// Keys sit at their absolute positions in every policy, so with the built-in version 2 kernel
+// (tiles at absolute key indices) teacher-forced, chunked and step logits are the same bits.
+//
 // Dimension legend: d = d_model, H = heads, dk = d/H, L = layers, N = max_len, S = memory
-// rows, B = sequences, M = rows of a call, T = tokens of a sequence.
+// rows, B = sequences, M = rows of a call, T = tokens of a sequence, bs = block_size.
 #pragma once
 
 #include <cstddef>
@@ -50,6 +63,7 @@
 #include <vector>
 
 #include "attncheck/kernel_abi.h"
+#include "attncheck/kernel_abi_v2.h"
 #include "attncheck/model.hpp"
 #include "optimized/decoder.hpp"
 #include "optimized/weights.hpp"
@@ -78,6 +92,27 @@ struct KernelRef {
     attncheck_kernel_fn fn;
     bool reads_only_visible_keys;  // AttentionKernel::reads_only_visible_keys
     bool zero_empty_rows;          // Decoder::set_zero_empty_rows
+    attncheck_kernel_v2_fn fn_v2 = nullptr;  // AttentionKernel::fn_v2: every call through it
+    int block_size = 0;                      // AttentionKernel::block_size
+};
+
+// The K/V cache of B sequences for a version 2 kernel: K and V [L, num_blocks, hkv, bs, dk],
+// sequence b's position p in block table[b * blocks_per_seq + p / bs], row p % bs. Paged
+// (KernelRef::block_size > 0): ceil(N / bs) blocks per sequence, handed out in a scrambled
+// order (the last block first, the sequences interleaved), so that a kernel that ignored the
+// table would read another block's keys. Dense (block_size 0): one block of N rows per
+// sequence, in order: the [L, B, hkv, N, dk] cache, passed without a table.
+struct PagedCache {
+    bool paged = false;
+    int block_size = 0;      // bs (N when dense)
+    int blocks_per_seq = 0;
+    int num_blocks = 0;
+    std::vector<float> k, v;
+    std::vector<int32_t> table;  // [B, blocks_per_seq]
+    std::size_t layer_stride = 0;  // num_blocks * hkv * bs * dk
+    void build(const ModelConfig& c, int B, int block_size);
+    // The offset in a layer of kv head kh's row for position p of sequence b.
+    std::size_t at(const ModelConfig& c, int b, int kh, int p) const;
 };
 KernelRef kernel_of(const Decoder& decoder);
 
@@ -122,6 +157,7 @@ struct TeacherAttention {
     bool padded = false;               // some sequence shorter than Tmax
     std::vector<float> qh, kh, vh, oh;  // q, o [B, H, Tmax, dk], k, v [B, hkv, Tmax, dk]; the cross-attention reuses qh/oh
     std::vector<int> positions;         // [M] position of each row (rope)
+    std::vector<int32_t> zeros;         // [B] q_pos of a version 2 call
 
     // Lays the sequences out one after the other (rows() rows) and sizes the ABI buffers.
     TeacherAttention(const PackedWeights& P, KernelRef kernel, const MemoryCache& mem,
@@ -144,7 +180,12 @@ struct CacheView {
     std::size_t layer_stride = 0;
     std::size_t head_stride = 0;  // R * dk
     int ring = 0;                 // w+1 slots of the rolling cache of a window; 0: row p is position p
+    // A version 2 kernel's cache (k, v, the strides and ring unused): sequence `seq` of it.
+    PagedCache* pool = nullptr;
+    int seq = 0;
 };
+// Sequence b of a version 2 kernel's cache.
+CacheView sequence_cache(PagedCache& pool, int b);
 // Sequence b of caches k, v [L, batch, hkv, R, dk].
 CacheView sequence_cache(const ModelConfig& c, float* k, float* v, int batch, int b);
 
@@ -165,6 +206,7 @@ struct ChunkAttention {
 private:
     void gather(float* att) const;
     void self_v2(int l, float* qkv, float* att);
+    void self_abi_v2(int l, float* qkv, float* att);
 };
 
 // One row per sequence, each at its own position: caches [L, B, H, N, dk], one kernel call for
@@ -180,6 +222,7 @@ struct BatchStepAttention {
     const int* pos;        // [B]
     int B;
     float* qh;  // [B, H, 1, dk] = [B, d]
+    PagedCache* pool = nullptr;  // a version 2 kernel's cache (k_cache, v_cache then unused)
 
     void self(int l, float* qkv, float* att);
     void cross(int l, const float* q, float* att);

@@ -34,7 +34,11 @@ int argmax_lowest(const float* row, int V) {
 }  // namespace
 
 Decoder::Decoder(const Model& model, AttentionKernel kernel) : packed_(pack_model(model)), kernel_(kernel) {
-    if (!kernel_.fn) throw InputError("optimized decoder: the attention kernel is null");
+    if (!kernel_.fn && !kernel_.fn_v2) throw InputError("optimized decoder: the attention kernel is null");
+    if (kernel_.fn && kernel_.fn_v2)
+        throw InputError("optimized decoder: the attention kernel is given for ABI version 1 and version 2 at once");
+    if (kernel_.block_size < 0)
+        throw InputError("optimized decoder: block_size = " + std::to_string(kernel_.block_size) + " (must be >= 0)");
 }
 Decoder::~Decoder() = default;
 Decoder::Decoder(Decoder&&) noexcept = default;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "attncheck/kernel_abi.h"
+#include "attncheck/kernel_abi_v2.h"
 #include "attncheck/kernels.hpp"
 #include "attncheck/model.hpp"
 
@@ -39,6 +40,14 @@ struct AttentionKernel {
     // A correct kernel sees the same visible keys either way; the built-in kernel gives the same
     // bits either way (tests/optimized/decoder_test.cpp).
     bool reads_only_visible_keys = false;
+    // A kernel of ABI version 2 (attncheck/kernel_abi_v2.h) instead of fn (which is then null):
+    // every attention call, self and cross, in every way of running, is one version 2 call on
+    // the decoder's own tensors, with grouped-query heads, the window and per-sequence positions
+    // passed as such (attention_policy.hpp), and the sessions keep their K/V in a paged cache of
+    // block_size-row blocks under a scrambled block table (block_size 0: one dense [hkv, N, dk]
+    // cache per sequence, no block table).
+    attncheck_kernel_v2_fn fn_v2 = nullptr;
+    int block_size = 0;
 };
 
 // The built-in kernel, attncheck_optimized_kernel, which reads only visible keys: the decoder's
@@ -50,7 +59,8 @@ class Decoder {
 public:
     // Validates the model (InputError) and packs its weights. The kernel is used for every
     // attention call (self and cross, prefill and steps), assuming of it only what it declares.
-    // InputError for a null kernel. A kernel that declares nothing: Decoder(model, {.fn = f}).
+    // InputError for a null kernel (neither fn nor fn_v2, or both), or a negative block_size.
+    // A kernel that declares nothing: Decoder(model, {.fn = f}).
     explicit Decoder(const Model& model, AttentionKernel kernel = kBuiltinAttentionKernel);
     ~Decoder();
     Decoder(Decoder&&) noexcept;

@@ -42,7 +42,8 @@ struct Session::State {
     // position has taken the slot of every one below it). 0 without a window.
     int oldest_kept = 0;
     int ring = 0;                         // w+1 slots of the rolling cache, 0: none
-    std::vector<float> k_cache, v_cache;  // [L, hkv, R, dk], R = cache_rows()
+    std::vector<float> k_cache, v_cache;  // [L, hkv, R, dk], R = cache_rows(); empty with a v2 kernel
+    PagedCache pool;                      // a version 2 kernel's cache instead
     // The positions pos .. pos+n-1 were just written.
     void advance(int n) {
         pos += n;
@@ -60,8 +61,10 @@ struct Session::State {
     // n rows at positions pos .. pos+n-1, with [H, n, dk] scratch qhp, ohp (null when n = 1).
     ChunkAttention attention(int n, float* qhp, float* ohp) {
         const PackedWeights& P = decoder->packed();
-        return ChunkAttention{.P = P, .kernel = kernel_of(*decoder),
-                              .cache = sequence_cache(P.config, k_cache.data(), v_cache.data(), 1, 0),
+        const KernelRef kernel = kernel_of(*decoder);
+        return ChunkAttention{.P = P, .kernel = kernel,
+                              .cache = kernel.fn_v2 ? sequence_cache(pool, 0)
+                                                    : sequence_cache(P.config, k_cache.data(), v_cache.data(), 1, 0),
                               .mem = mem.sequence(0), .pos = pos, .n = n, .qh = qhp, .oh = ohp};
     }
 };
@@ -72,12 +75,17 @@ Session::Session(const Decoder& decoder, const std::optional<Memory>& memory) : 
     std::vector<std::optional<Memory>> mems;
     if (memory) mems.push_back(memory);
     s_->mem.build(decoder.packed(), checked_memories(c, mems, 1));
-    const std::size_t cache = std::size_t(c.n_layers) * std::size_t(c.kv_heads()) * std::size_t(cache_rows(c)) *
-                              std::size_t(c.head_dim());
-    s_->k_cache.assign(cache, 0.0f);
-    s_->v_cache.assign(cache, 0.0f);
-    const int window = self_attention_shape(c).window;
-    s_->ring = window >= 0 ? window + 1 : 0;
+    const AttentionKernel& kernel = decoder.attention_kernel();
+    if (kernel.fn_v2) {
+        s_->pool.build(c, 1, kernel.block_size);  // every position keeps its keys: no rolling cache
+    } else {
+        const std::size_t cache = std::size_t(c.n_layers) * std::size_t(c.kv_heads()) *
+                                  std::size_t(cache_rows(c)) * std::size_t(c.head_dim());
+        s_->k_cache.assign(cache, 0.0f);
+        s_->v_cache.assign(cache, 0.0f);
+        const int window = self_attention_shape(c).window;
+        s_->ring = window >= 0 ? window + 1 : 0;
+    }
     s_->step_rows.resize(c, 1);
     s_->x.assign(std::size_t(c.d_model), 0.0f);
     s_->logits.assign(std::size_t(c.vocab_size), 0.0f);
@@ -162,7 +170,8 @@ struct BatchSession::State {
     int B = 0;
     std::vector<int> pos;            // [B]
     std::vector<int32_t> valid;      // [B] pos + 1 during a step
-    std::vector<float> k_cache, v_cache;  // [L, B, hkv, R, dk], R = cache_rows()
+    std::vector<float> k_cache, v_cache;  // [L, B, hkv, R, dk], R = cache_rows(); empty with a v2 kernel
+    PagedCache pool;                      // a version 2 kernel's cache instead
     MemoryCache mem;                 // [L, B, H, S, dk]
     RowBuffers step_rows;            // B rows
     std::vector<float> x, qh;        // [B, d]
@@ -181,10 +190,15 @@ BatchSession::BatchSession(const Decoder& decoder, int batch, const std::vector<
     s.mem.build(decoder.packed(), checked_memories(c, memories, std::size_t(batch)));
     s.pos.assign(std::size_t(batch), 0);
     s.valid.assign(std::size_t(batch), 0);
-    const std::size_t cache = std::size_t(c.n_layers) * std::size_t(batch) * std::size_t(c.kv_heads()) *
-                              std::size_t(cache_rows(c)) * std::size_t(c.head_dim());
-    s.k_cache.assign(cache, 0.0f);  // zero: rows past a position are padding the kernel may touch
-    s.v_cache.assign(cache, 0.0f);
+    const AttentionKernel& kernel = decoder.attention_kernel();
+    if (kernel.fn_v2) {
+        s.pool.build(c, batch, kernel.block_size);
+    } else {
+        const std::size_t cache = std::size_t(c.n_layers) * std::size_t(batch) * std::size_t(c.kv_heads()) *
+                                  std::size_t(cache_rows(c)) * std::size_t(c.head_dim());
+        s.k_cache.assign(cache, 0.0f);  // zero: rows past a position are padding the kernel may touch
+        s.v_cache.assign(cache, 0.0f);
+    }
     s.step_rows.resize(c, batch);
     s.x.assign(std::size_t(batch) * std::size_t(c.d_model), 0.0f);
     s.qh.assign(s.x.size(), 0.0f);
@@ -215,8 +229,10 @@ std::vector<float> BatchSession::prefill(int b, const std::vector<int>& tokens) 
     s.qh_chunk.resize(std::size_t(n) * d);
     s.oh_chunk.resize(std::size_t(n) * d);
     for (int t = 0; t < n; ++t) embed_row(P, tokens[std::size_t(t)], p0 + t, s.chunk_x.data() + std::size_t(t) * d);
-    ChunkAttention a{.P = P, .kernel = kernel_of(*s.decoder),
-                     .cache = sequence_cache(c, s.k_cache.data(), s.v_cache.data(), s.B, b),
+    const KernelRef kernel = kernel_of(*s.decoder);
+    ChunkAttention a{.P = P, .kernel = kernel,
+                     .cache = kernel.fn_v2 ? sequence_cache(s.pool, b)
+                                           : sequence_cache(c, s.k_cache.data(), s.v_cache.data(), s.B, b),
                      .mem = s.mem.sequence(b), .pos = p0, .n = n, .qh = s.qh_chunk.data(), .oh = s.oh_chunk.data()};
     run_layers(P, n, s.chunk_x.data(), s.chunk_rows, a);
     std::vector<float> out(std::size_t(n) * V);
@@ -244,7 +260,7 @@ std::span<const float> BatchSession::step(const std::vector<int>& tokens) {
     }
     BatchStepAttention a{.P = P, .kernel = kernel_of(*s.decoder), .k_cache = s.k_cache.data(),
                          .v_cache = s.v_cache.data(), .mem = s.mem, .valid = s.valid.data(),
-                         .pos = s.pos.data(), .B = s.B, .qh = s.qh.data()};
+                         .pos = s.pos.data(), .B = s.B, .qh = s.qh.data(), .pool = &s.pool};
     run_layers(P, s.B, s.x.data(), s.step_rows, a);
     linear(P.lm_head, s.x.data(), s.B, c.d_model, s.logits.data(), c.vocab_size);
     for (int& p : s.pos) ++p;

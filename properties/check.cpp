@@ -115,10 +115,14 @@ CheckReport check(KernelUnderTest kernel, const CheckOptions& options) {
             budgets.push_back(options.cases);
         }
     }
-    // The optimized decoder calls its attention through version 1: a version 2 kernel is
-    // checked at kernel level.
-    if (options.decoder && !v2) {
-        const DecoderUnderTest decoder{"optimized[" + name + "]", kernel.fn, declaration};
+    // A version 2 kernel runs in the decoder when its declaration lets the decoder call it.
+    const std::string no_decoder = v2 ? decoder_unavailable_v2(declaration) : "";
+    const bool decoder_level = options.decoder && no_decoder.empty();
+    if (options.decoder && !no_decoder.empty())
+        not_applicable_lines += "  decoder-level properties: not run (" + no_decoder + ")\n";
+    if (decoder_level) {
+        const DecoderUnderTest decoder = v2 ? DecoderUnderTest{"optimized[" + name + "]", kernel.fn_v2, declaration}
+                                            : DecoderUnderTest{"optimized[" + name + "]", kernel.fn, declaration};
         for (const DecoderProperty& prop : decoder_properties()) {
             if (!selected(prop.name)) continue;
             results.push_back(run_decoder_property(prop, decoder, RunParams{report.seed, options.decoder_cases}));
@@ -128,7 +132,7 @@ CheckReport check(KernelUnderTest kernel, const CheckOptions& options) {
 
     std::ostringstream t;
     t << "attncheck check_kernel(" << name << "): seed " << report.seed << ", " << options.cases
-      << " cases per kernel property" << (options.decoder && !v2 ? ", " + std::to_string(options.decoder_cases) +
+      << " cases per kernel property" << (decoder_level ? ", " + std::to_string(options.decoder_cases) +
                                                                  " per decoder property (kernel in the optimized decoder)"
                                                            : std::string())
       << "\n";

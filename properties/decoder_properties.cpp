@@ -29,6 +29,22 @@
 #include "reference/error_bound.hpp"
 
 namespace attncheck::properties {
+
+std::string decoder_unavailable_v2(const KernelDeclaration& d) {
+    if (!d.allows_dtype(ATTNCHECK_DTYPE_F32))
+        return "it does not declare dtype f32 (the decoder's tensors are float32)";
+    if (!d.positions_any)
+        return "it declares positions=bottom_right (a padded batch and the cross-attention have query rows "
+               "that are not the last rows of their sequence)";
+    return "";
+}
+
+int DecoderUnderTest::decoder_block_size(const KernelDeclaration& d, int preferred) {
+    if (!d.paged) return 0;
+    if (d.allows_block_size(preferred)) return preferred;
+    return d.block_sizes.empty() ? preferred : d.block_sizes.front().lo;
+}
+
 namespace {
 
 std::string fmt(double x) {

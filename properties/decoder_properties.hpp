@@ -25,12 +25,21 @@ struct DecoderUnderTest {
     DecoderUnderTest() = default;
     // The optimized decoder around a registry kernel, with what its entry declares
     // (attention_kernel_of: reads_only_visible_keys).
+    // A version 2 kernel's paged cache takes a block size its declaration allows (none: a dense
+    // cache when it declares paged=no).
     DecoderUnderTest(std::string name_, const KernelEntry& entry, KernelDeclaration declaration_ = {})
-        : name(std::move(name_)), kernel(attention_kernel_of(entry)), declaration(std::move(declaration_)) {}
+        : name(std::move(name_)), kernel(attention_kernel_of(entry)), declaration(std::move(declaration_)) {
+        if (kernel.fn_v2) kernel.block_size = decoder_block_size(declaration, kernel.block_size);
+    }
     // A kernel known only by its function (a kernel library, a function linked into a test): it
     // declares nothing to the decoder beyond kernel_abi.h. nullptr: the reference decoder.
     DecoderUnderTest(std::string name_, attncheck_kernel_fn kernel_, KernelDeclaration declaration_ = {})
         : name(std::move(name_)), kernel{.fn = kernel_}, declaration(std::move(declaration_)) {}
+    // The same for a version 2 kernel, with a paged cache of a block size its declaration allows.
+    DecoderUnderTest(std::string name_, attncheck_kernel_v2_fn kernel_, KernelDeclaration declaration_ = {})
+        : name(std::move(name_)), kernel{.fn_v2 = kernel_}, declaration(std::move(declaration_)) {
+        kernel.block_size = decoder_block_size(declaration, kDecoderBlockSize);
+    }
 
     std::string name;  // "reference" or "optimized[KERNEL]"
     // fn nullptr: reference::Decoder<float>; else optimized::Decoder(model, kernel).
@@ -39,8 +48,18 @@ struct DecoderUnderTest {
     // (optimized::Decoder::set_zero_empty_rows); deterministic=no turns the bitwise comparisons
     // into comparisons within the bound.
     KernelDeclaration declaration;
-    bool optimized() const { return kernel.fn != nullptr; }
+    bool optimized() const { return kernel.fn != nullptr || kernel.fn_v2 != nullptr; }
+
+    // The paged cache's block size for a version 2 kernel that declares d: `preferred` when d
+    // allows it, else the smallest block size d allows, 0 (a dense cache) when d says paged=no.
+    static int decoder_block_size(const KernelDeclaration& d, int preferred);
 };
+
+// Why the optimized decoder cannot run around a version 2 kernel that declares d, or "" when it
+// can: its calls are float32, and a padded batch or a cross-attention has query rows that are
+// not the last rows of their sequence (positions=bottom_right cannot express them). Such a
+// kernel has no decoder-level run (`attncheck fuzz` says so in a line).
+std::string decoder_unavailable_v2(const KernelDeclaration& d);
 
 // The optimized decoder that the decoder properties run for d (d.optimized()): d's kernel with
 // what it declares, empty rows zeroed after each call when its declaration says empty_rows=nan.

@@ -38,6 +38,9 @@ KernelUnderTest under_test(const KernelEntry& e) {
     return k;
 }
 
+// Whether the optimized decoder runs around k (a version 2 kernel: when its declaration allows).
+bool has_decoder_level(const KernelUnderTest& k) { return !k.fn_v2 || decoder_unavailable_v2(k.declaration).empty(); }
+
 // A registry kernel that reads outside its inputs (KernelEntry::reads_out_of_bounds) runs in a
 // worker process per property, like a --kernel-lib kernel: its reads may fault.
 IsolatedSubject isolated(const KernelEntry& e, const FuzzOptions& o, RowKind kind) {
@@ -140,10 +143,17 @@ int run_subjects(const FuzzOptions& o, std::uint64_t seed, const std::vector<Ker
             run_kernel_subject(o, seed, k, RowKind::kernel, rows, line);
     }
     if (reference_decoder)
-        run_decoder_subject(o, run_params(o, seed, decoder_cases(o)), 0, DecoderUnderTest{"reference", nullptr},
+        run_decoder_subject(o, run_params(o, seed, decoder_cases(o)), 0, DecoderUnderTest{"reference", attncheck_kernel_fn{nullptr}},
                             "--decoder reference", rows, line);
     for (const auto& k : kernels) {
-        if (k.fn_v2) continue;  // the optimized decoder calls attention through version 1
+        const KernelEntry* e = find_kernel(k.name);
+        if (e && e->reads_out_of_bounds) continue;  // in process it would read outside the decoder's tensors
+        if (!has_decoder_level(k)) {
+            if (o.level != Level::kernel)
+                std::cout << "optimized[" << k.name << "]: no decoder-level run: "
+                          << decoder_unavailable_v2(k.declaration) << "\n";
+            continue;
+        }
         int capped_from = 0;
         const int cases = decoder_cases(o, kernel_failed(rows, k.name), capped_from);
         run_decoder_subject(o, run_params(o, seed, cases), capped_from,
@@ -195,17 +205,22 @@ int finish(const FuzzOptions& o, std::uint64_t seed, double seconds, const std::
 std::vector<KernelUnderTest> prepare(const FuzzOptions& o, bool everything, std::string& declared) {
     std::vector<KernelUnderTest> kernels = selected_kernels(o, everything);
     declared = KernelDeclaration::parse(o.declare).to_string();
-    int v1 = 0;
+    int v1 = 0, decoders = 0;  // decoders: the optimized decoder around each kernel
     std::vector<KernelDeclaration> v2;
-    for (const auto& k : kernels) k.fn_v2 ? v2.push_back(k.declaration) : void(++v1);
+    for (const auto& k : kernels) {
+        k.fn_v2 ? v2.push_back(k.declaration) : void(++v1);
+        const KernelEntry* e = find_kernel(k.name);
+        decoders += (e && e->reads_out_of_bounds) || !has_decoder_level(k) ? 0 : 1;
+    }
     if (!o.kernel_lib.empty()) {
         const LoadedKernel lk = load_kernel_library(o.kernel_lib, o.symbol);
         const KernelDeclaration d = declaration_of(lk, o);
         declared = d.to_string();
         lk.fn_v2 ? v2.push_back(d) : void(++v1);
+        decoders += !lk.fn_v2 || decoder_unavailable_v2(d).empty() ? 1 : 0;
     }
     const int planned = o.mutants ? planned_runs(o, 1, {KernelDeclaration{}}, false, 0)
-                                  : planned_runs(o, v1, v2, everything || o.reference_decoder, v1);
+                                  : planned_runs(o, v1, v2, everything || o.reference_decoder, decoders);
     if (planned == 0) throw InputError(nothing_selected(o));
     for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--json", o.json}, {"--junit", o.junit}}) {
         if (path.empty()) continue;

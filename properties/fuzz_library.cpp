@@ -126,8 +126,8 @@ void print_verdicts(const std::vector<Row>& rows, std::size_t first_new, const s
 }  // namespace
 
 void run_library_isolated(const FuzzOptions& o, std::uint64_t seed, std::vector<Row>& rows) {
-    // A version 2 kernel has the version 2 kernel-level properties and no decoder level (the
-    // optimized decoder calls its attention through version 1).
+    // A version 2 kernel has the version 2 kernel-level properties, and the decoder level when its
+    // declaration lets the optimized decoder call it (decoder_unavailable_v2).
     const LoadedKernel lk = load_kernel_library(o.kernel_lib, o.symbol);
     IsolatedSubject s;
     s.name = o.symbol;
@@ -135,7 +135,10 @@ void run_library_isolated(const FuzzOptions& o, std::uint64_t seed, std::vector<
     s.flag = "--kernel-lib " + o.kernel_lib + " --symbol " + o.symbol + declare_flag(o);
     s.v2 = lk.fn_v2 != nullptr;
     s.declaration = declaration_of(lk, o);
-    s.decoder_level = !s.v2;
+    const std::string unavailable = s.v2 ? decoder_unavailable_v2(s.declaration) : "";
+    s.decoder_level = unavailable.empty();
+    if (!unavailable.empty() && o.level != Level::kernel)
+        std::cout << "optimized[" << s.name << "]: no decoder-level run: " << unavailable << "\n";
     run_isolated(o, seed, s, rows);
 }
 
@@ -228,10 +231,11 @@ int run_fuzz_worker(const FuzzOptions& o) {
         KernelUnderTest k{o.symbol, lk.fn, false, declaration};
         k.fn_v2 = lk.fn_v2;
         run_kernel_subject(o, seed, k, RowKind::kernel, rows, line, &channel);
-        if (!lk.fn_v2)
+        if (!lk.fn_v2 || decoder_unavailable_v2(declaration).empty())
             run_decoder_subject(o, run_params(o, seed, decoder_cases(o)), 0,
-                                DecoderUnderTest{"optimized[" + o.symbol + "]", lk.fn, declaration}, "", rows, line,
-                                &channel);
+                                lk.fn_v2 ? DecoderUnderTest{"optimized[" + o.symbol + "]", lk.fn_v2, declaration}
+                                         : DecoderUnderTest{"optimized[" + o.symbol + "]", lk.fn, declaration},
+                                "", rows, line, &channel);
         return finish_worker(o, rows);
     } catch (const InputError& e) {
         std::cerr << "attncheck fuzz: " << e.what() << "\n";

@@ -72,8 +72,8 @@ void run_decoder_subject(const FuzzOptions& o, const RunParams& params, int capp
 // Whether `kernel` failed (or was not checked on) some kernel-level property in rows.
 bool kernel_failed(const std::vector<Row>& rows, const std::string& kernel);
 // How many property runs the options select: 0 is bad usage (a run that checks nothing must not
-// say "all passed"). A version 2 kernel has no decoder-level subject (the optimized decoder
-// calls its attention through version 1).
+// say "all passed"). optimized_decoders: the kernels the optimized decoder runs around (a
+// version 2 kernel when its declaration allows, decoder_unavailable_v2).
 int planned_runs(const FuzzOptions& o, int v1_kernels, const std::vector<KernelDeclaration>& v2_kernels,
                  bool reference_decoder, int optimized_decoders);
 

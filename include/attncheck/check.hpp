@@ -79,8 +79,10 @@ struct CheckReport {
 CheckReport check_kernel(attncheck_kernel_fn fn, const std::string& name,
                          const CheckOptions& options = CheckOptions::from_environment());
 // A version 2 kernel (attncheck/kernel_abi_v2.h): the version 2 kernel-level properties (its
-// declaration in options.declaration, with the version 2 items); no decoder level, whatever
-// options.decoder says (the optimized decoder calls its attention through version 1).
+// declaration in options.declaration, with the version 2 items), and with options.decoder the
+// decoder-level ones, the optimized decoder calling it through version 2 with a paged cache,
+// unless the declaration rules out the decoder's calls (no float32, positions=bottom_right: the
+// report then says so).
 CheckReport check_kernel(attncheck_kernel_v2_fn fn, const std::string& name,
                          const CheckOptions& options = CheckOptions::from_environment());
 

@@ -611,9 +611,10 @@ std::string describe_v2(const ModelConfig& c) {
 }  // namespace
 
 TEST_CASE("version 2 models: teacher-forced, step-by-step and chunked logits agree with the reference, and "
-          "with a window are the same bits",
+          "with a window (or a version 2 kernel: keys at their absolute positions) are the same bits",
           "[optimized][decoder][v2]") {
-    const KernelEntry& kernel = builtin(GENERATE(as<std::string>{}, "optimized", "reference"));
+    const KernelEntry& kernel =
+        builtin(GENERATE(as<std::string>{}, "optimized", "reference", "optimized_v2", "reference_v2"));
     const std::uint64_t seed = 2024;
     int index = 0;
     for (const ModelConfig& c : v2_configs()) {
@@ -628,7 +629,7 @@ TEST_CASE("version 2 models: teacher-forced, step-by-step and chunked logits agr
         const Decoder dec(model, attention_kernel_of(kernel));
         const std::string where = describe_v2(c) + " kernel=" + kernel.name;
         // A window shorter than the sequence: every row is its own kernel problem in every path.
-        const bool windowed = c.has_window() && c.attn_window < c.max_len - 1;
+        const bool windowed = (c.has_window() && c.attn_window < c.max_len - 1) || kernel.fn_v2;
 
         const std::vector<float> teacher = dec.forward(tokens, mem);
         require_agrees(teacher, e, 0, V, "teacher-forced " + where);
@@ -659,7 +660,8 @@ TEST_CASE("version 2 models: teacher-forced, step-by-step and chunked logits agr
 
 TEST_CASE("version 2 models: BatchSession and forward_batch agree with the reference per sequence",
           "[optimized][decoder][batch][v2]") {
-    const KernelEntry& kernel = builtin(GENERATE(as<std::string>{}, "optimized", "reference"));
+    const KernelEntry& kernel =
+        builtin(GENERATE(as<std::string>{}, "optimized", "reference", "optimized_v2", "reference_v2"));
     const std::uint64_t seed = 777;
     int index = 0;
     for (const ModelConfig& c : v2_configs()) {
@@ -795,4 +797,91 @@ TEST_CASE("version 2 results are bitwise the same on 1 and 2 threads", "[optimiz
     };
     const auto one = run(1), two = run(2);
     REQUIRE(one == two);
+}
+
+TEST_CASE("a version 2 kernel: the paged cache gives the dense cache's bits, and MHA the version 1 kernel's",
+          "[optimized][decoder][v2][paged]") {
+    // attncheck_optimized_kernel_v2 shares the v1 kernel's tiles and arithmetic, at absolute key
+    // positions: the decoder around it gives the same bits whatever the block size (0: dense),
+    // and on a model version 1 can run, the bits of the decoder around the v1 kernel, in every
+    // way of running (teacher-forced, steps, chunks, a batch of sequences at different positions).
+    const std::uint64_t seed = 4242;
+    std::vector<ModelConfig> configs = v2_configs();
+    configs.insert(configs.begin(), small_config());
+    ModelConfig cross = small_config();
+    cross.cross_attention = true;
+    configs.insert(configs.begin() + 1, cross);
+    int index = 0;
+    for (const ModelConfig& c : configs) {
+        if (index++ % 2 != 0 && c.is_version2()) continue;  // half of the version 2 features
+        std::mt19937_64 rng(seed + std::uint64_t(index));
+        const Model model = init_model(c, seed + std::uint64_t(index));
+        const int T = 17, B = 3;
+        std::vector<std::vector<int>> tokens;
+        std::vector<std::optional<Memory>> mems;
+        for (int b = 0; b < B; ++b) {
+            tokens.push_back(random_tokens(rng, T - 2 * b, c.vocab_size));
+            mems.push_back(random_memory(rng, c, 4 + b, 2 + b));
+        }
+        const std::vector<std::optional<Memory>> batch_mems =
+            c.cross_attention ? mems : std::vector<std::optional<Memory>>{};
+        // Everything one decoder computes: teacher-forced batch, one session in chunks of 5, a
+        // batch session (prefills of different lengths, then steps).
+        const auto run_all = [&](const optimized::AttentionKernel& k) {
+            const Decoder dec(model, k);
+            std::vector<std::vector<float>> out = dec.forward_batch(tokens, batch_mems);
+            Session s(dec, c.cross_attention ? mems[0] : std::nullopt);
+            out.push_back(s.prefill(tokens[0], 5));
+            BatchSession bs(dec, B, batch_mems);
+            for (int b = 0; b < B; ++b)
+                out.push_back(bs.prefill(b, std::vector<int>(tokens[std::size_t(b)].begin(),
+                                                              tokens[std::size_t(b)].begin() + 3 + b)));
+            for (int step = 0; step < 8; ++step) {
+                std::vector<int> next;
+                for (int b = 0; b < B; ++b) next.push_back(tokens[std::size_t(b)][std::size_t(3 + b + step)]);
+                const auto rows = bs.step(next);
+                out.emplace_back(rows.begin(), rows.end());
+            }
+            return out;
+        };
+        INFO(describe_v2(c));
+        const auto dense = run_all({.fn_v2 = attncheck_optimized_kernel_v2, .block_size = 0});
+        for (const int bs : {1, 4, 7, 64}) {
+            INFO("block_size " << bs);
+            CHECK(run_all({.fn_v2 = attncheck_optimized_kernel_v2, .block_size = bs}) == dense);
+        }
+        if (!c.is_version2()) CHECK(run_all(optimized::kBuiltinAttentionKernel) == dense);
+    }
+}
+
+TEST_CASE("a version 2 kernel keeps every key: truncate to any position equals a fresh session, even under a "
+          "window",
+          "[optimized][session][v2][paged]") {
+    ModelConfig c = small_config();
+    c.n_heads = 6;
+    c.n_kv_heads = 2;
+    c.attn_window = 3;
+    c.positional = Positional::rope;
+    const Model model = init_model(c, 99);
+    std::mt19937_64 rng(5);
+    const std::vector<int> tokens = random_tokens(rng, 20, c.vocab_size);
+    const Decoder dec(model, {.fn_v2 = attncheck_optimized_kernel_v2, .block_size = 4});
+    Session s(dec);
+    s.prefill(tokens);
+    s.truncate(2);  // keys from position 0: long gone from a rolling cache of w + 1 = 4 keys
+    const std::vector<int> rest(tokens.begin() + 2, tokens.end());
+    const std::vector<float> again = s.prefill(rest, 3);
+    Session fresh(dec);
+    const std::vector<float> all = fresh.prefill(tokens);
+    REQUIRE(again == std::vector<float>(all.begin() + std::ptrdiff_t(2 * c.vocab_size), all.end()));
+}
+
+TEST_CASE("a decoder around a version 2 kernel: a null kernel, both versions, or a negative block size is an "
+          "InputError",
+          "[optimized][decoder][v2]") {
+    const Model model = init_model(small_config(), 1);
+    CHECK_THROWS_AS(Decoder(model, optimized::AttentionKernel{}), InputError);
+    CHECK_THROWS_AS(Decoder(model, {.fn = attncheck_optimized_kernel, .fn_v2 = attncheck_optimized_kernel_v2}),
+                    InputError);
+    CHECK_THROWS_AS(Decoder(model, {.fn_v2 = attncheck_optimized_kernel_v2, .block_size = -1}), InputError);
 }

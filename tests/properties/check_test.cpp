@@ -134,8 +134,20 @@ TEST_CASE("check_kernel of a version 2 kernel runs the version 2 properties, wit
     INFO(good.text);
     CHECK(good.passed);
     CHECK(good.text.find("agreement_v2") != std::string::npos);
-    CHECK(good.text.find("decoder property") == std::string::npos);
     CHECK(good.text.find("varlen_equals_separate: not applicable (declared varlen=no)") != std::string::npos);
+    // The decoder level too: the optimized decoder calls it through version 2.
+    CHECK(good.text.find("per decoder property") != std::string::npos);
+    for (const auto& p : decoder_properties()) CHECK(good.text.find(p.name) != std::string::npos);
+
+    // A declaration without float32 rules the decoder's calls out: said, not run.
+    o.declaration = "dtype=bf16";
+    o.only = {"agreement_v2", "logits_causality"};  // (the reference accepts f32 too: not refuses_undeclared_v2)
+    const CheckReport bf16 = check_kernel(attncheck_reference_kernel_v2, "reference_v2_as_bf16", o);
+    INFO(bf16.text);
+    CHECK(bf16.passed);
+    CHECK(bf16.text.find("decoder-level properties: not run (it does not declare dtype f32") != std::string::npos);
+    CHECK(bf16.text.find("logits_causality") == std::string::npos);
+    o.only.clear();
 
     o.declaration = "";
     const CheckReport bad = check_kernel(reference_v2_without_scale, "reference_v2_without_scale", o);

@@ -82,11 +82,10 @@ TEST_CASE("the zoo's correct base kernels pass every kernel property", "[propert
 
 TEST_CASE("the reference and optimized decoders pass every decoder property", "[properties][decoder]") {
     const RunParams params = test::ci_params(15);
-    std::vector<DecoderUnderTest> decoders = {{"reference", nullptr}};
-    // The optimized decoder calls its attention through version 1: version 2 kernels have no
-    // decoder-level subject.
-    for (const KernelEntry* e : kernels_of(KernelRole::builtin))
-        if (e->fn) decoders.push_back({"optimized[" + e->name + "]", *e});
+    std::vector<DecoderUnderTest> decoders = {{"reference", attncheck_kernel_fn{nullptr}}};
+    // Version 2 kernels too: the optimized decoder then makes every call through version 2,
+    // with a paged cache (grouped-query heads, windows and rope as drawn by the case generator).
+    for (const KernelEntry* e : kernels_of(KernelRole::builtin)) decoders.push_back({"optimized[" + e->name + "]", *e});
     for (const DecoderUnderTest& d : decoders)
         for (const DecoderProperty& prop : decoder_properties()) {
             if (prop.optimized_only && !d.optimized()) continue;
@@ -103,13 +102,21 @@ TEST_CASE("a registry entry's reads_only_visible_keys reaches the decoder under 
     for (const KernelEntry& e : kernel_registry()) {
         INFO(e.name);
         CHECK(e.reads_only_visible_keys == (e.name == "optimized" && e.role == KernelRole::builtin));
-        if (!e.fn) continue;  // a version 2 kernel is no decoder's attention
-        const DecoderUnderTest d{"optimized[" + e.name + "]", e};
+        const DecoderUnderTest d{"optimized[" + e.name + "]", e, KernelDeclaration::parse(e.declaration)};
         CHECK(d.kernel.fn == e.fn);
+        CHECK(d.kernel.fn_v2 == e.fn_v2);
         const optimized::Decoder dec = optimized_decoder_of(d, model);
         CHECK(dec.attention_kernel().fn == e.fn);
+        CHECK(dec.attention_kernel().fn_v2 == e.fn_v2);
+        // A version 2 kernel's decoder keeps a paged cache (every registry v2 kernel declares paging).
+        CHECK(dec.attention_kernel().block_size == (e.fn_v2 ? kDecoderBlockSize : 0));
         CHECK(dec.attention_kernel().reads_only_visible_keys == e.reads_only_visible_keys);
     }
+    // The paged cache's block size follows a version 2 kernel's declaration.
+    CHECK(DecoderUnderTest::decoder_block_size(KernelDeclaration::parse("paged=no"), 4) == 0);
+    CHECK(DecoderUnderTest::decoder_block_size(KernelDeclaration::parse("block_size=16,32"), 4) == 16);
+    CHECK(DecoderUnderTest::decoder_block_size(KernelDeclaration::parse("block_size=1..8"), 4) == 4);
+    CHECK(DecoderUnderTest::decoder_block_size(KernelDeclaration{}, 4) == 4);
     const DecoderUnderTest bare{"optimized[bare]", attncheck_optimized_kernel};
     CHECK_FALSE(optimized_decoder_of(bare, model).attention_kernel().reads_only_visible_keys);
 }
