@@ -170,43 +170,19 @@ void micro_tile(const Head& hd, const Shape& sh, std::int64_t i0, int lr0, std::
     tile_scores<R>(hd.q + (i0 + lr0) * sh.Dk, sh.Dk, kt, acc);
 
     // Online softmax per row.
-    float alpha[R];
+    float alpha[R], mx[R];
     int nvis[R];  // keys of this tile visible to the row (a prefix of the tile)
-    {
-        float m_old[R], m_use[R];
-        for (int r = 0; r < R; ++r) {
-            const int lr = lr0 + r;
-            const std::int64_t last = sh.last_key(i0 + lr);
-            nvis[r] = int(std::clamp<std::int64_t>(last - t0 + 1, 0, nk));
-            vf vmx = vset1(kNegInf);
-            for (int u = 0; u < kTileVecs; ++u) {
-                acc[r][u] = vmask_after(vmul(acc[r][u], vset1(sh.scale)), nvis[r] - u * kLanes);
-                vmx = vmax(vmx, acc[r][u]);
-            }
-            const float mx = vreduce_max(vmx);
-            m_old[r] = s.m[lr];
-            const float m_new = std::max(m_old[r], mx);
-            s.m[lr] = m_new;
-            // A row that has seen no key yet keeps m = -inf; subtracting 0 instead keeps
-            // exp(-inf - -inf) = NaN out: its P is exp(-inf) = 0 and alpha irrelevant.
-            m_use[r] = m_new == kNegInf ? 0.0f : m_new;
+    for (int r = 0; r < R; ++r) {
+        const std::int64_t last = sh.last_key(i0 + lr0 + r);
+        nvis[r] = int(std::clamp<std::int64_t>(last - t0 + 1, 0, nk));
+        vf vmx = vset1(kNegInf);
+        for (int u = 0; u < kTileVecs; ++u) {
+            acc[r][u] = vmask_after(vmul(acc[r][u], vset1(sh.scale)), nvis[r] - u * kLanes);
+            vmx = vmax(vmx, acc[r][u]);
         }
-        float d[kLanes] = {}, e[kLanes];
-        for (int r = 0; r < R; ++r) d[r] = m_old[r] - m_use[r];  // -inf - finite = -inf: alpha 0
-        vstore(e, vexp(vload(d)));
-        for (int r = 0; r < R; ++r) alpha[r] = e[r];
-        for (int r = 0; r < R; ++r) {
-            const vf mu = vset1(m_use[r]);
-            vf psum = vzero();
-            for (int u = 0; u < kTileVecs; ++u) {
-                const vf p = vexp(vsub(acc[r][u], mu));
-                vstore(s.p.data() + r * kTileKeys + u * kLanes, p);
-                psum = vadd(psum, p);
-            }
-            float* lv = s.lvec.data() + std::size_t(lr0 + r) * kLanes;
-            vstore(lv, vfma(vload(lv), vset1(alpha[r]), psum));
-        }
+        mx[r] = vreduce_max(vmx);
     }
+    online_softmax<R>(acc, mx, s.m.data() + lr0, s.lvec.data() + std::size_t(lr0) * kLanes, s.p.data(), alpha);
 
     // O = O * alpha + P V. Keys every row of the micro-block sees go through the R-row kernel;
     // the few keys in the causal diagonal that only later rows see are added row by row, so

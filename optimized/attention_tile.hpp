@@ -1,9 +1,10 @@
 // optimized/attention_tile.hpp — the pieces of the online-softmax attention kernels that both
 // kernels share: attncheck_optimized_kernel (attention_kernel.cpp, ABI version 1) and the general
-// path of attncheck_optimized_kernel_v2 (attention_v2.cpp). The register blocking per target, the
-// scores of a micro-block of rows against a key tile (S = Q Kt), the P V update, the merge of a
-// chunk's partial into a row's running state, and the final division. Sharing them is what makes
-// the two kernels give the same bits for a problem both can express.
+// path of attncheck_optimized_kernel_v2 (attention_v2.cpp). The register blocking per target,
+// the scores of a micro-block of rows against a key tile (S = Q Kt), their online-softmax update,
+// the P V update, the merge of a chunk's partial into a row's running state, and the final
+// division. Sharing them is what makes the two kernels give the same bits for a problem both can
+// express.
 //
 // Per target, like vec16.hpp (included once per target of simd_targets.hpp by a file that includes
 // hwy/foreach_target.h).
@@ -119,6 +120,40 @@ template <int R>
         }
         for (int r = 0; r < R; ++r)
             for (int u = 0; u < kScoreVecs; ++u) acc[r][u0 + u] = part[r][u];
+    }
+}
+
+// The online-softmax update of a micro-block of R rows against a tile, from their scores acc
+// (scaled, -inf where a row sees no key) and each row's largest score mx[r]: the running max
+// m[r] becomes max(m[r], mx[r]), P = exp(S - m) goes to p [R, 64], the per-lane running sums
+// lvec [R, 16] become lvec * alpha + P, and alpha[r] = exp(m_old - m_new) is the factor of the
+// row's accumulator. Always inlined, like tile_scores: acc stays in registers.
+template <int R>
+[[gnu::always_inline]] inline void online_softmax(vf (&acc)[R][kTileVecs], const float* mx, float* m, float* lvec,
+                                                  float* p, float* alpha) {
+    float m_old[R], m_use[R];
+    for (int r = 0; r < R; ++r) {
+        m_old[r] = m[r];
+        const float m_new = std::max(m_old[r], mx[r]);
+        m[r] = m_new;
+        // A row that has seen no key yet keeps m = -inf; subtracting 0 instead keeps
+        // exp(-inf - -inf) = NaN out: its P is exp(-inf) = 0 and alpha irrelevant.
+        m_use[r] = m_new == kNegInf ? 0.0f : m_new;
+    }
+    float d[kLanes] = {}, e[kLanes];
+    for (int r = 0; r < R; ++r) d[r] = m_old[r] - m_use[r];  // -inf - finite = -inf: alpha 0
+    vstore(e, vexp(vload(d)));
+    for (int r = 0; r < R; ++r) alpha[r] = e[r];
+    for (int r = 0; r < R; ++r) {
+        const vf mu = vset1(m_use[r]);
+        vf psum = vzero();
+        for (int u = 0; u < kTileVecs; ++u) {
+            const vf pr = vexp(vsub(acc[r][u], mu));
+            vstore(p + r * kTileKeys + u * kLanes, pr);
+            psum = vadd(psum, pr);
+        }
+        float* lv = lvec + std::size_t(r) * kLanes;
+        vstore(lv, vfma(vload(lv), vset1(alpha[r]), psum));
     }
 }
 

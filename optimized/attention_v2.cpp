@@ -237,10 +237,8 @@ void pv_rows(int n, int nv, float* const* o_rows, const float* alpha, bool scale
 
 // Micro-block of R packed rows lr0 .. lr0+R-1 of blk against the tile at t0 (kt, vt): scores,
 // online softmax update, P V, into the chunk state of s. The attention_kernel.cpp micro_tile,
-// with each row's visible keys an interval of the tile, and (Extras) softcap and ALiBi: a
-// separate instantiation, so that without them the R x 4 scores stay in registers from their
-// FMA chains to the softmax, as in the version 1 kernel (with the branches in the loop over the
-// rows, g++ 12 kept them in memory: a third slower).
+// with each row's visible keys an interval of the tile, and (Extras) softcap and ALiBi in an
+// instantiation of their own, so that the common one carries no code for them.
 template <int R, bool Extras>
 void micro_tile(const attncheck_problem_v2& p, const Block& blk, int lr0, std::int64_t t0, const float* kt,
                 const float* vt, Scratch& s) {
@@ -249,57 +247,34 @@ void micro_tile(const attncheck_problem_v2& p, const Block& blk, int lr0, std::i
     tile_scores<R>(s.q.data() + lr0 * Dk, Dk, kt, acc);
 
     int lo[R], hi[R];  // the tile-local keys [lo, hi] each row sees (none when lo > hi)
-    float alpha[R];
-    {
-        float m_old[R], m_use[R];
-        const vf scale = vset1(p.scale);
-        for (int r = 0; r < R; ++r) {
-            const int lr = lr0 + r;
-            const KeyRange k = s.keys[std::size_t(lr)];
-            lo[r] = int(std::clamp<std::int64_t>(k.lo - t0, 0, kTileKeys));
-            hi[r] = int(std::clamp<std::int64_t>(k.hi - t0, -1, kTileKeys - 1));
-            for (int u = 0; u < kTileVecs; ++u) acc[r][u] = vmul(acc[r][u], scale);
-            if (Extras && p.softcap > 0.0f) {
-                float t[kTileKeys];
-                for (int u = 0; u < kTileVecs; ++u) vstore(t + u * kLanes, acc[r][u]);
-                for (int j = lo[r]; j <= hi[r]; ++j) t[j] = p.softcap * std::tanh(t[j] / p.softcap);
-                for (int u = 0; u < kTileVecs; ++u) acc[r][u] = vload(t + u * kLanes);
-            }
-            if (Extras && p.alibi_slopes) {  // s -= slope * (a - j), a - j = (a - t0) - (j - t0), exact below 2^24
-                const vf slope = vset1(p.alibi_slopes[blk.head_of(lr)]);
-                const vf d0 = vset1(float(pos + blk.row_of(lr) - t0));
-                for (int u = 0; u < kTileVecs; ++u)
-                    acc[r][u] = vsub(acc[r][u], vmul(slope, vsub(d0, vload(kKeyIndex.j + u * kLanes))));
-            }
-            vf vmx = vset1(kNegInf);
-            for (int u = 0; u < kTileVecs; ++u) {
-                acc[r][u] = vmask_before(vmask_after(acc[r][u], hi[r] + 1 - u * kLanes), lo[r] - u * kLanes);
-                vmx = vmax(vmx, acc[r][u]);
-            }
-            const float mx = vreduce_max(vmx);
-            m_old[r] = s.m[std::size_t(lr)];
-            const float m_new = std::max(m_old[r], mx);
-            s.m[std::size_t(lr)] = m_new;
-            // A row that has seen no key yet keeps m = -inf; subtracting 0 instead keeps
-            // exp(-inf - -inf) = NaN out: its P is exp(-inf) = 0 and alpha irrelevant.
-            m_use[r] = m_new == kNegInf ? 0.0f : m_new;
+    float alpha[R], mx[R];
+    const vf scale = vset1(p.scale);
+    for (int r = 0; r < R; ++r) {
+        const int lr = lr0 + r;
+        const KeyRange k = s.keys[std::size_t(lr)];
+        lo[r] = int(std::clamp<std::int64_t>(k.lo - t0, 0, kTileKeys));
+        hi[r] = int(std::clamp<std::int64_t>(k.hi - t0, -1, kTileKeys - 1));
+        for (int u = 0; u < kTileVecs; ++u) acc[r][u] = vmul(acc[r][u], scale);
+        if (Extras && p.softcap > 0.0f) {
+            float t[kTileKeys];
+            for (int u = 0; u < kTileVecs; ++u) vstore(t + u * kLanes, acc[r][u]);
+            for (int j = lo[r]; j <= hi[r]; ++j) t[j] = p.softcap * std::tanh(t[j] / p.softcap);
+            for (int u = 0; u < kTileVecs; ++u) acc[r][u] = vload(t + u * kLanes);
         }
-        float d[kLanes] = {}, e[kLanes];
-        for (int r = 0; r < R; ++r) d[r] = m_old[r] - m_use[r];  // -inf - finite = -inf: alpha 0
-        vstore(e, vexp(vload(d)));
-        for (int r = 0; r < R; ++r) alpha[r] = e[r];
-        for (int r = 0; r < R; ++r) {
-            const vf mu = vset1(m_use[r]);
-            vf psum = vzero();
-            for (int u = 0; u < kTileVecs; ++u) {
-                const vf pr = vexp(vsub(acc[r][u], mu));
-                vstore(s.p.data() + r * kTileKeys + u * kLanes, pr);
-                psum = vadd(psum, pr);
-            }
-            float* lv = s.lvec.data() + std::size_t(lr0 + r) * kLanes;
-            vstore(lv, vfma(vload(lv), vset1(alpha[r]), psum));
+        if (Extras && p.alibi_slopes) {  // s -= slope * (a - j), a - j = (a - t0) - (j - t0), exact below 2^24
+            const vf slope = vset1(p.alibi_slopes[blk.head_of(lr)]);
+            const vf d0 = vset1(float(pos + blk.row_of(lr) - t0));
+            for (int u = 0; u < kTileVecs; ++u)
+                acc[r][u] = vsub(acc[r][u], vmul(slope, vsub(d0, vload(kKeyIndex.j + u * kLanes))));
         }
+        vf vmx = vset1(kNegInf);
+        for (int u = 0; u < kTileVecs; ++u) {
+            acc[r][u] = vmask_before(vmask_after(acc[r][u], hi[r] + 1 - u * kLanes), lo[r] - u * kLanes);
+            vmx = vmax(vmx, acc[r][u]);
+        }
+        mx[r] = vreduce_max(vmx);
     }
+    online_softmax<R>(acc, mx, s.m.data() + lr0, s.lvec.data() + std::size_t(lr0) * kLanes, s.p.data(), alpha);
 
     // O = O * alpha + P V over the rows that see keys of the tile (for the others alpha is 1,
     // or 0 on an accumulator still 0: nothing to do). The keys all of them see go through the
