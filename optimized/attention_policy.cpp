@@ -78,6 +78,17 @@ attncheck_tensor_v2 dense_tensor(const float* data, int heads, int rows, int dk)
     return {const_cast<float*>(data), {heads * r * d, r * d, d, 1}};
 }
 
+// Cross-attention of q_len rows of `batch` sequences against the memory K/V [batch, H, S, dk] of
+// one layer (valid_len per sequence), not causal; q and out to be set by the caller.
+attncheck_problem_v2 memory_problem_v2(const PackedWeights& P, int batch, int q_len, const int32_t* q_pos,
+                                       const float* k, const float* v, int S, const int32_t* valid) {
+    const int H = P.config.n_heads, dk = P.config.head_dim();
+    attncheck_problem_v2 p = problem_v2(P, batch, H, H, q_len, S, q_pos, valid, false, -1);
+    p.k = dense_tensor(k, H, S, dk);
+    p.v = dense_tensor(v, H, S, dk);
+    return p;
+}
+
 // Layer l of a version 2 cache as the problem's k and v: paged through its table (sequences
 // [b0, b0 + batch) of it), or dense.
 void set_cache(attncheck_problem_v2& p, const PagedCache& pool, int l, int b0, int hkv, int dk) {
@@ -420,11 +431,9 @@ void TeacherAttention::cross(int l, const float* q, float* att) {
     if (kernel.fn_v2) {
         const int H = P.config.n_heads, dk = P.config.head_dim();
         zeros.assign(len.size(), 0);
-        attncheck_problem_v2 p =
-            problem_v2(P, int(len.size()), H, H, Tmax, mem.S, zeros.data(), mem.valid.data(), false, -1);
+        attncheck_problem_v2 p = memory_problem_v2(P, int(len.size()), Tmax, zeros.data(), mem.k_at(l, 0),
+                                                   mem.v_at(l, 0), mem.S, mem.valid.data());
         p.q = dense_tensor(qh.data(), H, Tmax, dk);
-        p.k = dense_tensor(mem.k_at(l, 0), H, mem.S, dk);
-        p.v = dense_tensor(mem.v_at(l, 0), H, mem.S, dk);
         p.out = dense_tensor(oh.data(), H, Tmax, dk);
         call_kernel_v2(kernel, p, "cross-attention prefill");
         gather(att);
@@ -573,10 +582,10 @@ void ChunkAttention::cross(int l, const float* q, float* att) {
                             q + std::size_t(t) * std::size_t(d) + std::size_t(hh * dk), sizeof(float) * std::size_t(dk));
     if (kernel.fn_v2) {
         const int32_t q_pos = 0;
-        attncheck_problem_v2 p = problem_v2(P, 1, H, H, n, mem.S, &q_pos, mem.valid, false, -1);
+        attncheck_problem_v2 p =
+            memory_problem_v2(P, 1, n, &q_pos, mem.k + std::size_t(l) * mem.layer_stride,
+                              mem.v + std::size_t(l) * mem.layer_stride, mem.S, mem.valid);
         p.q = dense_tensor(n > 1 ? qh : q, H, n, dk);
-        p.k = dense_tensor(mem.k + std::size_t(l) * mem.layer_stride, H, mem.S, dk);
-        p.v = dense_tensor(mem.v + std::size_t(l) * mem.layer_stride, H, mem.S, dk);
         p.out = dense_tensor(n > 1 ? oh : att, H, n, dk);
         call_kernel_v2(kernel, p, "cross-attention");
     } else {
@@ -653,10 +662,8 @@ void BatchStepAttention::self(int l, float* qkv, float* att) {
 void BatchStepAttention::cross(int l, const float* q, float* att) {
     if (kernel.fn_v2) {
         const int H = P.config.n_heads, dk = P.config.head_dim();
-        attncheck_problem_v2 p = problem_v2(P, B, H, H, 1, mem.S, pos, mem.valid.data(), false, -1);
+        attncheck_problem_v2 p = memory_problem_v2(P, B, 1, pos, mem.k_at(l, 0), mem.v_at(l, 0), mem.S, mem.valid.data());
         p.q = dense_tensor(q, H, 1, dk);
-        p.k = dense_tensor(mem.k_at(l, 0), H, mem.S, dk);
-        p.v = dense_tensor(mem.v_at(l, 0), H, mem.S, dk);
         p.out = dense_tensor(att, H, 1, dk);
         call_kernel_v2(kernel, p, "batch cross-attention step");
         return;

@@ -345,14 +345,9 @@ void micro_block(int R, const attncheck_problem_v2& p, const Block& blk, int lr0
 // into s.q (the others 0); returns their union, one interval (empty when lo > hi).
 KeyRange prepare(const attncheck_problem_v2& p, const Block& blk, Scratch& s, bool load_q) {
     const std::int64_t Tk = kv_len_of(p, blk.b), pos = p.q_pos[blk.b], Dk = p.head_dim;
-    KeyRange block{std::numeric_limits<std::int64_t>::max(), -1};
     for (std::int64_t r = 0; r < blk.packed(); ++r) {
         const KeyRange k = visible_keys(p, Tk, pos + blk.row_of(r));
         s.keys[std::size_t(r)] = k;
-        if (!k.empty()) {
-            block.lo = std::min(block.lo, k.lo);
-            block.hi = std::max(block.hi, k.hi);
-        }
         if (!load_q) continue;
         if (k.empty())
             std::fill_n(s.q.data() + r * Dk, Dk, 0.0f);
@@ -360,7 +355,7 @@ KeyRange prepare(const attncheck_problem_v2& p, const Block& blk, Scratch& s, bo
             load_row(p.dtype, p.q.data, q_offset_v2(p, p.q, blk.b, blk.head_of(r), int(blk.row_of(r)), 0),
                      p.q.stride[3], Dk, s.q.data() + r * Dk);
     }
-    return block;
+    return keys_of_rows(p, blk.b, blk.i0, blk.i1);  // every head of the group has the same rows
 }
 
 // Chunk c of block blk (keys [c * kChunkKeys, (c + 1) * kChunkKeys) within `block`, the union
