@@ -80,19 +80,58 @@ TEST_CASE("the zoo's correct base kernels pass every kernel property", "[propert
     every_kernel_property_passes(KernelRole::zoo_base, /*accepts_everything=*/false);
 }
 
-TEST_CASE("the reference and optimized decoders pass every decoder property", "[properties][decoder]") {
+namespace {
+
+void decoder_passes_every_property(const DecoderUnderTest& d) {
     const RunParams params = test::ci_params(15);
-    std::vector<DecoderUnderTest> decoders = {{"reference", attncheck_kernel_fn{nullptr}}};
-    // Version 2 kernels too: the optimized decoder then makes every call through version 2,
-    // with a paged cache (grouped-query heads, windows and rope as drawn by the case generator).
-    for (const KernelEntry* e : kernels_of(KernelRole::builtin)) decoders.push_back({"optimized[" + e->name + "]", *e});
-    for (const DecoderUnderTest& d : decoders)
-        for (const DecoderProperty& prop : decoder_properties()) {
-            if (prop.optimized_only && !d.optimized()) continue;
-            const PropertyResult r = run(prop, d, params);
-            INFO(report(r, d.name));
-            CHECK(r.status == Status::pass);
-        }
+    for (const DecoderProperty& prop : decoder_properties()) {
+        if (prop.optimized_only && !d.optimized()) continue;
+        const PropertyResult r = run(prop, d, params);
+        INFO(report(r, d.name));
+        CHECK(r.status == Status::pass);
+    }
+}
+
+// The optimized decoder around the built-in kernel `name`. A version 2 kernel makes every call
+// through version 2, with a paged cache (grouped-query heads, windows and rope as drawn by the
+// case generator). One test case per kernel, so that ctest runs them side by side.
+void optimized_decoder_passes_every_property(const std::string& name) {
+    for (const KernelEntry* e : kernels_of(KernelRole::builtin))
+        if (e->name == name) return decoder_passes_every_property({"optimized[" + name + "]", *e});
+    FAIL("no built-in kernel " << name);
+}
+
+}  // namespace
+
+TEST_CASE("the reference decoder passes every decoder property", "[properties][decoder]") {
+    decoder_passes_every_property({"reference", attncheck_kernel_fn{nullptr}});
+}
+
+TEST_CASE("the optimized decoder passes every decoder property around the built-in kernel optimized",
+          "[properties][decoder]") {
+    optimized_decoder_passes_every_property("optimized");
+}
+
+TEST_CASE("the optimized decoder passes every decoder property around the built-in kernel reference",
+          "[properties][decoder]") {
+    optimized_decoder_passes_every_property("reference");
+}
+
+TEST_CASE("the optimized decoder passes every decoder property around the built-in kernel optimized_v2",
+          "[properties][decoder][v2]") {
+    optimized_decoder_passes_every_property("optimized_v2");
+}
+
+TEST_CASE("the optimized decoder passes every decoder property around the built-in kernel reference_v2",
+          "[properties][decoder][v2]") {
+    optimized_decoder_passes_every_property("reference_v2");
+}
+
+TEST_CASE("the decoder property tests cover every built-in kernel", "[properties][decoder]") {
+    std::vector<std::string> names;
+    for (const KernelEntry* e : kernels_of(KernelRole::builtin)) names.push_back(e->name);
+    std::sort(names.begin(), names.end());
+    CHECK(names == std::vector<std::string>{"optimized", "optimized_v2", "reference", "reference_v2"});
 }
 
 TEST_CASE("a registry entry's reads_only_visible_keys reaches the decoder under test", "[properties][decoder]") {
