@@ -7,6 +7,8 @@
 //   BM_DecodeStep/ctx       one Session::step at context ctx (the cache holds ctx positions):
 //                           bytes it must read (every weight once + the K/V cache), gbs,
 //                           frac_bw = gbs / dram_read_gbs()
+//   BM_Linear/n/k/threads   one linear() of the `base` prefill (M = 512 rows, W [n, k]): gflops,
+//                           frac_peak: what the GEMM alone reaches, against BM_Prefill's whole
 //   BM_VsReference          preset small, T = 64: reference::Decoder<float>::forward against the
 //                           optimized forward on the same tokens: speedup
 //
@@ -28,6 +30,7 @@
 #include "perf/calibration.hpp"
 #include "bench/slowdown.hpp"
 #include "optimized/decoder.hpp"
+#include "optimized/gemm.hpp"
 #include "reference/decoder.hpp"
 
 namespace {
@@ -154,6 +157,41 @@ void BM_DecodeStep(benchmark::State& state) {
 }
 BENCHMARK(BM_DecodeStep)->ArgName("ctx")->Arg(128)->Arg(1024)->Arg(2047)
     ->Iterations(40)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_Linear(benchmark::State& state) {
+    const int n = int(state.range(0)), k = int(state.range(1)), threads = int(state.range(2));
+    const int m = 512;
+    std::mt19937_64 rng(46);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> w(std::size_t(n) * std::size_t(k));
+    std::vector<float> bias(static_cast<std::size_t>(n));
+    std::vector<float> x(std::size_t(m) * std::size_t(k));
+    for (float& v : w) v = u(rng);
+    for (float& v : bias) v = u(rng);
+    for (float& v : x) v = u(rng);
+    const optimized::PackedMatrix W = optimized::pack_weights(w.data(), n, k, bias.data());
+    std::vector<float> y(std::size_t(m) * std::size_t(n));
+    const double peak = perf::fma_peak_gflops(threads);
+    ThreadCount tc(threads);
+    optimized::linear(W, x.data(), m, k, y.data(), n);  // warm
+    double seconds = 0;
+    for (auto _ : state)
+        seconds += bench::timed([&] {
+            optimized::linear(W, x.data(), m, k, y.data(), n);
+            benchmark::DoNotOptimize(y.data());
+        });
+    const double gflops = 2.0 * m * n * double(k) * double(state.iterations()) / seconds * 1e-9;
+    state.counters["gflops"] = gflops;
+    state.counters["peak_gflops"] = peak;
+    state.counters["frac_peak"] = gflops / peak;
+}
+// The prefill's shapes: q/k/v together, the output projection, the two feed-forward layers, the
+// logits (tied embedding).
+BENCHMARK(BM_Linear)
+    ->ArgNames({"n", "k", "threads"})
+    ->Args({1536, 512, 1})->Args({1536, 512, 2})->Args({512, 512, 2})->Args({2048, 512, 2})
+    ->Args({512, 2048, 2})->Args({8192, 512, 2})
+    ->Iterations(20)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_VsReference(benchmark::State& state) {
     const ModelConfig c = preset_config("small");
