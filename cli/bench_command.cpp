@@ -50,7 +50,8 @@ std::string builtin_names() {
 }
 
 // The kernel its flags name: --kernel, or --kernel-lib with --symbol (--baseline-kernel, or
-// --baseline-lib with --baseline-symbol for the baseline); nullopt when none is given.
+// --baseline-lib with --baseline-symbol for the baseline), of ABI version 1 or 2; nullopt when
+// none is given.
 std::optional<bench::Kernel> pick_kernel(bool baseline, const std::string& name, const std::string& lib,
                                          const std::string& symbol) {
     const std::string kflag = baseline ? "--baseline-kernel" : "--kernel";
@@ -59,19 +60,21 @@ std::optional<bench::Kernel> pick_kernel(bool baseline, const std::string& name,
     if (!name.empty() && !lib.empty()) throw InputError(kflag + " and " + lflag + " name two kernels: give one");
     if (!lib.empty() && symbol.empty()) throw InputError(lflag + " needs " + sflag + " NAME");
     if (lib.empty() && !symbol.empty()) throw InputError(sflag + " needs " + lflag + " PATH");
-    // The perf mode's shapes and calls are those of ABI version 1.
-    const std::string v2_refused = ": a version 2 kernel (attncheck/kernel_abi_v2.h); attncheck bench measures version 1 "
-                                   "kernels (bench/kernel_v2_bench.cpp measures the built-in version 2 kernel)";
+    // A version 2 kernel is timed in the first dtype its declaration allows (bench::Kernel).
+    const auto v2_kernel = [](std::string label, attncheck_kernel_v2_fn fn, const std::string& declaration) {
+        const KernelDeclaration d = KernelDeclaration::parse(declaration);
+        return bench::Kernel{.label = std::move(label), .fn_v2 = fn, .declaration = d, .dtype = bench::bench_dtype(d)};
+    };
     if (!lib.empty()) {
         const properties::LoadedKernel lk = properties::load_kernel_library(lib, symbol);
-        if (!lk.fn) throw InputError(lflag + " " + lib + " --symbol " + symbol + v2_refused);
-        return bench::Kernel{lib + ":" + symbol, lk.fn};
+        if (lk.fn_v2) return v2_kernel(lib + ":" + symbol, lk.fn_v2, lk.declaration);
+        return bench::Kernel{.label = lib + ":" + symbol, .fn = lk.fn};
     }
     if (name.empty()) return std::nullopt;
     const KernelEntry* e = find_kernel(name, KernelRole::builtin);
     if (!e) throw InputError(kflag + " " + name + ": not a built-in kernel (expected one of " + builtin_names() + ")");
-    if (!e->fn) throw InputError(kflag + " " + name + v2_refused);
-    return bench::Kernel{e->name, e->fn};
+    if (e->fn_v2) return v2_kernel(e->name, e->fn_v2, e->declaration);
+    return bench::Kernel{.label = e->name, .fn = e->fn};
 }
 
 std::vector<perf::KernelShape> parse_shapes(const std::string& list) {
@@ -108,7 +111,7 @@ void check_writable(const std::string& path) {
 bench::Options options_of(const BenchArgs& a) {
     bench::Options o;
     const auto candidate = pick_kernel(false, a.kernel, a.kernel_lib, a.symbol);
-    o.candidate = candidate ? *candidate : bench::Kernel{"optimized", find_kernel("optimized", KernelRole::builtin)->fn};
+    o.candidate = candidate ? *candidate : bench::Kernel{.label = "optimized", .fn = find_kernel("optimized", KernelRole::builtin)->fn};
     o.baseline = pick_kernel(true, a.baseline_kernel, a.baseline_lib, a.baseline_symbol);
     o.shapes = parse_shapes(a.shapes);
     o.threads = a.threads > 0 ? a.threads : omp_get_max_threads();
@@ -190,6 +193,10 @@ Command add_bench_command(CLI::App& app) {
         "Each kernel is first checked against the float64 reference on every shape (a wrong kernel is not timed), "
         "then timed: --reps repetitions of at least --min-time seconds each; with a baseline, the two kernels' "
         "repetitions alternate (AB, BA, ...) in this one process.\n\n"
+        "A kernel of ABI version 2 (attncheck/kernel_abi_v2.h) gets the same shapes as dense [B, H, T, D] tensors, "
+        "one kv head per query head, in the first dtype its declaration allows of f32, bf16, f16 (the inputs "
+        "rounded to it); a shape outside its declaration is refused. A version 1 and a version 2 kernel can be "
+        "compared.\n\n"
         "Exit: 0 done (and passed), 1 a kernel disagreed with the reference or refused a shape, or the verdict "
         "failed (a shape slower than the baseline by more than --max-slowdown with sign-test p < 0.05, or below "
         "--min-frac-peak), 2 bad usage.\n\n"

@@ -38,8 +38,8 @@ double cv_of(const std::vector<double>& v) {
 }
 
 void print_header(const Options& o, const Result& r) {
-    std::printf("attncheck bench: kernel %s", o.candidate.label.c_str());
-    if (o.baseline) std::printf(" against baseline %s (interleaved)", o.baseline->label.c_str());
+    std::printf("attncheck bench: kernel %s", describe(o.candidate).c_str());
+    if (o.baseline) std::printf(" against baseline %s (interleaved)", describe(*o.baseline).c_str());
     std::printf(", threads %d, %d repetitions of at least %g s per shape\n", o.threads, o.reps, o.min_time);
     std::printf("%s\n", isa_line().c_str());
     std::printf("calibration (this process): FMA peak %.1f GFLOP/s on %d threads, DRAM read %.1f GB/s; "
@@ -63,7 +63,7 @@ void print_table(const char* title, const Result& r, bool baseline) {
         std::printf("%-14s %7ld %11.4f %10.4f %5.1f%% %9.1f %8.3f", s.shape.name.c_str(), t.calls, med * 1e3,
                     lo * 1e3, 100 * cv_of(t.secs), gflops(s, med), gflops(s, med) / r.calibration.fma_peak_gflops);
         if (s.shape.decode)
-            std::printf(" %8.2f %8.3f\n", gbs(s, med), gbs(s, med) / r.calibration.dram_read_gbs);
+            std::printf(" %8.2f %8.3f\n", gbs(s, med, baseline), gbs(s, med, baseline) / r.calibration.dram_read_gbs);
         else
             std::printf(" %8s %8s\n", "-", "-");
     }
@@ -111,6 +111,8 @@ Json context(const Options& o, const Result& r) {
     c["gomp_spincount"] = env_or("GOMP_SPINCOUNT", "(default)");
     c["attncheck_kernel"] = o.candidate.label;
     c["attncheck_baseline"] = o.baseline ? o.baseline->label : "";
+    c["attncheck_kernel_description"] = describe(o.candidate);
+    c["attncheck_baseline_description"] = o.baseline ? describe(*o.baseline) : "";
     c["attncheck_threads"] = std::to_string(o.threads);
     c["fma_peak_gflops"] = r.calibration.fma_peak_gflops;
     c["dram_read_gbs"] = r.calibration.dram_read_gbs;
@@ -119,14 +121,14 @@ Json context(const Options& o, const Result& r) {
 }
 
 // The counters of one call time on a shape, as kernel_bench.cpp names them.
-void counters(Json& e, const ShapeResult& s, const Calibration& cal, double secs, int threads) {
+void counters(Json& e, const ShapeResult& s, const Calibration& cal, double secs, int threads, bool baseline) {
     e["threads"] = threads;
     e["us_per_call"] = secs * 1e6;
     e["gflops"] = gflops(s, secs);
     e["frac_peak"] = gflops(s, secs) / cal.fma_peak_gflops;
     if (s.shape.decode) {
-        e["gbs"] = gbs(s, secs);
-        e["frac_bw"] = gbs(s, secs) / cal.dram_read_gbs;
+        e["gbs"] = gbs(s, secs, baseline);
+        e["frac_bw"] = gbs(s, secs, baseline) / cal.dram_read_gbs;
     }
 }
 
@@ -148,11 +150,11 @@ Json entry(const std::string& name, const std::string& run_type, int reps, long 
 // One kernel's repetitions on a shape, then the aggregates Google Benchmark writes (mean,
 // median, stddev, cv; plus min), each aggregate taken over the repetitions' figures.
 void add_runs(Json& list, const std::string& name, const Options& o, const Result& r, const ShapeResult& s,
-              const Timing& t, const std::optional<Comparison>& cmp) {
+              const Timing& t, const std::optional<Comparison>& cmp, bool baseline) {
     for (std::size_t i = 0; i < t.secs.size(); ++i) {
         Json e = entry(name, "iteration", o.reps, t.calls, t.secs[i], t.cpu_secs[i]);
         e["repetition_index"] = i;
-        counters(e, s, r.calibration, t.secs[i], o.threads);
+        counters(e, s, r.calibration, t.secs[i], o.threads, baseline);
         if (cmp) e["speedup"] = 1.0 / cmp->ratios[i];
         list.push_back(e);
     }
@@ -163,7 +165,7 @@ void add_runs(Json& list, const std::string& name, const Options& o, const Resul
         e["run_name"] = name;
         e["aggregate_name"] = agg;
         e["aggregate_unit"] = "time";
-        counters(e, s, r.calibration, secs, o.threads);
+        counters(e, s, r.calibration, secs, o.threads, baseline);
         if (cmp && std::string(agg) == "median") e["speedup"] = 1.0 / cmp->median_ratio;
         list.push_back(e);
     }
@@ -212,9 +214,9 @@ void write_json(const Options& o, const Result& r, const std::string& path) {
     Json list = Json::array();
     const std::string threads = "/threads:" + std::to_string(o.threads);
     for (const ShapeResult& s : r.shapes) {
-        add_runs(list, "attncheck_bench/" + s.shape.name + threads, o, r, s, s.candidate, s.comparison);
+        add_runs(list, "attncheck_bench/" + s.shape.name + threads, o, r, s, s.candidate, s.comparison, false);
         if (o.baseline)
-            add_runs(list, "attncheck_bench_baseline/" + s.shape.name + threads, o, r, s, s.baseline, std::nullopt);
+            add_runs(list, "attncheck_bench_baseline/" + s.shape.name + threads, o, r, s, s.baseline, std::nullopt, true);
     }
     doc["benchmarks"] = list;
     Json cmp = Json::array();

@@ -1,6 +1,7 @@
 // cli/bench_run.cpp — `attncheck bench`'s measurements: the correctness check of every kernel on
 // every shape (before anything is timed), the calibration, the interleaved repetitions, and the
-// paired sign test of candidate against baseline.
+// paired sign test of candidate against baseline. Version 1 kernels are called on the shape's
+// float32 problem; version 2 kernels on a view of the same values (ProblemV2).
 #include "cli/bench_run.hpp"
 
 #include <omp.h>
@@ -9,11 +10,15 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <optional>
 #include <sstream>
 
+#include "attncheck/problem_v2.hpp"
 #include "attncheck/tolerance.hpp"
 #include "perf/calibration.hpp"
+#include "reference/attention_v2.hpp"
 #include "reference/error_bound.hpp"
 
 namespace attncheck::cli::bench {
@@ -27,11 +32,23 @@ using Clock = std::chrono::steady_clock;
 // Every head of the other standard shapes is checked (prefill-512: 0.07 s a head).
 constexpr double kFullCheckPairs = 1 << 20;
 
-// The oracle of some heads of a problem (B = 1: head h is a contiguous block of q, k, v, out).
-struct Oracle {
+// The heads of a problem the oracle checks: all of them, or the first and the last.
+std::vector<int> checked_heads(const attncheck_problem& p) {
     std::vector<int> heads;
-    std::vector<reference::BoundedOutput> per_head;
-};
+    if (double(p.q_len) * double(p.kv_len) <= kFullCheckPairs) {
+        for (int h = 0; h < p.heads; ++h) heads.push_back(h);
+    } else {
+        heads = {0, p.heads - 1};
+    }
+    return heads;
+}
+
+std::string describe_heads(const std::vector<int>& checked, int heads) {
+    if (int(checked.size()) == heads) return "all " + std::to_string(heads) + " heads";
+    std::ostringstream s;
+    s << "heads " << checked.front() << " and " << checked.back() << " of " << heads;
+    return s.str();
+}
 
 attncheck_problem one_head(const attncheck_problem& p) {
     attncheck_problem h = p;
@@ -39,57 +56,167 @@ attncheck_problem one_head(const attncheck_problem& p) {
     return h;
 }
 
-Oracle make_oracle(const perf::KernelProblem& pr) {
-    const attncheck_problem& p = pr.p;
-    Oracle o;
-    if (double(p.q_len) * double(p.kv_len) <= kFullCheckPairs) {
-        for (int h = 0; h < p.heads; ++h) o.heads.push_back(h);
-    } else {
-        o.heads = {0, p.heads - 1};
+// A version 2 kernel's problem on a shape: the version 1 problem's values rounded to the kernel's
+// dtype (f32: the same buffers), [B, H, T, D] dense, one kv head per query head, q_pos = the
+// shape's q_offset (every standard shape is bottom-right aligned: q_offset + Tq = Tk).
+struct ProblemV2 {
+    std::int32_t dtype = ATTNCHECK_DTYPE_F32;
+    std::vector<std::uint16_t> q16, k16, v16, out16;  // f16 / bf16 storage
+    std::int32_t q_pos = 0;
+    attncheck_problem_v2 p{};  // on_copy() sets the data pointers and q_pos
+
+    ProblemV2(const perf::KernelProblem& pr, std::int32_t dt) : dtype(dt) {
+        const attncheck_problem& v1 = pr.p;
+        const auto to_dtype = [&](const std::vector<float>& src, std::vector<std::uint16_t>& dst) {
+            dst.resize(src.size());
+            for (std::size_t i = 0; i < src.size(); ++i) store_element(dtype, dst.data(), std::int64_t(i), src[i]);
+        };
+        if (dtype != ATTNCHECK_DTYPE_F32) {
+            to_dtype(pr.q, q16);
+            to_dtype(pr.k, k16);
+            to_dtype(pr.v, v16);
+            out16.assign(pr.out.size(), 0);
+        }
+        q_pos = v1.q_offset;
+        p.abi_version = ATTNCHECK_ABI_VERSION_2;
+        p.struct_size = sizeof(attncheck_problem_v2);
+        p.dtype = dtype;
+        p.batch = v1.batch;
+        p.q_heads = p.kv_heads = v1.heads;
+        p.head_dim = v1.head_dim;
+        p.value_dim = v1.value_dim;
+        p.q_len = v1.q_len;
+        p.kv_len = v1.kv_len;
+        p.causal = v1.causal;
+        p.window_left = p.window_right = -1;
+        p.scale = v1.scale;
+        const auto bhtd = [&](attncheck_tensor_v2& t, int rows, int width) {
+            t.stride[3] = 1;
+            t.stride[2] = width;
+            t.stride[1] = std::int64_t(rows) * width;
+            t.stride[0] = std::int64_t(v1.heads) * t.stride[1];
+        };
+        bhtd(p.q, v1.q_len, v1.head_dim);
+        bhtd(p.k, v1.kv_len, v1.head_dim);
+        bhtd(p.v, v1.kv_len, v1.value_dim);
+        bhtd(p.out, v1.q_len, v1.value_dim);
     }
+
+    // The problem on K/V copy `copy` (pr holds the float32 storage and the copy count).
+    const attncheck_problem_v2& on_copy(perf::KernelProblem& pr, int copy) {
+        p.q_pos = &q_pos;
+        const std::size_t kc = pr.k.size() / std::size_t(pr.copies) * std::size_t(copy);
+        const std::size_t vc = pr.v.size() / std::size_t(pr.copies) * std::size_t(copy);
+        if (dtype == ATTNCHECK_DTYPE_F32) {
+            p.q.data = pr.q.data();
+            p.k.data = pr.k.data() + kc;
+            p.v.data = pr.v.data() + vc;
+            p.out.data = pr.out.data();
+        } else {
+            p.q.data = q16.data();
+            p.k.data = k16.data() + kc;
+            p.v.data = v16.data() + vc;
+            p.out.data = out16.data();
+        }
+        return p;
+    }
+    // Element i of out ([B, H, Tq, Dv], its storage order) as a float.
+    float out_at(const perf::KernelProblem& pr, std::size_t i) const {
+        return dtype == ATTNCHECK_DTYPE_F32 ? pr.out[i] : load_element(dtype, out16.data(), std::int64_t(i));
+    }
+    // NaN in every output element, so that an element the kernel leaves unwritten fails the check.
+    void poison_out(perf::KernelProblem& pr) {
+        std::fill(pr.out.begin(), pr.out.end(), std::numeric_limits<float>::quiet_NaN());
+        for (std::size_t i = 0; i < out16.size(); ++i)
+            store_element(dtype, out16.data(), std::int64_t(i), std::numeric_limits<float>::quiet_NaN());
+    }
+};
+
+// The float64 oracle of one head of a problem and the bound any correct evaluation meets: [Tq, Dv].
+struct HeadOracle {
+    std::vector<double> value, bound;
+};
+
+HeadOracle oracle_v1(const perf::KernelProblem& pr, int h) {
+    const attncheck_problem& p = pr.p;
     const std::size_t qs = std::size_t(p.q_len) * std::size_t(p.head_dim);
     const std::size_t ks = std::size_t(p.kv_len) * std::size_t(p.head_dim);
     const std::size_t vs = std::size_t(p.kv_len) * std::size_t(p.value_dim);
-    for (int h : o.heads)
-        o.per_head.push_back(reference::attention_bounded(one_head(p), pr.q.data() + std::size_t(h) * qs,
-                                                          pr.k_copy(0) + std::size_t(h) * ks,
-                                                          pr.v_copy(0) + std::size_t(h) * vs));
-    return o;
+    const reference::BoundedOutput o = reference::attention_bounded(
+        one_head(p), pr.q.data() + std::size_t(h) * qs, pr.k_copy(0) + std::size_t(h) * ks,
+        pr.v_copy(0) + std::size_t(h) * vs);
+    return {std::vector<double>(o.value.begin(), o.value.end()), std::vector<double>(o.bound.begin(), o.bound.end())};
 }
 
-std::string describe_heads(const Oracle& o, int heads) {
-    if (int(o.heads.size()) == heads) return "all " + std::to_string(heads) + " heads";
-    std::ostringstream s;
-    s << "heads " << o.heads.front() << " and " << o.heads.back() << " of " << heads;
-    return s.str();
+// Head h of the version 2 problem (K/V copy 0) as a one-head problem, through the version 2
+// oracle: it reads the inputs as stored in the kernel's dtype, and its bound is that dtype's.
+HeadOracle oracle_v2(ProblemV2& v2, perf::KernelProblem& pr, int h, const KernelDeclaration& d) {
+    attncheck_problem_v2 one = v2.on_copy(pr, 0);
+    const std::size_t bytes = dtype_size(v2.dtype);
+    for (attncheck_tensor_v2* t : {&one.q, &one.k, &one.v, &one.out})
+        t->data = static_cast<char*>(t->data) + std::size_t(h) * std::size_t(t->stride[1]) * bytes;
+    one.q_heads = one.kv_heads = 1;
+    reference::OracleV2Options options;
+    options.probabilities_rounded = d.rounds_probabilities;
+    reference::OracleV2 o = reference::attention_v2_oracle(one, options);
+    return {std::move(o.out), std::move(o.out_bound)};
 }
 
-int call(const Kernel& k, perf::KernelProblem& pr, int copy) {
-    return k.fn(&pr.p, pr.q.data(), pr.k_copy(copy), pr.v_copy(copy), pr.out.data());
+// One kernel on one shape: what it is called with (the version 1 problem, or its version 2 view).
+struct Subject {
+    const Kernel* kernel;
+    perf::KernelProblem* pr;
+    std::optional<ProblemV2> v2;
+    Subject(const Kernel& k, perf::KernelProblem& problem) : kernel(&k), pr(&problem) {
+        if (k.fn_v2) v2.emplace(problem, k.dtype);
+    }
+    int call(int copy) {
+        if (v2) return kernel->fn_v2(&v2->on_copy(*pr, copy));
+        return kernel->fn(&pr->p, pr->q.data(), pr->k_copy(copy), pr->v_copy(copy), pr->out.data());
+    }
+    // The K/V bytes a call must read, in the kernel's dtype.
+    double kv_bytes() const { return v2 ? pr->kv_bytes * double(dtype_size(v2->dtype)) / 4.0 : pr->kv_bytes; }
+};
+
+std::string shape_line(const perf::KernelShape& s) {
+    return s.name + " (B=1 H=" + std::to_string(perf::kShapeHeads) + " Tq=" + std::to_string(s.q_len) +
+           " Tk=" + std::to_string(s.kv_len) + " Dk=Dv=" + std::to_string(perf::kShapeHeadDim) +
+           " q_offset=" + std::to_string(s.q_offset) + " causal)";
 }
 
 Refusal refused(const Kernel& k, const perf::KernelShape& s, int rc) {
-    return {"kernel " + k.label + " returned " + std::to_string(rc) + " (not ATTNCHECK_OK) on shape " + s.name +
-            " (B=1 H=" + std::to_string(perf::kShapeHeads) + " Tq=" + std::to_string(s.q_len) +
-            " Tk=" + std::to_string(s.kv_len) + " Dk=Dv=" + std::to_string(perf::kShapeHeadDim) +
-            " q_offset=" + std::to_string(s.q_offset) + " causal); nothing was timed"};
+    return {"kernel " + k.label + " returned " + std::to_string(rc) + " (not ATTNCHECK_OK) on shape " + shape_line(s) +
+            "; nothing was timed"};
 }
 
-// One call on copy 0 compared with the oracle; returns the worst test ratio, or throws Refusal.
-double check(const Kernel& k, perf::KernelProblem& pr, const perf::KernelShape& s, const Oracle& o) {
-    std::fill(pr.out.begin(), pr.out.end(), std::numeric_limits<float>::quiet_NaN());
-    const int rc = call(k, pr, 0);
-    if (rc != ATTNCHECK_OK) throw refused(k, s, rc);
+// One call on copy 0 compared with the oracle of each checked head; returns the worst test ratio,
+// or throws Refusal. A version 2 kernel whose declaration rules the shape out is not called.
+double check(Subject& sub, const perf::KernelShape& s, const std::vector<int>& heads) {
+    perf::KernelProblem& pr = *sub.pr;
+    if (sub.v2) {
+        const std::string why = sub.kernel->declaration.unsupported_reason(sub.v2->on_copy(pr, 0));
+        if (!why.empty())
+            throw Refusal{"kernel " + sub.kernel->label + ": shape " + shape_line(s) + " in " +
+                          dtype_name(sub.v2->dtype) + " is outside its declaration: " + why +
+                          " (--shapes picks the shapes); nothing was timed"};
+        sub.v2->poison_out(pr);
+    } else {
+        std::fill(pr.out.begin(), pr.out.end(), std::numeric_limits<float>::quiet_NaN());
+    }
+    const int rc = sub.call(0);
+    if (rc != ATTNCHECK_OK) throw refused(*sub.kernel, s, rc);
     const std::size_t os = std::size_t(pr.p.q_len) * std::size_t(pr.p.value_dim);
+    std::vector<float> got(os);
     double worst = 0;
-    for (std::size_t i = 0; i < o.heads.size(); ++i) {
-        const int h = o.heads[i];
-        const Agreement a = check_against_bound(pr.out.data() + std::size_t(h) * os, o.per_head[i].value.data(),
-                                                o.per_head[i].bound.data(), os);
+    for (int h : heads) {
+        const HeadOracle o = sub.v2 ? oracle_v2(*sub.v2, pr, h, sub.kernel->declaration) : oracle_v1(pr, h);
+        for (std::size_t i = 0; i < os; ++i)
+            got[i] = sub.v2 ? sub.v2->out_at(pr, std::size_t(h) * os + i) : pr.out[std::size_t(h) * os + i];
+        const Agreement a = check_against_bound(got.data(), o.value.data(), o.bound.data(), os);
         if (!a.ok) {
             const std::size_t row = a.worst_index / std::size_t(pr.p.value_dim);
             const std::size_t col = a.worst_index % std::size_t(pr.p.value_dim);
-            throw Refusal{"kernel " + k.label + " disagrees with the float64 reference on shape " + s.name +
+            throw Refusal{"kernel " + sub.kernel->label + " disagrees with the float64 reference on shape " + s.name +
                           " at out[0," + std::to_string(h) + "," + std::to_string(row) + "," + std::to_string(col) +
                           "] [b,h,i,c]: " + a.describe() + "; a wrong kernel is not timed"};
         }
@@ -105,14 +232,13 @@ double process_cpu_seconds() {
 }
 
 // `calls` calls, K/V copies in turn from `copy`; appends seconds per call to t.
-void repetition(const Kernel& k, perf::KernelProblem& pr, const perf::KernelShape& s, long calls, int& copy,
-                Timing& t) {
+void repetition(Subject& sub, const perf::KernelShape& s, long calls, int& copy, Timing& t) {
     const double c0 = process_cpu_seconds();
     const auto t0 = Clock::now();
     for (long i = 0; i < calls; ++i) {
-        const int rc = call(k, pr, copy);
-        copy = (copy + 1) % pr.copies;
-        if (rc != ATTNCHECK_OK) throw refused(k, s, rc);
+        const int rc = sub.call(copy);
+        copy = (copy + 1) % sub.pr->copies;
+        if (rc != ATTNCHECK_OK) throw refused(*sub.kernel, s, rc);
     }
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     t.secs.push_back(secs / double(calls));
@@ -121,11 +247,11 @@ void repetition(const Kernel& k, perf::KernelProblem& pr, const perf::KernelShap
 
 // Calls per repetition: doubled from 1 until a batch lasts an eighth of min_time, then scaled
 // to min_time; every repetition of the kernel on the shape then makes that many calls.
-long calls_for(const Kernel& k, perf::KernelProblem& pr, const perf::KernelShape& s, double min_time, int& copy) {
+long calls_for(Subject& sub, const perf::KernelShape& s, double min_time, int& copy) {
     long n = 1;
     for (;;) {
         Timing probe;
-        repetition(k, pr, s, n, copy, probe);
+        repetition(sub, s, n, copy, probe);
         const double per_call = probe.secs.back();
         if (per_call * double(n) >= min_time / 8 || n >= (1L << 24))
             return std::max(1L, long(std::ceil(min_time / std::max(per_call, 1e-9))));
@@ -152,17 +278,17 @@ Comparison compare(const Timing& cand, const Timing& base, double max_slowdown) 
 
 // Times one shape: repetitions of the candidate and of the baseline, interleaved (AB, BA, AB,
 // ...: each kernel runs first in half of the pairs, so neither always inherits the other's cache).
-void time_shape(const Options& o, perf::KernelProblem& pr, ShapeResult& r) {
+void time_shape(const Options& o, Subject& cand, Subject* base, ShapeResult& r) {
     int copy = 0;
-    r.candidate.calls = calls_for(o.candidate, pr, r.shape, o.min_time, copy);
-    if (o.baseline) r.baseline.calls = calls_for(*o.baseline, pr, r.shape, o.min_time, copy);
+    r.candidate.calls = calls_for(cand, r.shape, o.min_time, copy);
+    if (base) r.baseline.calls = calls_for(*base, r.shape, o.min_time, copy);
     for (int rep = 0; rep < o.reps; ++rep) {
-        const bool base_first = o.baseline && rep % 2 == 1;
-        if (base_first) repetition(*o.baseline, pr, r.shape, r.baseline.calls, copy, r.baseline);
-        repetition(o.candidate, pr, r.shape, r.candidate.calls, copy, r.candidate);
-        if (o.baseline && !base_first) repetition(*o.baseline, pr, r.shape, r.baseline.calls, copy, r.baseline);
+        const bool base_first = base && rep % 2 == 1;
+        if (base_first) repetition(*base, r.shape, r.baseline.calls, copy, r.baseline);
+        repetition(cand, r.shape, r.candidate.calls, copy, r.candidate);
+        if (base && !base_first) repetition(*base, r.shape, r.baseline.calls, copy, r.baseline);
     }
-    if (o.baseline) r.comparison = compare(r.candidate, r.baseline, o.max_slowdown);
+    if (base) r.comparison = compare(r.candidate, r.baseline, o.max_slowdown);
 }
 
 std::string verdict_line(const Options& o, const Result& r) {
@@ -196,6 +322,17 @@ double frac_bound(const ShapeResult& s, const Calibration& c, double secs) {
     return s.shape.decode ? gbs(s, secs) / c.dram_read_gbs : gflops(s, secs) / c.fma_peak_gflops;
 }
 
+std::string describe(const Kernel& k) {
+    if (!k.fn_v2) return k.label;
+    return k.label + " (ABI version 2, " + dtype_name(k.dtype) + ")";
+}
+
+std::int32_t bench_dtype(const KernelDeclaration& d) {
+    for (std::int32_t t : {ATTNCHECK_DTYPE_F32, ATTNCHECK_DTYPE_BF16, ATTNCHECK_DTYPE_F16})
+        if (d.allows_dtype(t)) return t;
+    return ATTNCHECK_DTYPE_F32;  // not reached: a parsed declaration allows some dtype
+}
+
 Result run(const Options& o) {
     Result r;
     std::vector<perf::KernelProblem> problems;
@@ -204,16 +341,25 @@ Result run(const Options& o) {
         ShapeResult sr;
         sr.shape = s;
         sr.useful_flops = problems.back().useful_flops;
-        sr.kv_bytes = problems.back().kv_bytes;
         r.shapes.push_back(sr);
+    }
+    // After the last push_back: a Subject points into its problem.
+    std::vector<Subject> candidates, baselines;
+    for (std::size_t i = 0; i < o.shapes.size(); ++i) {
+        candidates.emplace_back(o.candidate, problems[i]);
+        r.shapes[i].kv_bytes = candidates.back().kv_bytes();
+        if (o.baseline) {
+            baselines.emplace_back(*o.baseline, problems[i]);
+            r.shapes[i].baseline_kv_bytes = baselines.back().kv_bytes();
+        }
     }
     const int all_threads = omp_get_max_threads();
     omp_set_num_threads(o.threads);
     for (std::size_t i = 0; i < o.shapes.size(); ++i) {
-        const Oracle oracle = make_oracle(problems[i]);
-        r.shapes[i].checked = describe_heads(oracle, problems[i].p.heads);
-        r.shapes[i].worst_ratio = check(o.candidate, problems[i], o.shapes[i], oracle);
-        if (o.baseline) r.shapes[i].baseline_worst_ratio = check(*o.baseline, problems[i], o.shapes[i], oracle);
+        const std::vector<int> heads = checked_heads(problems[i].p);
+        r.shapes[i].checked = describe_heads(heads, problems[i].p.heads);
+        r.shapes[i].worst_ratio = check(candidates[i], o.shapes[i], heads);
+        if (o.baseline) r.shapes[i].baseline_worst_ratio = check(baselines[i], o.shapes[i], heads);
     }
     // The DRAM bandwidth with every OpenMP thread (the machine's), the FMA peak with the bench's.
     omp_set_num_threads(all_threads);
@@ -222,7 +368,7 @@ Result run(const Options& o) {
     r.calibration.fma_peak_gflops = perf::fma_peak_gflops(o.threads);
     for (std::size_t i = 0; i < o.shapes.size(); ++i) {
         ShapeResult& s = r.shapes[i];
-        time_shape(o, problems[i], s);
+        time_shape(o, candidates[i], o.baseline ? &baselines[i] : nullptr, s);
         s.below_min_frac = o.min_frac_peak && frac_bound(s, r.calibration, median(s.candidate.secs)) < *o.min_frac_peak;
         r.failed |= s.below_min_frac || (s.comparison && s.comparison->slower);
     }

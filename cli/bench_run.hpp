@@ -7,16 +7,29 @@
 #include <string>
 #include <vector>
 
+#include "attncheck/declaration.hpp"
 #include "attncheck/kernel_abi.h"
+#include "attncheck/kernel_abi_v2.h"
 #include "perf/kernel_shapes.hpp"
 
 namespace attncheck::cli::bench {
 
-// A kernel under the bench: a built-in by name, or a symbol of a loaded library.
+// A kernel under the bench: a built-in by name, or a symbol of a loaded library; of ABI version 1
+// (fn) or 2 (fn_v2). A version 2 kernel gets the same shapes (one sequence, 8 query heads each
+// with its own kv head, [B, H, T, D] dense tensors) in the first dtype its declaration allows of
+// f32, bf16, f16; the inputs are the version 1 problem's values rounded to that dtype, so the
+// float64 oracle reads exactly what the kernel reads.
 struct Kernel {
     std::string label;  // "optimized", or "PATH:SYMBOL"
     attncheck_kernel_fn fn = nullptr;
+    attncheck_kernel_v2_fn fn_v2 = nullptr;
+    KernelDeclaration declaration{};  // a version 2 kernel's: the shapes must lie within it
+    std::int32_t dtype = ATTNCHECK_DTYPE_F32;
 };
+// "optimized" for version 1; "optimized_v2 (ABI version 2, bf16)" for version 2.
+std::string describe(const Kernel& k);
+// The dtype a version 2 kernel is timed in: the first of f32, bf16, f16 its declaration allows.
+std::int32_t bench_dtype(const KernelDeclaration& d);
 
 struct Options {
     Kernel candidate;
@@ -58,7 +71,8 @@ inline constexpr double kAlpha = 0.05;
 
 struct ShapeResult {
     perf::KernelShape shape;
-    double useful_flops = 0, kv_bytes = 0;
+    double useful_flops = 0;
+    double kv_bytes = 0, baseline_kv_bytes = 0;  // in each kernel's dtype (half of float32's for bf16)
     double worst_ratio = 0, baseline_worst_ratio = 0;  // correctness: worst test ratio vs the bound
     std::string checked;  // which heads the check compared, e.g. "all 8 heads", "heads 0 and 7"
     Timing candidate, baseline;
@@ -82,11 +96,13 @@ struct Result {
 // for a kernel that disagrees with the oracle or refuses a shape.
 Result run(const Options& o);
 
-// Figures of one repetition: useful GFLOP/s, K/V GB/s.
+// Figures of one repetition: useful GFLOP/s, K/V GB/s (of the candidate, or of the baseline).
 inline double gflops(const ShapeResult& s, double secs) { return s.useful_flops / secs * 1e-9; }
-inline double gbs(const ShapeResult& s, double secs) { return s.kv_bytes / secs * 1e-9; }
-// The fraction of the shape's bound a call time reaches: of the DRAM bandwidth for a decode
-// step (it must stream K and V), of the FMA peak otherwise.
+inline double gbs(const ShapeResult& s, double secs, bool baseline = false) {
+    return (baseline ? s.baseline_kv_bytes : s.kv_bytes) / secs * 1e-9;
+}
+// The fraction of the shape's bound a candidate's call time reaches: of the DRAM bandwidth for a
+// decode step (it must stream K and V), of the FMA peak otherwise.
 double frac_bound(const ShapeResult& s, const Calibration& c, double secs);
 
 double median(std::vector<double> v);

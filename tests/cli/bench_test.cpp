@@ -4,7 +4,9 @@
 // shape) and nothing here asserts a speed: only that the figures exist and are positive.
 //
 // The kernel libraries are tests/zoo/faulty_kernel_lib.c (zoo_mask_after_softmax is wrong,
-// zoo_dims_8_16 refuses head_dim 64) and the correct examples/c-kernel/naive_kernel.c.
+// zoo_dims_8_16 refuses head_dim 64; of ABI version 2: zoo_v2_zeros is wrong, zoo_v2_head_dim_128
+// declares head_dim 128, zoo_v2_refuses refuses), the correct examples/c-kernel/naive_kernel.c and
+// examples/flash-kernel/flash_style_kernel.c (ABI version 2, bfloat16 only).
 #include <string>
 #include <vector>
 
@@ -119,6 +121,62 @@ TEST_CASE("bench: a wrong or refusing kernel is not timed", "[cli][bench]") {
                                                   "zoo_mask_after_softmax"}));
     CHECK(wrong_base.code == 1);
     CHECK(has(wrong_base.err, "zoo_mask_after_softmax disagrees"));
+}
+
+TEST_CASE("bench: a version 2 kernel, in the dtype its declaration allows, against a version 1 kernel",
+          "[cli][bench][v2]") {
+    TempDir dir;
+    // The built-in version 2 kernel allows every dtype: float32, the same values as version 1's.
+    const Result builtin = run_ok(dir, bench({"--kernel", "optimized_v2", "--baseline-kernel", "optimized",
+                                              "--json", dir.file("v2.json")},
+                                             {"--reps", "2", "--min-time", "0.01", "--shapes", "decode-4096"}));
+    INFO(builtin.describe());
+    CHECK(has(builtin.out, "attncheck bench: kernel optimized_v2 (ABI version 2, f32) against baseline optimized"));
+    CHECK(has(builtin.out, "checked: optimized_v2 agrees with the float64 reference on decode-4096"));
+    const nlohmann::json doc = nlohmann::json::parse(slurp(dir.file("v2.json")));
+    CHECK(doc.at("context").at("attncheck_kernel_description") == "optimized_v2 (ABI version 2, f32)");
+    const std::string threads = doc.at("context").at("attncheck_threads");
+    const auto cand = iterations(doc, "attncheck_bench/decode-4096/threads:" + threads);
+    const auto base = iterations(doc, "attncheck_bench_baseline/decode-4096/threads:" + threads);
+    REQUIRE(cand.size() == 2);
+    REQUIRE(base.size() == 2);
+    // The same K/V bytes in float32: GB/s over time is the same constant for both kernels.
+    CHECK(cand[0].at("gbs").get<double>() * cand[0].at("real_time").get<double>() ==
+          Approx(base[0].at("gbs").get<double>() * base[0].at("real_time").get<double>()).epsilon(1e-9));
+
+    // A bfloat16-only library kernel is timed in bfloat16: half the K/V bytes of float32.
+    const Result flash = run_ok(dir, bench({"--kernel-lib", FLASH_KERNEL_LIB, "--symbol", "flash_attention",
+                                            "--baseline-kernel", "optimized", "--json", dir.file("bf16.json")},
+                                           {"--reps", "1", "--min-time", "0.01", "--shapes", "chunk-64@1024,decode-4096"}));
+    INFO(flash.describe());
+    CHECK(has(flash.out, ":flash_attention (ABI version 2, bf16) against baseline optimized"));
+    CHECK(has(flash.out, "agrees with the float64 reference on chunk-64@1024"));
+    const nlohmann::json bf = nlohmann::json::parse(slurp(dir.file("bf16.json")));
+    const std::string t2 = bf.at("context").at("attncheck_threads");
+    const auto fc = iterations(bf, "attncheck_bench/decode-4096/threads:" + t2);
+    const auto fb = iterations(bf, "attncheck_bench_baseline/decode-4096/threads:" + t2);
+    REQUIRE(fc.size() == 1);
+    REQUIRE(fb.size() == 1);
+    CHECK(fc[0].at("gbs").get<double>() * fc[0].at("real_time").get<double>() ==
+          Approx(0.5 * fb[0].at("gbs").get<double>() * fb[0].at("real_time").get<double>()).epsilon(1e-9));
+}
+
+TEST_CASE("bench: a wrong, undeclared or refusing version 2 kernel is not timed", "[cli][bench][v2]") {
+    TempDir dir;
+    const Result wrong = run_cli(dir, bench({"--kernel-lib", FAULTY_KERNEL_LIB, "--symbol", "zoo_v2_zeros"}));
+    INFO(wrong.describe());
+    CHECK(wrong.code == 1);
+    CHECK(has(wrong.err, "zoo_v2_zeros disagrees with the float64 reference on shape prefill-512"));
+    CHECK_FALSE(has(wrong.out, "median ms"));
+    const Result outside = run_cli(dir, bench({"--kernel-lib", FAULTY_KERNEL_LIB, "--symbol", "zoo_v2_head_dim_128"}));
+    INFO(outside.describe());
+    CHECK(outside.code == 1);
+    CHECK(has(outside.err, "is outside its declaration: head_dim 64 is not declared"));
+    CHECK(has(outside.err, "nothing was timed"));
+    const Result refusing = run_cli(dir, bench({"--kernel-lib", FAULTY_KERNEL_LIB, "--symbol", "zoo_v2_refuses"}));
+    INFO(refusing.describe());
+    CHECK(refusing.code == 1);
+    CHECK(has(refusing.err, "zoo_v2_refuses returned 1 (not ATTNCHECK_OK) on shape prefill-512"));
 }
 
 TEST_CASE("bench: bad usage is exit 2 with a message", "[cli][bench]") {

@@ -7,13 +7,18 @@
  *   zoo_trap_fail            correct, except that it writes NaN when head_dim == 3 (Dk = 3)
  *   zoo_trap_crash           correct, except that it aborts when head_dim == 3
  * The two traps fire on the same cases, so a crash report and a failure report of the same seed
- * must name the same case number.
+ * must name the same case number. Version 2 kernels (attncheck/kernel_abi_v2.h, each with its own
+ * <symbol>_abi_version), for `attncheck bench`'s tests (tests/cli/bench_test.cpp):
+ *   zoo_v2_zeros             writes 0 to every output element: wrong
+ *   zoo_v2_head_dim_128      declares head_dim=128 and refuses everything
+ *   zoo_v2_refuses           declares nothing and refuses everything
  *
  * Dimension legend: B, H, Tq, Tk, Dk, Dv as in attncheck/kernel_abi.h. */
 #include <math.h>
 #include <stdlib.h>
 
 #include "attncheck/kernel_abi.h"
+#include "attncheck/kernel_abi_v2.h"
 
 const int32_t attncheck_abi_version = ATTNCHECK_ABI_VERSION;
 
@@ -101,4 +106,31 @@ int zoo_nan_rows(const attncheck_problem* p, const float* q, const float* k, con
         if (p->kv_valid_len[b] == 0)
             for (long at = b * per_b; at < (b + 1) * per_b; ++at) out[at] = NAN;
     return rc;
+}
+
+const int32_t zoo_v2_zeros_abi_version = ATTNCHECK_ABI_VERSION_2;
+const char zoo_v2_zeros_declaration[] = "dtype=f32";
+int zoo_v2_zeros(const attncheck_problem_v2* p) {
+    if (p->abi_version != ATTNCHECK_ABI_VERSION_2 || p->dtype != ATTNCHECK_DTYPE_F32 || p->cu_seqlens_q)
+        return ATTNCHECK_UNSUPPORTED;
+    float* out = (float*)p->out.data;
+    for (long b = 0; b < p->batch; ++b)
+        for (long h = 0; h < p->q_heads; ++h)
+            for (long i = 0; i < p->q_len; ++i)
+                for (long c = 0; c < p->value_dim; ++c)
+                    out[b * p->out.stride[0] + h * p->out.stride[1] + i * p->out.stride[2] + c * p->out.stride[3]] = 0.0f;
+    return ATTNCHECK_OK;
+}
+
+const int32_t zoo_v2_head_dim_128_abi_version = ATTNCHECK_ABI_VERSION_2;
+const char zoo_v2_head_dim_128_declaration[] = "head_dim=128";
+int zoo_v2_head_dim_128(const attncheck_problem_v2* p) {
+    (void)p;
+    return ATTNCHECK_UNSUPPORTED;
+}
+
+const int32_t zoo_v2_refuses_abi_version = ATTNCHECK_ABI_VERSION_2;
+int zoo_v2_refuses(const attncheck_problem_v2* p) {
+    (void)p;
+    return ATTNCHECK_UNSUPPORTED;
 }
