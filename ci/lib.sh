@@ -36,8 +36,10 @@ export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 # -march=native means another instruction set on another CPU, and ccache keys on the command
 # line: hash what the compiler makes of native here (its version and every target option), so
-# a cache carried to another machine never serves an object built for a different CPU.
-export CCACHE_COMPILERCHECK=${CCACHE_COMPILERCHECK:-"%compiler% -v -march=native -Q --help=target"}
+# a cache carried to another machine never serves an object built for a different CPU. The
+# output must be the same on every call: `g++ -v` prints its temporary file names, and a check
+# with -v made every compilation a miss (0.97% hits over 6,700 compilations).
+export CCACHE_COMPILERCHECK=${CCACHE_COMPILERCHECK:-"%compiler% -dumpfullversion; %compiler% -march=native -Q --help=target"}
 
 stage() {
   local name=$1; shift
