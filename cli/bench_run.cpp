@@ -189,16 +189,37 @@ Refusal refused(const Kernel& k, const perf::KernelShape& s, int rc) {
             "; nothing was timed"};
 }
 
-// One call on copy 0 compared with the oracle of each checked head; returns the worst test ratio,
-// or throws Refusal. A version 2 kernel whose declaration rules the shape out is not called.
-double check(Subject& sub, const perf::KernelShape& s, const std::vector<int>& heads) {
+// A version 2 kernel whose declaration rules the shape out is refused before any call.
+void check_declared(Subject& sub, const perf::KernelShape& s) {
+    if (!sub.v2) return;
+    const std::string why = sub.kernel->declaration.unsupported_reason(sub.v2->on_copy(*sub.pr, 0));
+    if (!why.empty())
+        throw Refusal{"kernel " + sub.kernel->label + ": shape " + shape_line(s) + " in " +
+                      dtype_name(sub.v2->dtype) + " is outside its declaration: " + why +
+                      " (--shapes picks the shapes); nothing was timed"};
+}
+
+// The oracle of each checked head for what the subject reads.
+std::vector<HeadOracle> oracles_of(Subject& sub, const std::vector<int>& heads) {
+    std::vector<HeadOracle> out;
+    for (int h : heads)
+        out.push_back(sub.v2 ? oracle_v2(*sub.v2, *sub.pr, h, sub.kernel->declaration) : oracle_v1(*sub.pr, h));
+    return out;
+}
+
+// Whether two subjects read the same inputs with the same bound (then one oracle serves both).
+bool same_oracle(const Subject& a, const Subject& b) {
+    if (bool(a.v2) != bool(b.v2)) return false;
+    return !a.v2 || (a.v2->dtype == b.v2->dtype &&
+                     a.kernel->declaration.rounds_probabilities == b.kernel->declaration.rounds_probabilities);
+}
+
+// One call on copy 0 compared with the oracle of each checked head (oracles[i] of heads[i]);
+// returns the worst test ratio, or throws Refusal.
+double check(Subject& sub, const perf::KernelShape& s, const std::vector<int>& heads,
+             const std::vector<HeadOracle>& oracles) {
     perf::KernelProblem& pr = *sub.pr;
     if (sub.v2) {
-        const std::string why = sub.kernel->declaration.unsupported_reason(sub.v2->on_copy(pr, 0));
-        if (!why.empty())
-            throw Refusal{"kernel " + sub.kernel->label + ": shape " + shape_line(s) + " in " +
-                          dtype_name(sub.v2->dtype) + " is outside its declaration: " + why +
-                          " (--shapes picks the shapes); nothing was timed"};
         sub.v2->poison_out(pr);
     } else {
         std::fill(pr.out.begin(), pr.out.end(), std::numeric_limits<float>::quiet_NaN());
@@ -208,8 +229,9 @@ double check(Subject& sub, const perf::KernelShape& s, const std::vector<int>& h
     const std::size_t os = std::size_t(pr.p.q_len) * std::size_t(pr.p.value_dim);
     std::vector<float> got(os);
     double worst = 0;
-    for (int h : heads) {
-        const HeadOracle o = sub.v2 ? oracle_v2(*sub.v2, pr, h, sub.kernel->declaration) : oracle_v1(pr, h);
+    for (std::size_t k = 0; k < heads.size(); ++k) {
+        const int h = heads[k];
+        const HeadOracle& o = oracles[k];
         for (std::size_t i = 0; i < os; ++i)
             got[i] = sub.v2 ? sub.v2->out_at(pr, std::size_t(h) * os + i) : pr.out[std::size_t(h) * os + i];
         const Agreement a = check_against_bound(got.data(), o.value.data(), o.bound.data(), os);
@@ -358,8 +380,16 @@ Result run(const Options& o) {
     for (std::size_t i = 0; i < o.shapes.size(); ++i) {
         const std::vector<int> heads = checked_heads(problems[i].p);
         r.shapes[i].checked = describe_heads(heads, problems[i].p.heads);
-        r.shapes[i].worst_ratio = check(candidates[i], o.shapes[i], heads);
-        if (o.baseline) r.shapes[i].baseline_worst_ratio = check(baselines[i], o.shapes[i], heads);
+        check_declared(candidates[i], o.shapes[i]);
+        const std::vector<HeadOracle> oracles = oracles_of(candidates[i], heads);
+        r.shapes[i].worst_ratio = check(candidates[i], o.shapes[i], heads, oracles);
+        if (o.baseline) {
+            check_declared(baselines[i], o.shapes[i]);
+            r.shapes[i].baseline_worst_ratio =
+                same_oracle(candidates[i], baselines[i])
+                    ? check(baselines[i], o.shapes[i], heads, oracles)
+                    : check(baselines[i], o.shapes[i], heads, oracles_of(baselines[i], heads));
+        }
     }
     // The DRAM bandwidth with every OpenMP thread (the machine's), the FMA peak with the bench's.
     omp_set_num_threads(all_threads);
