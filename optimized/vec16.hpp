@@ -180,7 +180,11 @@ inline float vreduce_max(vf a) {
 // and a key or value row used by two query rows is then loaded twice (the loads, not the FMAs,
 // would bound the kernel). An empty asm the value must pass through forbids the folding.
 inline void vpin(vf& a) {
-    for (int i = 0; i < kParts; ++i) asm("" : "+x"(a.r[i].raw));
+    for (int i = 0; i < kParts; ++i) {
+        auto x = a.r[i].raw;
+        asm("" : "+x"(x));
+        a.r[i].raw = x;
+    }
 }
 // The pairwise tree of _mm512_reduce_add_ps (lanes l + l+8, then + l+4, + l+2, + l+1), so that
 // a sum has the same bits on this path and the AVX-512 one.
