@@ -12,6 +12,14 @@
 // and step by step): a peer that computes another function would make every ratio meaningless,
 // so the binary stops with a message when they disagree.
 //
+// OpenBLAS's kernels: Debian's OpenBLAS (DYNAMIC_ARCH) picks its kernels from the CPU model at
+// load time, and falls back to its SSE3 kernels ("Prescott") on a model it does not know (0.3.21
+// on an Emerald Rapids Xeon, family 6 model 207: torch's prefill ~2.5x slower than with its
+// AVX-512 kernels). A peer handicapped that way makes every ratio a flattering lie, so when
+// OpenBLAS reports a core below AVX2 on a CPU with AVX2 and FMA and OPENBLAS_CORETYPE is unset,
+// the binary sets it (SkylakeX with AVX-512 F/BW/DQ/VL, else Haswell) and runs itself again.
+// The core torch ran on is printed and kept in the JSON context (torch_blas_core).
+//
 // Threads: ours runs OMP_NUM_THREADS (default: every core); torch runs with
 // --torch-threads intra-op threads (default 1) and OpenBLAS with --blas-threads (default: every
 // core): on 2 vCPUs that is libtorch's best setting for both figures (two intra-op threads on
@@ -22,8 +30,10 @@
 // Dimension legend: V = vocab, d = d_model, h = heads, dk = d/h, f = d_ff, L = layers,
 // N = max_len, T = tokens in a call.
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -327,7 +337,38 @@ BENCHMARK(BM_DecodeVsTorch)->ArgName("ctx")->Arg(1024)->Iterations(40)->UseRealT
 
 }  // namespace
 
+// The OpenBLAS core torch's products run on ("" with another BLAS).
+std::string blas_core() {
+    using CoreName = char* (*)();
+    const auto name = reinterpret_cast<CoreName>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+    const char* core = name ? name() : nullptr;
+    return core ? core : "";
+}
+
+// The OPENBLAS_CORETYPE this CPU deserves when OpenBLAS chose a core below AVX2 (see the top of
+// the file), or null to keep its choice.
+const char* better_blas_core(const std::string& core) {
+    if (core.empty() || std::getenv("OPENBLAS_CORETYPE")) return nullptr;
+    static const char* const at_least_avx2[] = {"haswell", "zen", "skylakex", "cooperlake", "sapphirerapids"};
+    std::string lower = core;
+    for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
+    for (const char* known : at_least_avx2)
+        if (lower == known) return nullptr;
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) return nullptr;
+    const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+    return avx512 ? "SkylakeX" : "Haswell";
+}
+
 int main(int argc, char** argv) {
+    if (const char* core = better_blas_core(blas_core())) {
+        std::fprintf(stderr, "attncheck_peer_torch: OpenBLAS chose its %s kernels on this CPU; running "
+                     "again with OPENBLAS_CORETYPE=%s\n", blas_core().c_str(), core);
+        setenv("OPENBLAS_CORETYPE", core, 1);
+        execv("/proc/self/exe", argv);
+        std::perror("attncheck_peer_torch: re-exec with OPENBLAS_CORETYPE failed; going on");
+    }
     perf::reexec_with_short_spin(argv, "attncheck_peer_torch");  // as attncheck_bench waits
     if (const std::string& error = optimized::isa_choice().error; !error.empty()) {
         std::fprintf(stderr, "attncheck_peer_torch: %s\n", error.c_str());
@@ -349,6 +390,8 @@ int main(int argc, char** argv) {
     use_our_threads();
     benchmark::AddCustomContext("our_threads", std::to_string(g_our_threads));
     benchmark::AddCustomContext("torch_intra_op_threads", std::to_string(g_torch_threads));
+    std::printf("torch peer: OpenBLAS core %s\n", blas_core().empty() ? "(not OpenBLAS)" : blas_core().c_str());
+    benchmark::AddCustomContext("torch_blas_core", blas_core().empty() ? "not OpenBLAS" : blas_core());
     benchmark::AddCustomContext("blas_threads", std::to_string(g_blas_threads > 0 ? g_blas_threads : omp_get_num_procs()));
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
