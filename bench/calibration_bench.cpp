@@ -21,6 +21,7 @@ void BM_DramRead(benchmark::State& state) {
     for (auto _ : state) benchmark::DoNotOptimize(attncheck::perf::dram_read_gbs());
     state.counters["threads"] = omp_get_max_threads();
     state.counters["gbs"] = attncheck::perf::dram_read_gbs();
+    state.counters["llc_bytes"] = attncheck::perf::last_level_cache_bytes();
 }
 BENCHMARK(BM_DramRead)->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
 

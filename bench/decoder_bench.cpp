@@ -6,7 +6,10 @@
 //   BM_PrefillScaling       T = 512 on 1 and on 2 threads in one benchmark: speedup_1_to_2
 //   BM_DecodeStep/ctx       one Session::step at context ctx (the cache holds ctx positions):
 //                           bytes it must read (every weight once + the K/V cache), gbs,
-//                           frac_bw = gbs / dram_read_gbs()
+//                           frac_bw = gbs / dram_read_gbs(), and frac_read = gbs / read_gbs(bytes),
+//                           against the rate of reading that many bytes again and again: the
+//                           bound where the step's bytes fit in the last-level cache and it
+//                           outruns DRAM (calibration.hpp)
 //   BM_Linear/n/k/threads   one linear() of the `base` prefill (M = 512 rows, W [n, k]): gflops,
 //                           frac_peak: what the GEMM alone reaches, against BM_Prefill's whole
 //   BM_VsReference          preset small, T = 64: reference::Decoder<float>::forward against the
@@ -134,6 +137,8 @@ void BM_DecodeStep(benchmark::State& state) {
     const ModelConfig& c = dec.config();
     const auto tokens = tokens_for(c, ctx, 44);
     const double bw = perf::dram_read_gbs();
+    const double bytes = step_bytes(c, ctx);
+    const double footprint_bw = perf::read_gbs(bytes);
     optimized::Session s(dec);
     s.prefill(tokens, 512);
     s.step(1);  // warm
@@ -147,13 +152,14 @@ void BM_DecodeStep(benchmark::State& state) {
         token = (token + 1) % c.vocab_size;
     }
     const double iters = double(state.iterations());
-    const double bytes = step_bytes(c, ctx);
     const double gbs = bytes * iters / seconds * 1e-9;
     state.counters["ms_per_token"] = seconds / iters * 1e3;
     state.counters["bytes"] = bytes;
     state.counters["gbs"] = gbs;
     state.counters["dram_gbs"] = bw;
     state.counters["frac_bw"] = gbs / bw;
+    state.counters["read_gbs"] = footprint_bw;
+    state.counters["frac_read"] = gbs / footprint_bw;
 }
 BENCHMARK(BM_DecodeStep)->ArgName("ctx")->Arg(128)->Arg(1024)->Arg(2047)
     ->Iterations(40)->Unit(benchmark::kMillisecond)->UseRealTime();

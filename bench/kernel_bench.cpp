@@ -7,6 +7,8 @@
 //              (query, key) pair — the work a kernel that skips nothing visible must do
 //   frac_peak  gflops / fma_peak_gflops(threads)   (calibration.hpp, same process)
 //   gbs, frac_bw   (decode) K and V bytes the step must read / time, and / dram_read_gbs()
+//   frac_read  (decode) gbs / read_gbs(the K/V copies the calls rotate over): against reading
+//              that many bytes again and again, the bound where they fit in the last-level cache
 //   speedup    (reference benchmarks) reference time / optimized time on the same problem
 // Arg 0 of each benchmark is the thread count (0 = all OpenMP threads).
 //
@@ -86,6 +88,7 @@ void report(benchmark::State& state, const Problem& pr, double secs_total, int t
         const double gbs = pr.kv_bytes / per_call * 1e-9;
         state.counters["gbs"] = gbs;
         state.counters["frac_bw"] = gbs / attncheck::perf::dram_read_gbs();
+        state.counters["frac_read"] = gbs / attncheck::perf::read_gbs(pr.kv_bytes * pr.copies);
     }
 }
 
@@ -111,6 +114,7 @@ void BM_AttentionDecode(benchmark::State& state) {
     Problem& pr = problem(1, Tk, Tk - 1, kDecodeCopies);
     attncheck::perf::fma_peak_gflops(th.n);
     attncheck::perf::dram_read_gbs();
+    attncheck::perf::read_gbs(pr.kv_bytes * pr.copies);
     double secs = 0;
     int c = 0;
     for (auto _ : state) secs += run_once(attncheck::bench::optimized_kernel_under_bench(), pr, c++ % kDecodeCopies, true);

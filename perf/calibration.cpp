@@ -6,10 +6,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <map>
 #include <memory>
 #include <mutex>
+
+#include <unistd.h>
 
 #include <omp.h>
 
@@ -99,31 +102,36 @@ double fma_run(int threads, long iters) {
 
 namespace {
 
-double measure_dram_read_gbs() {
-    constexpr std::size_t kBytes = std::size_t(512) << 20;  // >> any L3 we run on
-    constexpr std::size_t n = kBytes / sizeof(float);
+// Best rate, over `passes` timed passes after a warm one, at which all OpenMP threads
+// stream-read a buffer of `bytes`, each thread its own contiguous part (first-touched by it).
+double measure_read_gbs(std::size_t bytes, int passes) {
+    const std::size_t n = std::max<std::size_t>(bytes / sizeof(float), 1);
     std::unique_ptr<float[]> buf(new float[n]);
     const int threads = omp_get_max_threads();
+    const auto part = [&](long t, std::size_t& lo, std::size_t& hi) {
+        lo = n / std::size_t(threads) * std::size_t(t);
+        hi = t + 1 == threads ? n : lo + n / std::size_t(threads);
+    };
     // First touch by the threads that will read (page placement), in the same static split.
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (long t = 0; t < threads; ++t) {
-        const std::size_t lo = n / std::size_t(threads) * std::size_t(t);
-        const std::size_t hi = t + 1 == threads ? n : lo + n / std::size_t(threads);
+        std::size_t lo, hi;
+        part(t, lo, hi);
         std::fill(buf.get() + lo, buf.get() + hi, 1.0f);
     }
     double best = 0;
-    for (int pass = 0; pass < 4; ++pass) {
+    for (int pass = 0; pass <= passes; ++pass) {  // pass 0 warms (caches, TLB), untimed
         float sink = 0;
         const auto t0 = Clock::now();
 #pragma omp parallel for schedule(static) num_threads(threads) reduction(+ : sink)
         for (long t = 0; t < threads; ++t) {
-            const std::size_t lo = n / std::size_t(threads) * std::size_t(t);
-            const std::size_t hi = t + 1 == threads ? n : lo + n / std::size_t(threads);
+            std::size_t lo, hi;
+            part(t, lo, hi);
             sink += stream_sum(buf.get() + lo, hi - lo);
         }
         const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
         g_sink = g_sink + sink;  // keeps the work observable
-        best = std::max(best, double(kBytes) / secs * 1e-9);
+        if (pass > 0) best = std::max(best, double(n * sizeof(float)) / secs * 1e-9);
     }
     return best;
 }
@@ -144,11 +152,37 @@ double fma_peak_gflops(int threads) {
     return best;
 }
 
+double last_level_cache_bytes() {
+    long llc = 0;
+#ifdef _SC_LEVEL3_CACHE_SIZE
+    llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (llc <= 0) llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
+#endif
+    return llc > 0 ? double(llc) : 0.0;
+}
+
+double dram_buffer_bytes() {
+    double bytes = std::max(double(std::size_t(512) << 20), 4.0 * last_level_cache_bytes());
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0) bytes = std::min(bytes, double(pages) * double(page) / 4.0);
+    return bytes;
+}
+
 double dram_read_gbs() {
     std::lock_guard<std::mutex> lock(g_mutex);
     static double memo = 0;
-    if (memo == 0) memo = measure_dram_read_gbs();
+    if (memo == 0) memo = measure_read_gbs(std::size_t(dram_buffer_bytes()), 4);
     return memo;
+}
+
+double read_gbs(double bytes) {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    static std::map<long, double> memo;
+    const long mib = std::max(1L, std::lround(bytes / double(1 << 20)));
+    if (auto it = memo.find(mib); it != memo.end()) return it->second;
+    // Enough passes for ~2 GB read in all: a small buffer's pass takes microseconds.
+    const int passes = int(std::clamp(2e9 / (double(mib) * double(1 << 20)), 4.0, 200.0));
+    return memo[mib] = measure_read_gbs(std::size_t(mib) << 20, passes);
 }
 
 }  // namespace attncheck::perf

@@ -18,8 +18,24 @@ double fma_peak_gflops(int threads);
 // (what fma_peak_gflops takes the best of).
 double fma_run(int threads, long iters);
 
-// DRAM read bandwidth in GB/s (1e9 bytes/s): all OpenMP threads stream-read a 512 MiB buffer
-// (far larger than the last-level cache), best of several passes. Memoized like the above.
+// DRAM read bandwidth in GB/s (1e9 bytes/s): all OpenMP threads stream-read a buffer of
+// 512 MiB or four times the last-level cache, whichever is larger (an Emerald Rapids Xeon has a
+// 300 MiB L3, through which a 512 MiB stream would partly be served), at most a quarter of
+// the memory; best of several passes. Memoized like the above.
 double dram_read_gbs();
+// The size of the buffer dram_read_gbs() reads, in bytes (what the rule above gives here).
+double dram_buffer_bytes();
+
+// Stream-read bandwidth in GB/s over a buffer of `bytes`, read pass after pass by all OpenMP
+// threads, best of several passes after a warm one: the rate at which this machine reads that
+// many bytes again and again, from wherever they stay between passes. That is the bound of a
+// benchmark that reads `bytes` per call, call after call: DRAM's when the bytes are far larger
+// than the last-level cache, the cache's when they fit (a decode step of `base` reads 118 MB,
+// which a 300 MiB L3 holds: there the step runs faster than DRAM, and a fraction of the DRAM
+// bandwidth exceeds 1 and says nothing). Memoized per size (rounded to 1 MiB).
+double read_gbs(double bytes);
+
+// The last-level cache in bytes, as the C library reports it (0 when it does not).
+double last_level_cache_bytes();
 
 }  // namespace attncheck::perf

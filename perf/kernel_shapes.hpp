@@ -20,8 +20,11 @@ namespace attncheck::perf {
 
 // B = 1, H = 8, Dk = Dv = 64, scale 1/8, causal: one layer of a small decoder.
 inline constexpr int kShapeHeads = 8, kShapeHeadDim = 64;
-// A decode step reads K and V from copies of the cache in turn, together larger than the L3, so
-// the step streams from DRAM as a real decoder's does (one layer's cache is evicted by the others).
+// A decode step reads K and V from copies of the cache in turn (67 MB in float32), together
+// larger than the L3 of most machines (32 MiB on a Zen 3 CCX), so the step streams from DRAM as a
+// real decoder's does (one layer's cache is evicted by the others). A 300 MiB L3 (Emerald Rapids)
+// holds them all: there the step outruns DRAM, and bench/kernel_bench.cpp's frac_read (against
+// perf::read_gbs of the same bytes) is the figure to read.
 inline constexpr int kDecodeCopies = 4;
 
 struct KernelShape {

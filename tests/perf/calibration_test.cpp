@@ -1,0 +1,36 @@
+// tests/perf/calibration_test.cpp — the machine's limits that the benchmarks divide by: what
+// they measure, not how fast this machine is (speed is measured in bench/, never here).
+#include <cmath>
+
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+
+#include "perf/calibration.hpp"
+
+using namespace attncheck;
+
+TEST_CASE("the DRAM stream outgrows the last-level cache: 512 MiB or four times the cache, at most a quarter of the memory") {
+    const double llc = perf::last_level_cache_bytes(), bytes = perf::dram_buffer_bytes();
+    const double memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGESIZE));
+    INFO("last-level cache " << llc << " bytes, buffer " << bytes << " bytes, memory " << memory);
+    CHECK(llc >= 0);
+    REQUIRE(memory > 0);
+    CHECK(bytes <= memory / 4);
+    if (memory / 4 >= 4 * llc && memory / 4 >= double(512 << 20)) {
+        CHECK(bytes >= 4 * llc);
+        CHECK(bytes >= double(512 << 20));
+    }
+}
+
+TEST_CASE("read_gbs measures a positive, finite rate, memoized per MiB of the footprint") {
+    const double small = perf::read_gbs(1.0);  // rounds up to the smallest buffer, 1 MiB
+    CHECK(std::isfinite(small));
+    CHECK(small > 0);
+    const double r = perf::read_gbs(4.0 * (1 << 20));
+    CHECK(std::isfinite(r));
+    CHECK(r > 0);
+    // The same MiB count is the same measurement: a benchmark and its report divide by one value.
+    CHECK(perf::read_gbs(4.0 * (1 << 20) + 1000.0) == r);
+    CHECK(perf::read_gbs(1.0) == small);
+}
