@@ -1,6 +1,6 @@
 // optimized/key_tile.hpp — moving keys into the attention kernel's tiles (attention_kernel.cpp):
-// the transpose of a tile of keys into Kt [Dk, 64], and the prefetch of the next tile. Per
-// target, like vec16.hpp (an in-register transpose on AVX-512 and AVX2, a plain loop on scalar).
+// the transpose of a tile of keys into Kt [Dk, 64]. Per target, like vec16.hpp (an in-register
+// transpose on AVX-512 and AVX2, a plain loop on scalar).
 #include <algorithm>
 #include <cstdint>
 
@@ -18,11 +18,6 @@ HWY_BEFORE_NAMESPACE();
 namespace attncheck::optimized::attention_detail::HWY_NAMESPACE {
 // Internal linkage, as for the rest of the kernel's pieces: only attention_kernel.cpp includes this.
 namespace {
-
-// Software prefetch of n contiguous floats into L2 (one request per 64-byte line).
-inline void prefetch_rows(const float* p, std::int64_t n) {
-    for (std::int64_t i = 0; i < n; i += 16) _mm_prefetch(reinterpret_cast<const char*>(p + i), _MM_HINT_T1);
-}
 
 // Kt[c, jj] = k[t0 + jj, c] for jj < nk, 0 for nk <= jj < 64 (keys past the last visible one
 // are never read: they may be padding garbage).
