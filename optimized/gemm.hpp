@@ -11,7 +11,7 @@
 //   - M > kSmallM rows (prefill, teacher-forced): a BLIS-style GEMM. x is packed once per call
 //     (in parallel) into micro-panels [kc, kMR]; a tile's (mc x kc) block of them stays in L2,
 //     a weight micro-panel [kc, 32] in L1 while kMR x 32 outputs accumulate in 24 registers.
-//     OpenMP over (row block, column block) tiles.
+//     OpenMP over (row block, column block) tiles, dynamically scheduled.
 //   - M <= kSmallM rows (a decode step, a small batch): a GEMV limited by memory bandwidth.
 //     Each weight is read exactly once, several panels at a time (independent FMA chains), the
 //     two threads on disjoint panel ranges.
