@@ -20,6 +20,12 @@
 // the binary sets it (SkylakeX with AVX-512 F/BW/DQ/VL, else Haswell) and runs itself again.
 // The core torch ran on is printed and kept in the JSON context (torch_blas_core).
 //
+// Settling: after a parallel call OpenBLAS's worker threads spin for 2^28 TSC cycles (about
+// 0.1 s) before they sleep, so in an alternation the call after torch's shares the cores with
+// them: ours ran 4-13% slower by prefill tokens/s (three alternating runs of each on this VM).
+// The binary therefore sleeps --settle-ms (default 150) after each torch call, outside both
+// timings. Ours needs no such pause: its threads spin for GOMP_SPINCOUNT=10000 (microseconds).
+//
 // Threads: ours runs OMP_NUM_THREADS (default: every core); torch runs with
 // --torch-threads intra-op threads (default 1) and OpenBLAS with --blas-threads (default: every
 // core): on 2 vCPUs that is libtorch's best setting for both figures (two intra-op threads on
@@ -41,6 +47,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <benchmark/benchmark.h>
@@ -62,6 +69,7 @@ using Clock = std::chrono::steady_clock;
 int g_torch_threads = 1;
 int g_blas_threads = 0;  // 0: every core
 int g_our_threads = 0;   // OMP_NUM_THREADS at start-up (libtorch's intra-op pool is libgomp's too)
+int g_settle_ms = 150;   // pause after each torch call (see the top of the file)
 
 torch::Tensor to_torch(const Tensor& t) {
     std::vector<int64_t> shape(t.shape.begin(), t.shape.end());
@@ -271,6 +279,11 @@ void set_torch_threads() {
         set(g_blas_threads > 0 ? g_blas_threads : omp_get_num_procs());
 }
 
+// Lets OpenBLAS's spinning workers go to sleep before the other side's call.
+void settle_after_torch() {
+    if (g_settle_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(g_settle_ms));
+}
+
 template <class F>
 double seconds_of(F&& f) {
     const auto t0 = Clock::now();
@@ -289,6 +302,7 @@ void BM_PrefillVsTorch(benchmark::State& state) {
     for (auto _ : state) {
         set_torch_threads();
         t_torch += seconds_of([&] { benchmark::DoNotOptimize(theirs().forward(tokens).data_ptr()); });
+        settle_after_torch();
         use_our_threads();
         t_ours += seconds_of([&] { benchmark::DoNotOptimize(ours().forward(tokens).data()); });
     }
@@ -319,6 +333,7 @@ void BM_DecodeVsTorch(benchmark::State& state) {
         // Every step is at position ctx: it reads ctx cached positions plus its own.
         set_torch_threads();
         t_torch += seconds_of([&] { benchmark::DoNotOptimize(theirs().extend(cache, {token}).data_ptr()); });
+        settle_after_torch();
         cache.len = ctx;
         use_our_threads();
         t_ours += seconds_of([&] { benchmark::DoNotOptimize(s.step(token).data()); });
@@ -380,6 +395,7 @@ int main(int argc, char** argv) {
         const std::string a = argv[i];
         if (a.rfind("--torch-threads=", 0) == 0) g_torch_threads = std::max(1, std::atoi(a.c_str() + 16));
         else if (a.rfind("--blas-threads=", 0) == 0) g_blas_threads = std::max(0, std::atoi(a.c_str() + 15));
+        else if (a.rfind("--settle-ms=", 0) == 0) g_settle_ms = std::max(0, std::atoi(a.c_str() + 12));
         else rest.push_back(argv[i]);
     }
     int n = int(rest.size());
@@ -391,6 +407,7 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("our_threads", std::to_string(g_our_threads));
     benchmark::AddCustomContext("torch_intra_op_threads", std::to_string(g_torch_threads));
     std::printf("torch peer: OpenBLAS core %s\n", blas_core().empty() ? "(not OpenBLAS)" : blas_core().c_str());
+    benchmark::AddCustomContext("settle_ms_after_torch", std::to_string(g_settle_ms));
     benchmark::AddCustomContext("torch_blas_core", blas_core().empty() ? "not OpenBLAS" : blas_core());
     benchmark::AddCustomContext("blas_threads", std::to_string(g_blas_threads > 0 ? g_blas_threads : omp_get_num_procs()));
     benchmark::RunSpecifiedBenchmarks();
