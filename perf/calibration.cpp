@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <utility>
 
 #include <unistd.h>
 
@@ -177,12 +178,14 @@ double dram_read_gbs() {
 
 double read_gbs(double bytes) {
     std::lock_guard<std::mutex> lock(g_mutex);
-    static std::map<long, double> memo;
+    static std::map<std::pair<long, int>, double> memo;
     const long mib = std::max(1L, std::lround(bytes / double(1 << 20)));
-    if (auto it = memo.find(mib); it != memo.end()) return it->second;
+    // One thread cannot draw what two do: a benchmark on one thread divides by one thread's rate.
+    const std::pair<long, int> key{mib, omp_get_max_threads()};
+    if (auto it = memo.find(key); it != memo.end()) return it->second;
     // Enough passes for ~2 GB read in all: a small buffer's pass takes microseconds.
     const int passes = int(std::clamp(2e9 / (double(mib) * double(1 << 20)), 4.0, 200.0));
-    return memo[mib] = measure_read_gbs(std::size_t(mib) << 20, passes);
+    return memo[key] = measure_read_gbs(std::size_t(mib) << 20, passes);
 }
 
 }  // namespace attncheck::perf

@@ -4,6 +4,8 @@
 
 #include <unistd.h>
 
+#include <omp.h>
+
 #include <catch2/catch.hpp>
 
 #include "perf/calibration.hpp"
@@ -33,4 +35,23 @@ TEST_CASE("read_gbs measures a positive, finite rate, memoized per MiB of the fo
     // The same MiB count is the same measurement: a benchmark and its report divide by one value.
     CHECK(perf::read_gbs(4.0 * (1 << 20) + 1000.0) == r);
     CHECK(perf::read_gbs(1.0) == small);
+}
+
+TEST_CASE("read_gbs is measured per team size: one thread's rate is not the whole team's") {
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    const double one = perf::read_gbs(2.0 * (1 << 20));
+    omp_set_num_threads(saved);
+    CHECK(one > 0);
+    if (saved > 1) {
+        // A separate measurement, not the memo of the one-thread call: two timings never give
+        // the same double, the memo returns the same one. Then each is memoized under its key.
+        const double team = perf::read_gbs(2.0 * (1 << 20));
+        CHECK(team > 0);
+        CHECK(team != one);
+        CHECK(perf::read_gbs(2.0 * (1 << 20)) == team);
+        omp_set_num_threads(1);
+        CHECK(perf::read_gbs(2.0 * (1 << 20)) == one);
+        omp_set_num_threads(saved);
+    }
 }
