@@ -377,10 +377,11 @@ const char* better_blas_core(const std::string& core) {
 }
 
 int main(int argc, char** argv) {
-    if (const char* core = better_blas_core(blas_core())) {
+    const std::string core = blas_core();
+    if (const char* better = better_blas_core(core)) {
         std::fprintf(stderr, "attncheck_peer_torch: OpenBLAS chose its %s kernels on this CPU; running "
-                     "again with OPENBLAS_CORETYPE=%s\n", blas_core().c_str(), core);
-        setenv("OPENBLAS_CORETYPE", core, 1);
+                     "again with OPENBLAS_CORETYPE=%s\n", core.c_str(), better);
+        setenv("OPENBLAS_CORETYPE", better, 1);
         execv("/proc/self/exe", argv);
         std::perror("attncheck_peer_torch: re-exec with OPENBLAS_CORETYPE failed; going on");
     }
@@ -406,9 +407,9 @@ int main(int argc, char** argv) {
     use_our_threads();
     benchmark::AddCustomContext("our_threads", std::to_string(g_our_threads));
     benchmark::AddCustomContext("torch_intra_op_threads", std::to_string(g_torch_threads));
-    std::printf("torch peer: OpenBLAS core %s\n", blas_core().empty() ? "(not OpenBLAS)" : blas_core().c_str());
+    std::printf("torch peer: OpenBLAS core %s\n", core.empty() ? "(not OpenBLAS)" : core.c_str());
     benchmark::AddCustomContext("settle_ms_after_torch", std::to_string(g_settle_ms));
-    benchmark::AddCustomContext("torch_blas_core", blas_core().empty() ? "not OpenBLAS" : blas_core());
+    benchmark::AddCustomContext("torch_blas_core", core.empty() ? "not OpenBLAS" : core);
     benchmark::AddCustomContext("blas_threads", std::to_string(g_blas_threads > 0 ? g_blas_threads : omp_get_num_procs()));
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
