@@ -27,8 +27,9 @@ double dram_read_gbs();
 double dram_buffer_bytes();
 
 // Stream-read bandwidth in GB/s over a buffer of `bytes`, read pass after pass by the calling
-// thread's OpenMP team (omp_get_max_threads()), best of several passes after a warm one: the rate at which this machine reads that
-// many bytes again and again, from wherever they stay between passes. That is the bound of a
+// thread's OpenMP team (omp_get_max_threads()), best of several passes after a warm one: the
+// rate at which this machine reads that many bytes again and again, from wherever they stay
+// between passes. That is the bound of a
 // benchmark that reads `bytes` per call, call after call: DRAM's when the bytes are far larger
 // than the last-level cache, the cache's when they fit (a decode step of `base` reads 118 MB,
 // which a 300 MiB L3 holds: there the step runs faster than DRAM, and a fraction of the DRAM
