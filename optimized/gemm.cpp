@@ -305,12 +305,12 @@ float* thread_scratch(std::size_t n, int which) {
     return b.data();
 }
 
-// x packed once per call, for every tile: row block ib (kMC rows), K block kb (kc deep) is
-// micro-panels [kc, kMR] (rows past m zero) at apack + ib * kMC * K + k0 * kMC; micro-panel
+// x packed once per call, for every tile: row block ib (kMC rows), K block kb (kc_block deep)
+// is micro-panels [kc, kMR] (rows past m zero) at apack + ib * kMC * K + k0 * kMC; micro-panel
 // ip of it at + ip * kc * kMR. Packing it per tile instead would redo it for every column
 // block: 32 times over for the logits (V = 8192 columns), ~8% of a prefill.
-void pack_x_unit(const float* x, int m, int ldx, int K, int ib, int k0, int ip, float* apack) {
-    const int kc = std::min(k_block(), K - k0);
+void pack_x_unit(const float* x, int m, int ldx, int K, int kc_block, int ib, int k0, int ip, float* apack) {
+    const int kc = std::min(kc_block, K - k0);
     float* dst = apack + std::size_t(ib) * kMC * std::size_t(K) + std::size_t(k0) * kMC +
                  std::size_t(ip) * std::size_t(kc) * kMR;
     for (int r = 0; r < kMR; ++r) {
@@ -340,7 +340,7 @@ void gemm(const PackedMatrix& W, const float* x, int m, int ldx, float* y, int l
 #pragma omp for schedule(static)
         for (int u = 0; u < units; ++u) {
             const int ip = u % (kMC / kMR), kb = (u / (kMC / kMR)) % k_blocks, ib = u / (kMC / kMR) / k_blocks;
-            if (ib * kMC + ip * kMR < m) pack_x_unit(x, m, ldx, K, ib, kb * kKC, ip, apack);
+            if (ib * kMC + ip * kMR < m) pack_x_unit(x, m, ldx, K, kKC, ib, kb * kKC, ip, apack);
         }
         // (the implicit barrier of the loop above: x is packed before any tile reads it)
         // Dynamic: a tile is one thread's from its first K block to its last, so which thread
