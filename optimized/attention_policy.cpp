@@ -354,35 +354,42 @@ std::size_t TeacherAttention::at(int b, int hh, int t, int heads) const {
            std::size_t(P.config.head_dim());
 }
 
-// rows of src [M, ld] (column offset col0, `heads` heads of dk) -> dst [B, heads, Tmax, dk], and back.
-// Parallel over (sequence, position) pairs, not sequences: a single sequence (B = 1, every
-// teacher-forced forward) would otherwise copy on one thread while the others wait.
-void TeacherAttention::scatter(const float* src, std::size_t ld, int col0, int heads, std::vector<float>& dst) const {
-    const int B = int(len.size()), dk = P.config.head_dim();
-    const std::int64_t pairs = std::int64_t(B) * Tmax;
+namespace {
+
+// f(b, t) for every position t < len[b] of every sequence b, in parallel over (sequence,
+// position) pairs, not sequences: a single sequence (B = 1, every teacher-forced forward) would
+// otherwise run on one thread while the others wait.
+template <class F>
+void for_each_position(const std::vector<int>& len, int Tmax, F&& f) {
+    const std::int64_t pairs = std::int64_t(len.size()) * Tmax;
 #pragma omp parallel for schedule(static)
     for (std::int64_t i = 0; i < pairs; ++i) {
         const int b = int(i / Tmax), t = int(i % Tmax);
-        if (t >= len[std::size_t(b)]) continue;
+        if (t < len[std::size_t(b)]) f(b, t);
+    }
+}
+
+}  // namespace
+
+// rows of src [M, ld] (column offset col0, `heads` heads of dk) -> dst [B, heads, Tmax, dk], and back.
+void TeacherAttention::scatter(const float* src, std::size_t ld, int col0, int heads, std::vector<float>& dst) const {
+    const int dk = P.config.head_dim();
+    for_each_position(len, Tmax, [&](int b, int t) {
         for (int hh = 0; hh < heads; ++hh)
             std::memcpy(dst.data() + at(b, hh, t, heads),
                         src + std::size_t(row0[std::size_t(b)] + t) * ld + std::size_t(col0 + hh * dk),
                         sizeof(float) * std::size_t(dk));
-    }
+    });
 }
 
 void TeacherAttention::gather(float* att) const {
-    const int B = int(len.size()), H = P.config.n_heads, dk = P.config.head_dim();
+    const int H = P.config.n_heads, dk = P.config.head_dim();
     const std::size_t d = std::size_t(P.config.d_model);
-    const std::int64_t pairs = std::int64_t(B) * Tmax;
-#pragma omp parallel for schedule(static)
-    for (std::int64_t i = 0; i < pairs; ++i) {
-        const int b = int(i / Tmax), t = int(i % Tmax);
-        if (t >= len[std::size_t(b)]) continue;
+    for_each_position(len, Tmax, [&](int b, int t) {
         for (int hh = 0; hh < H; ++hh)
             std::memcpy(att + std::size_t(row0[std::size_t(b)] + t) * d + std::size_t(hh * dk),
                         oh.data() + at(b, hh, t, H), sizeof(float) * std::size_t(dk));
-    }
+    });
 }
 
 void TeacherAttention::self(int, float* qkv, float* att) {
