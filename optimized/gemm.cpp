@@ -216,17 +216,20 @@ void tile(int kc, const float* a, std::ptrdiff_t a_rs, std::ptrdiff_t a_ks, cons
           std::ptrdiff_t b_ps, const TileIO& io) {
     constexpr int NC = NP * kNR;
     float acc[MR][NC] = {};
+    // m_valid <= MR and n_valid <= NC always; the bounds say so to the compiler too (g++ 12
+    // otherwise warns of the copy below past acc in tile<1, 1>).
+    const int m_valid = std::min(io.m_valid, MR), n_valid = std::min(io.n_valid, NC);
     if (io.c_in)
-        for (int r = 0; r < io.m_valid; ++r)
-            for (int j = 0; j < io.n_valid; ++j) acc[r][j] = io.c_in[r * io.ld_in + j];
+        for (int r = 0; r < m_valid; ++r)
+            for (int j = 0; j < n_valid; ++j) acc[r][j] = io.c_in[r * io.ld_in + j];
     for (int k = 0; k < kc; ++k)
         for (int r = 0; r < MR; ++r) {
             const float av = a[r * a_rs + k * a_ks];
             for (int j = 0; j < NC; ++j)
                 acc[r][j] = std::fma(av, b[(j / kNR) * b_ps + std::ptrdiff_t(k) * kNR + j % kNR], acc[r][j]);
         }
-    for (int r = 0; r < io.m_valid; ++r)
-        for (int j = 0; j < io.n_valid; ++j) {
+    for (int r = 0; r < m_valid; ++r)
+        for (int j = 0; j < n_valid; ++j) {
             float v = acc[r][j];
             if (io.bias) v += io.bias[j];
             if (io.relu) v = v > 0.0f ? v : 0.0f;
@@ -434,6 +437,16 @@ void gemv_rows(const PackedMatrix& W, const float* x, int ldx, float* y, int ldy
     }
 }
 
+// gemv_rows with np panels per tile, np one of NP, NP/2, ..., 1.
+template <int MR, int NP>
+void gemv(int np, const PackedMatrix& W, const float* x, int ldx, float* y, int ldy, bool relu,
+          const float* residual, int ldr) {
+    if constexpr (NP > 1) {
+        if (np < NP) return gemv<MR, NP / 2>(np, W, x, ldx, y, ldy, relu, residual, ldr);
+    }
+    gemv_rows<MR, NP>(W, x, ldx, y, ldy, relu, residual, ldr);
+}
+
 }  // namespace
 
 void linear_target(const PackedMatrix& W, const float* x, int m, int ldx, float* y, int ldy,
@@ -443,15 +456,18 @@ void linear_target(const PackedMatrix& W, const float* x, int m, int ldx, float*
     // combined with no activation, so the two never need ordering against each other here.
     const bool post_act = act == Activation32::gelu || act == Activation32::gelu_tanh;
     const float* res = post_act ? nullptr : residual;
-    // Panels per GEMV tile: enough independent FMA chains to hide the latency while the weights
-    // stream, few enough for the registers (AVX2: 8 to 12 accumulators of 8 floats; tile_rows
-    // splits 4 rows into tiles of 3 and 1, the second reading the panel again from cache).
+    // Panels per GEMV tile at most: enough independent FMA chains to hide the latency while the
+    // weights stream, few enough for the registers (AVX2: 8 to 12 accumulators of 8 floats;
+    // tile_rows splits 4 rows into tiles of 3 and 1, the second reading the panel again from
+    // cache). Fewer when that leaves threads idle (gemv_panels_per_tile).
     constexpr bool narrow = HWY_TARGET == HWY_AVX2;
+    const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+    auto np = [&](int max_np) { return gemv_panels_per_tile(W.num_panels(), threads, max_np); };
     switch (m) {
-        case 1: gemv_rows<1, narrow ? 2 : 8>(W, x, ldx, y, ldy, relu, res, ldr); break;
-        case 2: gemv_rows<2, narrow ? 1 : 4>(W, x, ldx, y, ldy, relu, res, ldr); break;
-        case 3: gemv_rows<3, narrow ? 1 : 3>(W, x, ldx, y, ldy, relu, res, ldr); break;
-        case 4: gemv_rows<4, narrow ? 1 : 3>(W, x, ldx, y, ldy, relu, res, ldr); break;
+        case 1: gemv<1, narrow ? 2 : 8>(np(narrow ? 2 : 8), W, x, ldx, y, ldy, relu, res, ldr); break;
+        case 2: gemv<2, narrow ? 1 : 4>(np(narrow ? 1 : 4), W, x, ldx, y, ldy, relu, res, ldr); break;
+        case 3: gemv<3, narrow ? 1 : 3>(np(narrow ? 1 : 3), W, x, ldx, y, ldy, relu, res, ldr); break;
+        case 4: gemv<4, narrow ? 1 : 3>(np(narrow ? 1 : 3), W, x, ldx, y, ldy, relu, res, ldr); break;
         default: gemm(W, x, m, ldx, y, ldy, relu, res, ldr); break;
     }
     if (post_act) {
@@ -509,6 +525,18 @@ PackedMatrix pack_weights(const std::vector<WeightPart>& parts, int k) {
 
 PackedMatrix pack_weights(const float* w, int n, int k, const float* bias) {
     return pack_weights(std::vector<WeightPart>{{w, n, bias}}, k);
+}
+
+int gemv_panels_per_tile(int panels, int threads, int max_np) {
+    threads = std::max(threads, 1);
+    int best = 0, best_load = 0;
+    for (int np = std::max(max_np, 1); np >= 1; np /= 2) {
+        const int tiles = (panels + np - 1) / np;
+        // The first threads of a static schedule take ceil(tiles / threads) tiles each.
+        const int load = std::min((tiles + threads - 1) / threads * np, panels);
+        if (best == 0 || load < best_load) best = np, best_load = load;
+    }
+    return best;
 }
 
 float activate32(Activation32 a, float v) {

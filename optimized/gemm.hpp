@@ -14,7 +14,9 @@
 //     OpenMP over (row block, column block) tiles, dynamically scheduled.
 //   - M <= kSmallM rows (a decode step, a small batch): a GEMV limited by memory bandwidth.
 //     Each weight is read exactly once, several panels at a time (independent FMA chains), the
-//     two threads on disjoint panel ranges.
+//     threads on disjoint panel ranges. How many panels a tile takes depends on the thread
+//     count (gemv_panels_per_tile): with many threads, fewer panels per tile so that every
+//     thread streams a share of the weights.
 //
 // Determinism: every output element is accumulated by one thread, starting at 0, with one FMA
 // per reduction index in the order k = 0, 1, ..., then + bias, activation, + residual. The K
@@ -83,6 +85,13 @@ enum class Activation32 { none, relu, gelu, gelu_tanh };
 // on first use, so a call with m <= kSmallM allocates nothing.
 void linear(const PackedMatrix& W, const float* x, int m, int ldx, float* y, int ldy,
             Activation32 act = Activation32::none, const float* residual = nullptr, int ldr = 0);
+
+// Panels per GEMV tile for a matrix of `panels` panels on `threads` threads, at most `max_np`:
+// the value in max_np, max_np/2, ..., 1 that leaves the fewest panels to the busiest thread
+// (tiles are dealt out in contiguous static chunks), the largest on a tie (more FMA chains per
+// tile). E.g. 16 panels: 8 per tile on 2 threads, 1 on 16. Exposed for tests; the result never
+// changes the bits, only which thread computes which columns.
+int gemv_panels_per_tile(int panels, int threads, int max_np);
 
 // The element-wise activation used in linear()'s epilogue (exposed for tests).
 float activate32(Activation32 a, float v);

@@ -2,11 +2,14 @@
 //
 // Exact properties (bitwise): linear() equals the plain triple loop with the same order of
 // operations on odd sizes (ragged panels, with and without bias, concatenated weights), and its
-// result does not depend on the thread count.
+// result does not depend on the thread count, nor on the GEMV's panels per tile that the thread
+// count picks.
 //
 // Dimension legend: M/N/K = the matrix product's rows, outputs, reduction.
+#include <algorithm>
 #include <cstddef>
 #include <random>
+#include <set>
 #include <tuple>
 #include <vector>
 
@@ -103,3 +106,78 @@ TEST_CASE("linear() is bitwise the same on 1 and 2 threads", "[optimized][gemm][
     }
 }
 
+
+TEST_CASE("the GEMV's panels per tile keep every thread busy", "[optimized][gemm][threads]") {
+    using optimized::gemv_panels_per_tile;
+    // The busiest thread's panels under a static schedule of ceil(P / np) tiles.
+    auto load = [](int panels, int threads, int np) {
+        const int tiles = (panels + np - 1) / np;
+        return std::min((tiles + threads - 1) / threads * np, panels);
+    };
+    // The `base` model's matrices (d 512, f 2048, V 8192): 16, 48, 64 and 256 panels. On 1 and
+    // 2 threads the widest tiles already split evenly, so they are kept.
+    for (int panels : {16, 48, 64, 256}) {
+        CHECK(gemv_panels_per_tile(panels, 1, 8) == 8);
+        CHECK(gemv_panels_per_tile(panels, 2, 8) == 8);
+    }
+    // On 16 threads the 512-column products get a panel per thread instead of 2 tiles of 8
+    // (14 threads idle), and the 1536-column one 3 panels per thread instead of 8.
+    CHECK(gemv_panels_per_tile(16, 16, 8) == 1);
+    CHECK(gemv_panels_per_tile(48, 16, 8) == 1);
+    CHECK(gemv_panels_per_tile(64, 16, 8) == 4);
+    CHECK(gemv_panels_per_tile(256, 16, 8) == 8);
+    CHECK(gemv_panels_per_tile(9, 3, 3) == 3);   // 3 tiles of 3, or 3 panels each one by one
+    CHECK(gemv_panels_per_tile(10, 3, 3) == 1);  // 4 tiles of 3: 6 panels on one thread
+    CHECK(gemv_panels_per_tile(5, 0, 8) == 8);   // a thread count below 1 counts as 1
+    for (int max_np : {1, 2, 3, 4, 8})
+        for (int panels = 1; panels <= 300; ++panels)
+            for (int threads : {1, 2, 3, 4, 5, 7, 8, 12, 16, 64}) {
+                const int np = gemv_panels_per_tile(panels, threads, max_np);
+                INFO("panels " << panels << ", threads " << threads << ", max " << max_np << ": " << np);
+                bool in_sequence = false;
+                for (int c = max_np; c >= 1; c /= 2) in_sequence = in_sequence || c == np;
+                REQUIRE(in_sequence);
+                for (int c = max_np; c >= 1; c /= 2) {
+                    REQUIRE(load(panels, threads, np) <= load(panels, threads, c));
+                    if (c > np) REQUIRE(load(panels, threads, np) < load(panels, threads, c));
+                }
+            }
+}
+
+TEST_CASE("the GEMV equals the plain loop bitwise for every panels-per-tile choice", "[optimized][gemm][threads]") {
+    // The thread count picks how many panels a GEMV tile takes (gemv_panels_per_tile); 300
+    // columns are 10 panels, which 1, 3, 5 and 16 threads group by 8, 4, 2 and 1 (at most 8 per
+    // tile) and 4, 4, 2, 1 (at most 4). No choice may change a bit.
+    {
+        std::set<int> chosen;
+        for (int threads : {1, 2, 3, 5, 16}) chosen.insert(optimized::gemv_panels_per_tile(10, threads, 8));
+        REQUIRE(chosen == std::set<int>{1, 2, 4, 8});
+    }
+    std::mt19937_64 rng(31);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (int m : {1, 2, 3, 4})
+        for (int n : {33, 300, 1000})
+            for (int k : {7, 257})
+                for (int with_residual : {0, 1}) {
+                    const int ldx = k + 1, ldy = n + 3;
+                    std::vector<float> w(std::size_t(n) * k), b(static_cast<std::size_t>(n)), x(std::size_t(m) * ldx),
+                        r(std::size_t(m) * ldy);
+                    for (auto* v : {&w, &b, &x, &r})
+                        for (float& e : *v) e = u(rng);
+                    const auto W = optimized::pack_weights(w.data(), n, k, b.data());
+                    std::vector<float> want(r);
+                    optimized::linear_naive(w.data(), b.data(), n, k, x.data(), m, ldx, want.data(), ldy,
+                                            Activation32::relu, with_residual ? r.data() : nullptr, ldy);
+                    for (int threads : {1, 2, 3, 5, 16}) {
+                        ThreadCount t(threads);
+                        std::vector<float> got(r);
+                        optimized::linear(W, x.data(), m, ldx, got.data(), ldy, Activation32::relu,
+                                          with_residual ? got.data() : nullptr, ldy);
+                        INFO("M=" << m << " N=" << n << " K=" << k << " residual=" << with_residual << ", "
+                                  << threads << " threads ("
+                                  << optimized::gemv_panels_per_tile(W.num_panels(), threads, 8)
+                                  << " panels per tile at most 8)");
+                        REQUIRE(got == want);
+                    }
+                }
+}
