@@ -171,8 +171,8 @@ void add_run_options(CLI::App* sub, BenchArgs& a) {
                     "fails (default 0.10)")
         ->check(CLI::Range(0.0, 100.0))->type_name("FRACTION");
     sub->add_option("--min-frac-peak", a.min_frac_peak,
-                    "A shape whose median reaches less than this fraction of its bound (FMA peak; DRAM bandwidth "
-                    "for decode) fails")
+                    "A shape whose median reaches less than this fraction of its bound (FMA peak; for decode the "
+                    "rate of reading its K/V copies, DRAM's where they exceed the last-level cache) fails")
         ->check(CLI::Range(1e-6, 10.0))->type_name("FRACTION");
     sub->add_option("--json", a.json, "Write the results as Google-Benchmark-shaped JSON (tools/perf_gate.py reads it)")
         ->type_name("FILE");

@@ -341,7 +341,7 @@ double median(std::vector<double> v) {
 }
 
 double frac_bound(const ShapeResult& s, const Calibration& c, double secs) {
-    return s.shape.decode ? gbs(s, secs) / c.dram_read_gbs : gflops(s, secs) / c.fma_peak_gflops;
+    return s.shape.decode ? frac_read(s, secs) : gflops(s, secs) / c.fma_peak_gflops;
 }
 
 std::string describe(const Kernel& k) {
@@ -396,6 +396,13 @@ Result run(const Options& o) {
     r.calibration.dram_read_gbs = perf::dram_read_gbs();
     omp_set_num_threads(o.threads);
     r.calibration.fma_peak_gflops = perf::fma_peak_gflops(o.threads);
+    for (std::size_t i = 0; i < o.shapes.size(); ++i) {
+        ShapeResult& s = r.shapes[i];
+        if (!s.shape.decode) continue;
+        const double copies = problems[i].copies;
+        s.read_gbs = perf::read_gbs(s.kv_bytes * copies);
+        if (o.baseline) s.baseline_read_gbs = perf::read_gbs(s.baseline_kv_bytes * copies);
+    }
     for (std::size_t i = 0; i < o.shapes.size(); ++i) {
         ShapeResult& s = r.shapes[i];
         time_shape(o, candidates[i], o.baseline ? &baselines[i] : nullptr, s);

@@ -73,6 +73,10 @@ struct ShapeResult {
     perf::KernelShape shape;
     double useful_flops = 0;
     double kv_bytes = 0, baseline_kv_bytes = 0;  // in each kernel's dtype (half of float32's for bf16)
+    // Decode: perf::read_gbs of the K/V copies the calls rotate over (each kernel's bytes), on the
+    // bench's threads: the rate of reading that footprint again and again, which is DRAM's where
+    // it exceeds the last-level cache and the cache's where it fits.
+    double read_gbs = 0, baseline_read_gbs = 0;
     double worst_ratio = 0, baseline_worst_ratio = 0;  // correctness: worst test ratio vs the bound
     std::string checked;  // which heads the check compared, e.g. "all 8 heads", "heads 0 and 7"
     Timing candidate, baseline;
@@ -101,8 +105,12 @@ inline double gflops(const ShapeResult& s, double secs) { return s.useful_flops 
 inline double gbs(const ShapeResult& s, double secs, bool baseline = false) {
     return (baseline ? s.baseline_kv_bytes : s.kv_bytes) / secs * 1e-9;
 }
-// The fraction of the shape's bound a candidate's call time reaches: of the DRAM bandwidth for a
-// decode step (it must stream K and V), of the FMA peak otherwise.
+// That GB/s over the rate of reading the same footprint (decode shapes).
+inline double frac_read(const ShapeResult& s, double secs, bool baseline = false) {
+    return gbs(s, secs, baseline) / (baseline ? s.baseline_read_gbs : s.read_gbs);
+}
+// The fraction of the shape's bound a candidate's call time reaches: for a decode step (it must
+// read K and V) of the rate of reading its K/V copies (read_gbs), otherwise of the FMA peak.
 double frac_bound(const ShapeResult& s, const Calibration& c, double secs);
 
 double median(std::vector<double> v);

@@ -23,8 +23,9 @@ inline constexpr int kShapeHeads = 8, kShapeHeadDim = 64;
 // A decode step reads K and V from copies of the cache in turn (67 MB in float32), together
 // larger than the L3 of most machines (32 MiB on a Zen 3 CCX), so the step streams from DRAM as a
 // real decoder's does (one layer's cache is evicted by the others). A 300 MiB L3 (Emerald Rapids)
-// holds them all: there the step outruns DRAM, and bench/kernel_bench.cpp's frac_read (against
-// perf::read_gbs of the same bytes) is the figure to read.
+// holds them all: there the step outruns DRAM, and the figure to read is frac_read, against
+// perf::read_gbs of the same bytes (bench/kernel_bench.cpp; `attncheck bench`'s "of read", the
+// bound of its verdict).
 inline constexpr int kDecodeCopies = 4;
 
 struct KernelShape {

@@ -85,7 +85,15 @@ TEST_CASE("bench: a library kernel against a baseline, decode", "[cli][bench]") 
     const auto base = iterations(doc, "attncheck_bench_baseline/decode-4096/threads:" + threads);
     REQUIRE(cand.size() == 2);
     REQUIRE(base.size() == 2);
-    for (const char* key : {"gbs", "frac_bw", "speedup"}) CHECK(cand[0].at(key).get<double>() > 0);
+    for (const char* key : {"gbs", "frac_bw", "read_gbs", "frac_read", "speedup"}) CHECK(cand[0].at(key).get<double>() > 0);
+    for (const char* key : {"gbs", "frac_bw", "read_gbs", "frac_read"}) CHECK(base[0].at(key).get<double>() > 0);
+    // frac_read is the K/V rate over the rate of reading the same 4 copies (67.1 MB in float32).
+    for (const auto* e : {&cand[0], &base[0]})
+        CHECK(e->at("frac_read").get<double>() ==
+              Approx(e->at("gbs").get<double>() / e->at("read_gbs").get<double>()).epsilon(1e-9));
+    CHECK(has(r.out, "decode-4096 bound (this process): reading its 4 K/V copies again and again on " + threads +
+                         " threads, 67.1 MB at "));
+    CHECK(has(r.out, "of read"));
     REQUIRE(doc.at("attncheck_comparison").size() == 1);
     CHECK(doc.at("attncheck_comparison")[0].at("ratios").size() == 2);
     CHECK(doc.at("attncheck_comparison")[0].at("slower") == false);  // 2 pairs cannot reach p < 0.05
@@ -101,6 +109,28 @@ TEST_CASE("bench: --min-frac-peak fails a shape below it", "[cli][bench]") {
     CHECK(has(r.out, "verdict: FAIL — below --min-frac-peak: prefill-512"));
     const nlohmann::json doc = nlohmann::json::parse(slurp(dir.file("v.json")));
     CHECK(doc.at("attncheck_verdict").at("failed") == true);
+}
+
+TEST_CASE("bench: a decode shape's verdict divides by the rate of reading its K/V copies", "[cli][bench]") {
+    TempDir dir;
+    // Not by the DRAM bandwidth: 4 copies of K/V (67 MB) stay in a large L3 (300 MiB on an
+    // Emerald Rapids Xeon), where a decode step outruns DRAM.
+    const Result r = run_cli(dir, bench({"--min-frac-peak", "10", "--json", dir.file("d.json")},
+                                        {"--reps", "3", "--min-time", "0.01", "--shapes", "decode-4096"}));
+    INFO(r.describe());
+    CHECK(r.code == 1);
+    CHECK(has(r.err + r.out, "verdict: FAIL — below --min-frac-peak: decode-4096"));
+    const std::string tag = "decode-4096: ";
+    const auto at = r.out.find(tag);
+    REQUIRE(at != std::string::npos);
+    const double printed = std::stod(r.out.substr(at + tag.size()));
+    CHECK(has(r.out.substr(at), "of its bound (reading its K/V copies)"));
+    const nlohmann::json doc = nlohmann::json::parse(slurp(dir.file("d.json")));
+    double frac_read = -1;
+    for (const auto& b : doc.at("benchmarks"))
+        if (b.at("run_type") == "aggregate" && b.at("aggregate_name") == "median") frac_read = b.at("frac_read").get<double>();
+    REQUIRE(frac_read > 0);
+    CHECK(printed == Approx(frac_read).margin(0.0006));  // printed with 3 decimals
 }
 
 TEST_CASE("bench: a wrong or refusing kernel is not timed", "[cli][bench]") {
