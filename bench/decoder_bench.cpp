@@ -2,7 +2,8 @@
 //
 //   BM_Prefill/T/threads    teacher-forced forward of preset `base`: tokens_per_s, gflops (useful
 //                           FLOPs: the products plus the unmasked half of causal attention),
-//                           frac_peak = gflops / fma_peak_gflops(threads)
+//                           frac_peak = gflops / fma_peak_gflops(threads); threads:0 (every
+//                           OpenMP thread, T = 512) only where there are more than 2
 //   BM_PrefillScaling       T = 512 on 1 and on 2 threads in one benchmark: speedup_1_to_2
 //   BM_DecodeStep/ctx       one Session::step at context ctx (the cache holds ctx positions):
 //                           bytes it must read (every weight once + the K/V cache), gbs,
@@ -87,7 +88,8 @@ double step_bytes(const ModelConfig& c, double ctx) {
 }
 
 void BM_Prefill(benchmark::State& state) {
-    const int T = int(state.range(0)), threads = int(state.range(1));
+    const int T = int(state.range(0));
+    const int threads = state.range(1) > 0 ? int(state.range(1)) : omp_get_max_threads();
     const optimized::Decoder& dec = base_decoder();
     const auto tokens = tokens_for(dec.config(), T, 42);
     const double peak = perf::fma_peak_gflops(threads);
@@ -102,11 +104,20 @@ void BM_Prefill(benchmark::State& state) {
     state.counters["gflops"] = gflops;
     state.counters["peak_gflops"] = peak;
     state.counters["frac_peak"] = gflops / peak;
+    state.counters["threads"] = threads;
 }
 BENCHMARK(BM_Prefill)
     ->ArgNames({"T", "threads"})
     ->Args({128, 2})->Args({512, 1})->Args({512, 2})->Args({2048, 2})
     ->Iterations(3)->Unit(benchmark::kMillisecond)->UseRealTime();
+// On a machine of more than 2 threads, how the prefill scales to all of them (on 2 it would
+// repeat threads:2).
+const bool prefill_all_threads = [] {
+    if (omp_get_max_threads() > 2)
+        benchmark::RegisterBenchmark("BM_Prefill", BM_Prefill)
+            ->ArgNames({"T", "threads"})->Args({512, 0})->Iterations(3)->Unit(benchmark::kMillisecond)->UseRealTime();
+    return true;
+}();
 
 void BM_PrefillScaling(benchmark::State& state) {
     const int T = 512;

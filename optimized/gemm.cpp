@@ -280,7 +280,8 @@ void tile_rows(int kc, const float* a, std::ptrdiff_t a_rs, std::ptrdiff_t a_ks,
 }
 
 // GEMM blocking: an x block [kMC, kc] stays in L2, a weight micro-panel [kc, 32] in L1; a
-// tile of the output covers kNCP panels (256 columns).
+// tile of the output covers up to kNCP panels (256 columns): fewer where 8 would leave threads
+// idle (panels_per_tile), as a 512-column product of 4 row blocks (8 tiles) on 16 threads.
 constexpr int kMC = 12 * kMR;  // 144 rows
 constexpr int kNCP = 8;
 
@@ -330,7 +331,9 @@ void pack_x_unit(const float* x, int m, int ldx, int K, int kc_block, int ib, in
 void gemm(const PackedMatrix& W, const float* x, int m, int ldx, float* y, int ldy, bool relu,
           const float* residual, int ldr) {
     const int K = W.k, P = W.num_panels();
-    const int row_blocks = (m + kMC - 1) / kMC, col_blocks = (P + kNCP - 1) / kNCP;
+    const int row_blocks = (m + kMC - 1) / kMC;
+    const int ncp = panels_per_tile(P, row_blocks, omp_in_parallel() ? 1 : omp_get_max_threads(), kNCP);
+    const int col_blocks = (P + ncp - 1) / ncp;
     const int kKC = k_block();
     const int k_blocks = (K + kKC - 1) / kKC;
     const int tiles = row_blocks * col_blocks;
@@ -356,7 +359,7 @@ void gemm(const PackedMatrix& W, const float* x, int m, int ldx, float* y, int l
             // Column block outermost: consecutive tiles share a column block of the weights.
             const int cb = t / row_blocks, ib = t % row_blocks;
             const int i0 = ib * kMC, mc = std::min(kMC, m - i0);
-            const int p0 = cb * kNCP, np = std::min(kNCP, P - p0);
+            const int p0 = cb * ncp, np = std::min(ncp, P - p0);
             const int micro_panels = (mc + kMR - 1) / kMR;
             float* ctile = thread_scratch(std::size_t(kMC) * kNCP * kNR, 1);  // [kMC, kNCP*32]
             constexpr std::ptrdiff_t ldc = kNCP * kNR;
@@ -459,10 +462,10 @@ void linear_target(const PackedMatrix& W, const float* x, int m, int ldx, float*
     // Panels per GEMV tile at most: enough independent FMA chains to hide the latency while the
     // weights stream, few enough for the registers (AVX2: 8 to 12 accumulators of 8 floats;
     // tile_rows splits 4 rows into tiles of 3 and 1, the second reading the panel again from
-    // cache). Fewer when that leaves threads idle (gemv_panels_per_tile).
+    // cache). Fewer when that leaves threads idle (panels_per_tile).
     constexpr bool narrow = HWY_TARGET == HWY_AVX2;
     const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-    auto np = [&](int max_np) { return gemv_panels_per_tile(W.num_panels(), threads, max_np); };
+    auto np = [&](int max_np) { return panels_per_tile(W.num_panels(), 1, threads, max_np); };
     switch (m) {
         case 1: gemv<1, narrow ? 2 : 8>(np(narrow ? 2 : 8), W, x, ldx, y, ldy, relu, res, ldr); break;
         case 2: gemv<2, narrow ? 1 : 4>(np(narrow ? 1 : 4), W, x, ldx, y, ldy, relu, res, ldr); break;
@@ -527,14 +530,29 @@ PackedMatrix pack_weights(const float* w, int n, int k, const float* bias) {
     return pack_weights(std::vector<WeightPart>{{w, n, bias}}, k);
 }
 
-int gemv_panels_per_tile(int panels, int threads, int max_np) {
+long busiest_thread_panels(int panels, int row_blocks, int threads, int np) {
     threads = std::max(threads, 1);
-    int best = 0, best_load = 0;
-    for (int np = std::max(max_np, 1); np >= 1; np /= 2) {
-        const int tiles = (panels + np - 1) / np;
-        // The first threads of a static schedule take ceil(tiles / threads) tiles each.
-        const int load = std::min((tiles + threads - 1) / threads * np, panels);
-        if (best == 0 || load < best_load) best = np, best_load = load;
+    row_blocks = std::max(row_blocks, 1);
+    np = std::max(np, 1);
+    // The full tiles come first (column block by column block) and go round the threads; the
+    // narrower tiles of the last column block, if any, then to the least loaded.
+    const long full = long(row_blocks) * (panels / np);
+    const int rest = panels % np;
+    // Kept per thread: a decode step's GEMVs allocate nothing after the first.
+    static thread_local std::vector<long> load;
+    load.assign(std::size_t(threads), full / threads * np);
+    for (long t = 0; t < full % threads; ++t) load[std::size_t(t)] += np;
+    if (rest > 0)
+        for (int r = 0; r < row_blocks; ++r) *std::min_element(load.begin(), load.end()) += rest;
+    return *std::max_element(load.begin(), load.end());
+}
+
+int panels_per_tile(int panels, int row_blocks, int threads, int max_np) {
+    int best = std::max(max_np, 1);
+    long best_load = busiest_thread_panels(panels, row_blocks, threads, best);
+    for (int np = best / 2; np >= 1; np /= 2) {
+        const long load = busiest_thread_panels(panels, row_blocks, threads, np);
+        if (5 * load <= 4 * best_load) best = np, best_load = load;
     }
     return best;
 }

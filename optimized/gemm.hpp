@@ -11,12 +11,13 @@
 //   - M > kSmallM rows (prefill, teacher-forced): a BLIS-style GEMM. x is packed once per call
 //     (in parallel) into micro-panels [kc, kMR]; a tile's (mc x kc) block of them stays in L2,
 //     a weight micro-panel [kc, 32] in L1 while kMR x 32 outputs accumulate in 24 registers.
-//     OpenMP over (row block, column block) tiles, dynamically scheduled.
+//     OpenMP over (row block, column block) tiles, dynamically scheduled; a column block is up
+//     to 8 panels, fewer when that leaves threads idle (panels_per_tile).
 //   - M <= kSmallM rows (a decode step, a small batch): a GEMV limited by memory bandwidth.
 //     Each weight is read exactly once, several panels at a time (independent FMA chains), the
 //     threads on disjoint panel ranges. How many panels a tile takes depends on the thread
-//     count (gemv_panels_per_tile): with many threads, fewer panels per tile so that every
-//     thread streams a share of the weights.
+//     count (panels_per_tile): with many threads, fewer panels per tile so that every thread
+//     streams a share of the weights.
 //
 // Determinism: every output element is accumulated by one thread, starting at 0, with one FMA
 // per reduction index in the order k = 0, 1, ..., then + bias, activation, + residual. The K
@@ -86,12 +87,17 @@ enum class Activation32 { none, relu, gelu, gelu_tanh };
 void linear(const PackedMatrix& W, const float* x, int m, int ldx, float* y, int ldy,
             Activation32 act = Activation32::none, const float* residual = nullptr, int ldr = 0);
 
-// Panels per GEMV tile for a matrix of `panels` panels on `threads` threads, at most `max_np`:
-// the value in max_np, max_np/2, ..., 1 that leaves the fewest panels to the busiest thread
-// (tiles are dealt out in contiguous static chunks), the largest on a tie (more FMA chains per
-// tile). E.g. 16 panels: 8 per tile on 2 threads, 1 on 16. Exposed for tests; the result never
-// changes the bits, only which thread computes which columns.
-int gemv_panels_per_tile(int panels, int threads, int max_np);
+// Panels per tile (the GEMV's, the GEMM's column block) for a product of `panels` panels and
+// `row_blocks` row blocks (1 for the GEMV) on `threads` threads, at most `max_np`: of max_np,
+// max_np/2, ..., 1, going down, a narrower tile is taken when it cuts the busiest thread's
+// panels (busiest_thread_panels) by a fifth or more; a wider tile has more FMA chains (GEMV)
+// and reuses x more (GEMM). E.g. a GEMV of 16 panels: 8 per tile on 2 threads, 1 on 16. The
+// result never changes the bits, only which thread computes which columns.
+int panels_per_tile(int panels, int row_blocks, int threads, int max_np);
+// The panels (counting one per row block) of the busiest thread when the tiles of np panels,
+// column block by column block, go in turn to the least loaded thread (the last column block
+// may be narrower).
+long busiest_thread_panels(int panels, int row_blocks, int threads, int np);
 
 // The element-wise activation used in linear()'s epilogue (exposed for tests).
 float activate32(Activation32 a, float v);

@@ -107,55 +107,80 @@ TEST_CASE("linear() is bitwise the same on 1 and 2 threads", "[optimized][gemm][
 }
 
 
-TEST_CASE("the GEMV's panels per tile keep every thread busy", "[optimized][gemm][threads]") {
-    using optimized::gemv_panels_per_tile;
-    // The busiest thread's panels under a static schedule of ceil(P / np) tiles.
-    auto load = [](int panels, int threads, int np) {
-        const int tiles = (panels + np - 1) / np;
-        return std::min((tiles + threads - 1) / threads * np, panels);
-    };
+TEST_CASE("panels per tile keep every thread busy", "[optimized][gemm][threads]") {
+    using optimized::busiest_thread_panels;
+    using optimized::panels_per_tile;
+    // The load model, against dealing the tiles one by one to the least loaded thread.
+    for (int panels : {1, 7, 10, 16, 48, 100})
+        for (int row_blocks : {1, 3, 4})
+            for (int threads : {1, 2, 3, 16})
+                for (int np : {1, 2, 3, 4, 8}) {
+                    std::vector<long> load(std::size_t(threads), 0);
+                    for (int c = 0; c < (panels + np - 1) / np; ++c)
+                        for (int r = 0; r < row_blocks; ++r)
+                            *std::min_element(load.begin(), load.end()) += std::min(np, panels - c * np);
+                    INFO("panels " << panels << ", row blocks " << row_blocks << ", threads " << threads << ", np " << np);
+                    REQUIRE(busiest_thread_panels(panels, row_blocks, threads, np) ==
+                            *std::max_element(load.begin(), load.end()));
+                }
+    CHECK(busiest_thread_panels(10, 3, 2, 8) == 16);  // tiles 8 8 8 2 2 2: 8+8 and 8+2+2+2
     // The `base` model's matrices (d 512, f 2048, V 8192): 16, 48, 64 and 256 panels. On 1 and
-    // 2 threads the widest tiles already split evenly, so they are kept.
-    for (int panels : {16, 48, 64, 256}) {
-        CHECK(gemv_panels_per_tile(panels, 1, 8) == 8);
-        CHECK(gemv_panels_per_tile(panels, 2, 8) == 8);
-    }
-    // On 16 threads the 512-column products get a panel per thread instead of 2 tiles of 8
-    // (14 threads idle), and the 1536-column one 3 panels per thread instead of 8.
-    CHECK(gemv_panels_per_tile(16, 16, 8) == 1);
-    CHECK(gemv_panels_per_tile(48, 16, 8) == 1);
-    CHECK(gemv_panels_per_tile(64, 16, 8) == 4);
-    CHECK(gemv_panels_per_tile(256, 16, 8) == 8);
-    CHECK(gemv_panels_per_tile(9, 3, 3) == 3);   // 3 tiles of 3, or 3 panels each one by one
-    CHECK(gemv_panels_per_tile(10, 3, 3) == 1);  // 4 tiles of 3: 6 panels on one thread
-    CHECK(gemv_panels_per_tile(5, 0, 8) == 8);   // a thread count below 1 counts as 1
+    // 2 threads the widest tiles already split evenly, so they are kept: in a decode step's GEMV
+    // (1 row block), a T=128 prefill's GEMM (1 block of 144 rows) and a T=512 one's (4).
+    for (int panels : {16, 48, 64, 256})
+        for (int row_blocks : {1, 4})
+            for (int threads : {1, 2}) CHECK(panels_per_tile(panels, row_blocks, threads, 8) == 8);
+    // On 16 threads a decode step's 512-column products get a panel per thread instead of 2
+    // tiles of 8 (14 threads idle), the 1536-column one 3 panels per thread instead of 8.
+    CHECK(panels_per_tile(16, 1, 16, 8) == 1);
+    CHECK(panels_per_tile(48, 1, 16, 8) == 1);
+    CHECK(panels_per_tile(64, 1, 16, 8) == 4);
+    CHECK(panels_per_tile(256, 1, 16, 8) == 8);
+    // A T=512 prefill (4 row blocks) on 16 threads: 16 tiles of 4 panels for 512 columns, not 8
+    // of 8; 48 tiles of 4 for 1536, not 24 of 8 (2 on some threads, 1 on others).
+    CHECK(panels_per_tile(16, 4, 16, 8) == 4);
+    CHECK(panels_per_tile(48, 4, 16, 8) == 4);
+    CHECK(panels_per_tile(256, 4, 16, 8) == 8);
+    CHECK(panels_per_tile(10, 3, 2, 8) == 8);  // 15 panels against 16: not a fifth less
+    CHECK(panels_per_tile(9, 1, 3, 3) == 3);   // 3 tiles of 3, one each
+    CHECK(panels_per_tile(10, 1, 3, 3) == 3);  // 3, 3, 3 and 1: 4 panels, as one by one
+    CHECK(panels_per_tile(5, 0, 0, 8) == 8);   // a count below 1 counts as 1
     for (int max_np : {1, 2, 3, 4, 8})
         for (int panels = 1; panels <= 300; ++panels)
-            for (int threads : {1, 2, 3, 4, 5, 7, 8, 12, 16, 64}) {
-                const int np = gemv_panels_per_tile(panels, threads, max_np);
-                INFO("panels " << panels << ", threads " << threads << ", max " << max_np << ": " << np);
-                bool in_sequence = false;
-                for (int c = max_np; c >= 1; c /= 2) in_sequence = in_sequence || c == np;
-                REQUIRE(in_sequence);
-                for (int c = max_np; c >= 1; c /= 2) {
-                    REQUIRE(load(panels, threads, np) <= load(panels, threads, c));
-                    if (c > np) REQUIRE(load(panels, threads, np) < load(panels, threads, c));
+            for (int row_blocks : {1, 3})
+                for (int threads : {1, 2, 3, 4, 5, 7, 8, 12, 16, 64}) {
+                    const int np = panels_per_tile(panels, row_blocks, threads, max_np);
+                    INFO("panels " << panels << ", row blocks " << row_blocks << ", threads " << threads << ", max "
+                                   << max_np << ": " << np);
+                    bool in_sequence = false;
+                    for (int c = max_np; c >= 1; c /= 2) in_sequence = in_sequence || c == np;
+                    REQUIRE(in_sequence);
+                    const long chosen = busiest_thread_panels(panels, row_blocks, threads, np);
+                    for (int c = max_np; c >= 1; c /= 2) {
+                        const long other = busiest_thread_panels(panels, row_blocks, threads, c);
+                        if (c > np) REQUIRE(chosen <= other);       // never worse than a wider tile
+                        if (c < np) REQUIRE(5 * other > 4 * chosen);  // no narrower one saves a fifth
+                    }
                 }
-            }
 }
 
-TEST_CASE("the GEMV equals the plain loop bitwise for every panels-per-tile choice", "[optimized][gemm][threads]") {
-    // The thread count picks how many panels a GEMV tile takes (gemv_panels_per_tile); 300
-    // columns are 10 panels, which 1, 3, 5 and 16 threads group by 8, 4, 2 and 1 (at most 8 per
-    // tile) and 4, 4, 2, 1 (at most 4). No choice may change a bit.
+TEST_CASE("linear() equals the plain loop bitwise for every panels-per-tile choice", "[optimized][gemm][threads]") {
+    // The thread count picks how many panels a tile takes (panels_per_tile); 300 columns are 10
+    // panels, which a GEMV (1 row block, at most 8 per tile as on AVX-512 with one row) and a
+    // GEMM of 300 rows (3 row blocks of 144) group by 8, 4, 2 or 1 depending on the thread count
+    // (1, 2, 3, 5, 6 or 16). No choice may change a bit.
     {
-        std::set<int> chosen;
-        for (int threads : {1, 2, 3, 5, 16}) chosen.insert(optimized::gemv_panels_per_tile(10, threads, 8));
-        REQUIRE(chosen == std::set<int>{1, 2, 4, 8});
+        std::set<int> gemv, gemm;
+        for (int threads : {1, 2, 3, 5, 6, 16}) {
+            gemv.insert(optimized::panels_per_tile(10, 1, threads, 8));
+            gemm.insert(optimized::panels_per_tile(10, 3, threads, 8));
+        }
+        REQUIRE(gemv == std::set<int>{1, 2, 4, 8});
+        REQUIRE(gemm == std::set<int>{2, 4, 8});
     }
     std::mt19937_64 rng(31);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    for (int m : {1, 2, 3, 4})
+    for (int m : {1, 2, 3, 4, 13, 300})
         for (int n : {33, 300, 1000})
             for (int k : {7, 257})
                 for (int with_residual : {0, 1}) {
@@ -168,15 +193,13 @@ TEST_CASE("the GEMV equals the plain loop bitwise for every panels-per-tile choi
                     std::vector<float> want(r);
                     optimized::linear_naive(w.data(), b.data(), n, k, x.data(), m, ldx, want.data(), ldy,
                                             Activation32::relu, with_residual ? r.data() : nullptr, ldy);
-                    for (int threads : {1, 2, 3, 5, 16}) {
+                    for (int threads : {1, 2, 3, 5, 6, 16}) {
                         ThreadCount t(threads);
                         std::vector<float> got(r);
                         optimized::linear(W, x.data(), m, ldx, got.data(), ldy, Activation32::relu,
                                           with_residual ? got.data() : nullptr, ldy);
                         INFO("M=" << m << " N=" << n << " K=" << k << " residual=" << with_residual << ", "
-                                  << threads << " threads ("
-                                  << optimized::gemv_panels_per_tile(W.num_panels(), threads, 8)
-                                  << " panels per tile at most 8)");
+                                  << threads << " threads");
                         REQUIRE(got == want);
                     }
                 }
