@@ -23,6 +23,9 @@
 
 #include <omp.h>
 #include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>  // SSE for pack_x_unit on every path; AVX-512 for the avx512 tiles
+#endif
 
 #include "optimized/simd_targets.hpp"
 
@@ -317,7 +320,7 @@ void pack_x_unit(const float* x, int m, int ldx, int K, int kc_block, int ib, in
     const int kc = std::min(kc_block, K - k0);
     float* dst = apack + std::size_t(ib) * kMC * std::size_t(K) + std::size_t(k0) * kMC +
                  std::size_t(ip) * std::size_t(kc) * kMR;
-#if HWY_ARCH_X86
+#if defined(__x86_64__) || defined(__i386__)
     // A micro-panel of kMR whole rows goes through 4 x 4 transposes in SSE registers (x86-64's
     // baseline, so on every path): 4 loads, 8 shuffles and 4 stores per 16 floats. One float at
     // a time it took ~9% of a 512-column product with K = 2048 (fc2 of `base`, 1 thread).
