@@ -355,11 +355,12 @@ void pack_x_unit(const float* x, int m, int ldx, int K, int kc_block, int ib, in
     }
 }
 
-void gemm(const PackedMatrix& W, const float* x, int m, int ldx, float* y, int ldy, bool relu,
+// `threads`: the team the parallel region below will have (1 inside another parallel region).
+void gemm(int threads, const PackedMatrix& W, const float* x, int m, int ldx, float* y, int ldy, bool relu,
           const float* residual, int ldr) {
     const int K = W.k, P = W.num_panels();
     const int row_blocks = (m + kMC - 1) / kMC;
-    const int ncp = panels_per_tile(P, row_blocks, omp_in_parallel() ? 1 : omp_get_max_threads(), kNCP);
+    const int ncp = panels_per_tile(P, row_blocks, threads, kNCP);
     const int col_blocks = (P + ncp - 1) / ncp;
     const int kKC = k_block();
     const int k_blocks = (K + kKC - 1) / kKC;
@@ -491,6 +492,8 @@ void linear_target(const PackedMatrix& W, const float* x, int m, int ldx, float*
     // tile_rows splits 4 rows into tiles of 3 and 1, the second reading the panel again from
     // cache). Fewer when that leaves threads idle (panels_per_tile).
     constexpr bool narrow = HWY_TARGET == HWY_AVX2;
+    // The team of the product's parallel region (run serially inside another one): the GEMV's
+    // and the GEMM's tile widths are chosen for it.
     const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
     auto np = [&](int max_np) { return panels_per_tile(W.num_panels(), 1, threads, max_np); };
     switch (m) {
@@ -498,7 +501,7 @@ void linear_target(const PackedMatrix& W, const float* x, int m, int ldx, float*
         case 2: gemv<2, narrow ? 1 : 4>(np(narrow ? 1 : 4), W, x, ldx, y, ldy, relu, res, ldr); break;
         case 3: gemv<3, narrow ? 1 : 3>(np(narrow ? 1 : 3), W, x, ldx, y, ldy, relu, res, ldr); break;
         case 4: gemv<4, narrow ? 1 : 3>(np(narrow ? 1 : 3), W, x, ldx, y, ldy, relu, res, ldr); break;
-        default: gemm(W, x, m, ldx, y, ldy, relu, res, ldr); break;
+        default: gemm(threads, W, x, m, ldx, y, ldy, relu, res, ldr); break;
     }
     if (post_act) {
         const std::ptrdiff_t n = W.n;
