@@ -470,12 +470,19 @@ void gemv_rows(const PackedMatrix& W, const float* x, int ldx, float* y, int ldy
 
 // gemv_rows with np panels per tile, np one of NP, NP/2, ..., 1.
 template <int MR, int NP>
-void gemv(int np, const PackedMatrix& W, const float* x, int ldx, float* y, int ldy, bool relu,
-          const float* residual, int ldr) {
+void gemv_np(int np, const PackedMatrix& W, const float* x, int ldx, float* y, int ldy, bool relu,
+             const float* residual, int ldr) {
     if constexpr (NP > 1) {
-        if (np < NP) return gemv<MR, NP / 2>(np, W, x, ldx, y, ldy, relu, residual, ldr);
+        if (np < NP) return gemv_np<MR, NP / 2>(np, W, x, ldx, y, ldy, relu, residual, ldr);
     }
     gemv_rows<MR, NP>(W, x, ldx, y, ldy, relu, residual, ldr);
+}
+
+// The GEMV with at most NP panels per tile, fewer where NP would leave some of `threads` idle.
+template <int MR, int NP>
+void gemv(int threads, const PackedMatrix& W, const float* x, int ldx, float* y, int ldy, bool relu,
+          const float* residual, int ldr) {
+    gemv_np<MR, NP>(panels_per_tile(W.num_panels(), 1, threads, NP), W, x, ldx, y, ldy, relu, residual, ldr);
 }
 
 }  // namespace
@@ -495,12 +502,11 @@ void linear_target(const PackedMatrix& W, const float* x, int m, int ldx, float*
     // The team of the product's parallel region (run serially inside another one): the GEMV's
     // and the GEMM's tile widths are chosen for it.
     const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-    auto np = [&](int max_np) { return panels_per_tile(W.num_panels(), 1, threads, max_np); };
     switch (m) {
-        case 1: gemv<1, narrow ? 2 : 8>(np(narrow ? 2 : 8), W, x, ldx, y, ldy, relu, res, ldr); break;
-        case 2: gemv<2, narrow ? 1 : 4>(np(narrow ? 1 : 4), W, x, ldx, y, ldy, relu, res, ldr); break;
-        case 3: gemv<3, narrow ? 1 : 3>(np(narrow ? 1 : 3), W, x, ldx, y, ldy, relu, res, ldr); break;
-        case 4: gemv<4, narrow ? 1 : 3>(np(narrow ? 1 : 3), W, x, ldx, y, ldy, relu, res, ldr); break;
+        case 1: gemv<1, narrow ? 2 : 8>(threads, W, x, ldx, y, ldy, relu, res, ldr); break;
+        case 2: gemv<2, narrow ? 1 : 4>(threads, W, x, ldx, y, ldy, relu, res, ldr); break;
+        case 3: gemv<3, narrow ? 1 : 3>(threads, W, x, ldx, y, ldy, relu, res, ldr); break;
+        case 4: gemv<4, narrow ? 1 : 3>(threads, W, x, ldx, y, ldy, relu, res, ldr); break;
         default: gemm(threads, W, x, m, ldx, y, ldy, relu, res, ldr); break;
     }
     if (post_act) {
