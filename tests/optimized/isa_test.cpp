@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "attncheck/kernel_abi.h"
 #include "attncheck/kernels.hpp"
 
+#include "optimized/attention_kernel.hpp"
 #include "optimized/simd_targets.hpp"
 
 using attncheck::isa_info;
@@ -127,6 +129,39 @@ TEST_CASE("the avx2 and avx512 paths of the attention kernel give the same bits"
         CHECK(bitwise_equal(on_path("avx512", run), on_path("avx2", run)));
         ++seed;
     }
+}
+
+TEST_CASE("the avx2 and avx512 paths of the exp give the same bits, underflow included", "[optimized][isa][exp]") {
+    if (!use_isa_path_for_test("avx512") || !use_isa_path_for_test("avx2")) {
+        REQUIRE(use_isa_path_for_test(isa_choice().path));
+        SUCCEED("this CPU lacks one of the two paths: " << isa_choice().available);
+        return;
+    }
+    // Every 1/4096 over [-112, 0]: normal results, the subnormal range (-87.3 .. -103.3), the
+    // results that round to 0 and the lanes below -104 that each path zeroes without
+    // underflowing; then -inf, the extremes and NaN.
+    std::vector<float> x;
+    for (int i = 0; i <= 112 * 4096; ++i) x.push_back(-float(i) / 4096.0f);
+    for (const float e : {-std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::max(),
+                          std::nextafter(-104.0f, 0.0f), std::nextafter(-104.0f, -200.0f),
+                          -std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::quiet_NaN()})
+        x.push_back(e);
+    auto run = [&] {
+        std::vector<float> y(x.size());
+        attncheck::optimized::attention_detail::exp_nonpositive(x.data(), y.data(), x.size());
+        return y;
+    };
+    const auto a = on_path("avx512", run), b = on_path("avx2", run);
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) differ += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    CHECK(differ == 0);
+    for (std::size_t i = 0; i < x.size(); ++i)
+        if (x[i] <= -104.0f) {
+            INFO("x = " << x[i]);
+            REQUIRE(a[i] == 0.0f);
+            REQUIRE_FALSE(std::signbit(a[i]));
+        }
+    CHECK(std::isnan(a.back()));
 }
 
 TEST_CASE("the scalar path of the attention kernel agrees with the vector paths", "[optimized][isa]") {
