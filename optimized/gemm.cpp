@@ -287,6 +287,7 @@ void tile_rows(int kc, const float* a, std::ptrdiff_t a_rs, std::ptrdiff_t a_ks,
 // idle (panels_per_tile), as a 512-column product of 4 row blocks (8 tiles) on 16 threads.
 constexpr int kMC = 12 * kMR;  // 144 rows
 constexpr int kNCP = 8;
+constexpr int kFloatsPerLine = 64 / int(sizeof(float));  // a cache line
 
 // The K block kc: the weight micro-panel [kc, 32] takes at most half of the L1 data cache, the
 // rest left to the x micro-panel [kc, 12] streaming past it and the tile's rows of y (BLIS's
@@ -398,7 +399,24 @@ void gemm(int threads, const PackedMatrix& W, const float* x, int m, int ldx, fl
                 for (int p = p0; p < p0 + np; ++p) {
                     const int j0 = p * kNR;
                     const float* bp = W.panels.data() + std::size_t(p) * panel_stride + std::size_t(k0) * kNR;
+                    // The weight block this tile reads after this one (the next panel, else the
+                    // first panel of the next K block) is fetched into L2 while this one is
+                    // used, a share of its lines before each micro-tile. The hardware's
+                    // prefetchers stop at each 4 KiB page of a block that comes from the L3.
+                    const float* next = nullptr;
+                    int next_kc = kc;
+                    if (p + 1 < p0 + np) {
+                        next = bp + panel_stride;
+                    } else if (!last) {
+                        next = W.panels.data() + std::size_t(p0) * panel_stride + std::size_t(k0 + kc) * kNR;
+                        next_kc = std::min(kKC, K - k0 - kc);
+                    }
+                    const int next_lines = next ? next_kc * kNR / kFloatsPerLine : 0;
+                    const int lines_per_tile = (next_lines + micro_panels - 1) / micro_panels;
                     for (int ip = 0; ip < micro_panels; ++ip) {
+                        const int l_end = std::min(next_lines, (ip + 1) * lines_per_tile);
+                        for (int l = ip * lines_per_tile; l < l_end; ++l)
+                            __builtin_prefetch(next + std::ptrdiff_t(l) * kFloatsPerLine, 0, 2);
                         const int r0 = i0 + ip * kMR;  // first row of the micro-tile in y
                         TileIO io;
                         io.m_valid = std::min(kMR, m - r0);
