@@ -24,10 +24,17 @@ inline constexpr int kQueryBlock = 64;
 // Query rows in the register microkernel (6 rows x 64 keys = 24 zmm accumulators).
 inline constexpr int kMicroRows = 6;
 
+// The smallest float whose exp is at least 2^-126 (the smallest normal float). The vectorized
+// exp flushes every x below it to +0 on the AVX-512 and AVX2 paths: a subnormal result costs a
+// microcode assist per instruction, which made attention with widely spread scores (standard
+// deviation ~30) 11-14x slower. NUMERICS' underflow term covers the flush (an absolute error
+// under 2^-126 per weight).
+inline constexpr float kExpFlushBelow = -87.3365402f;
+
 // y[i] = exp(x[i]) for x[i] <= 0 (including -inf, which gives exactly 0), with the kernel's
 // vectorized exp. Documented accuracy: within 2 ulp (measured: 0.93 ulp max) of exp for
-// results >= FLT_MIN (x >= -87.3); below that the result is subnormal or 0 and its absolute
-// error is below FLT_MIN * 2^-22. exp(0) is exactly 1, exp(-inf) exactly 0, NaN stays NaN.
+// x >= kExpFlushBelow (results >= 2^-126); below it +0 on the vector paths (the scalar path's
+// std::exp gives the subnormal). exp(0) is exactly 1, exp(-inf) exactly 0, NaN stays NaN.
 void exp_nonpositive(const float* x, float* y, std::size_t n);
 
 }  // namespace attncheck::optimized::attention_detail

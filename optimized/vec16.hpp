@@ -22,6 +22,7 @@
 
 #include <immintrin.h>
 
+#include "optimized/attention_kernel.hpp"  // kExpFlushBelow
 #include "optimized/simd_targets.hpp"
 #include <hwy/highway.h>
 
@@ -77,8 +78,9 @@ inline void vpin(vf&) {}  // see the AVX2 version
 
 // exp(x) for x <= 0: n = round(x / ln2), r = x - n ln2 (Cody-Waite, |r| <= ln2/2), degree-7
 // Taylor polynomial (truncation error r^8/8! < 0.05 ulp) by Horner with FMA, then scalef
-// (2^n with correct underflow). Measured: max 0.93 ulp, rms 0.30 ulp over [-87, 0] against
-// exp in double (glibc's expf: rms 0.29 ulp); the test demands <= 2 ulp.
+// (2^n). Measured: max 0.93 ulp, rms 0.30 ulp over [-87, 0] against exp in double (glibc's
+// expf: rms 0.29 ulp); the test demands <= 2 ulp. Below 2^-126 the result is +0 (see
+// kExpFlushBelow).
 inline vf vexp(vf x) {
     // Clamp -inf (and anything whose exp rounds to 0) to -104 so that r stays finite:
     // exp(-104) ~ 6.8e-46 < half the smallest subnormal, so the result is exactly 0.
@@ -96,12 +98,12 @@ inline vf vexp(vf x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    // Lanes with x <= -104 (-inf included: a masked score, or the running max of a row that has
-    // seen no key yet) are zeroed by the mask, not by scalef's underflow: a vscalefps whose result
-    // underflows takes a microcode assist, ~84 ns against ~1 ns (Emerald Rapids). Every diagonal
-    // tile and every chunk merge hit one. Same bits: scalef(p, -150) rounds to +0 too. NaN is
-    // "not <= -104", so it still propagates.
-    const __mmask16 live = _mm512_cmp_ps_mask(x.r, _mm512_set1_ps(-104.0f), _CMP_NLE_UQ);
+    // Lanes whose exp is below 2^-126 (x < kExpFlushBelow, -inf included: a masked score, or the
+    // running max of a row that has seen no key yet) are flushed to +0 by the mask: a vscalefps
+    // whose result is subnormal or underflows takes a microcode assist, ~84 ns against ~1 ns
+    // (Emerald Rapids), and every diagonal tile and chunk merge had one. NUMERICS allows the
+    // flush (an absolute error under 2^-126 per weight). NaN is "not < c", so it propagates.
+    const __mmask16 live = _mm512_cmp_ps_mask(x.r, _mm512_set1_ps(kExpFlushBelow), _CMP_NLT_UQ);
     return {_mm512_maskz_scalef_ps(live, p, n)};
 }
 #elif HWY_TARGET == HWY_AVX2
@@ -226,10 +228,10 @@ inline vf vexp(vf x) {
         const auto n2 = hn::Sub(ni, n1);
         const auto bias = hn::Set(di, 127);
         const V8 s1 = hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(n1, bias)));
-        // Lanes with x <= -104 (-inf included) multiply by an exact 0 rather than underflow:
-        // a product that underflows takes a microcode assist (~50 ns against ~1.4 ns, Emerald
-        // Rapids). Same bits: p * 2^-75 * 2^-75 rounds to +0 too. NaN is not <= -104.
-        const auto dead = hn::Le(x.r[i], hn::Set(d, -104.0f));
+        // Lanes whose exp is below 2^-126 multiply by an exact 0, as the AVX-512 path flushes
+        // them: a subnormal or underflowing product takes a microcode assist (~50 ns against
+        // ~1.4 ns, Emerald Rapids). NaN is not < kExpFlushBelow.
+        const auto dead = hn::Lt(x.r[i], hn::Set(d, kExpFlushBelow));
         const V8 s2 = hn::IfThenZeroElse(dead, hn::BitCast(d, hn::ShiftLeft<23>(hn::Add(n2, bias))));
         // A NaN input gives a NaN p (and a garbage n): the products stay NaN, as with vscalefps.
         y.r[i] = hn::Mul(hn::Mul(p, s1), s2);

@@ -131,19 +131,19 @@ TEST_CASE("the avx2 and avx512 paths of the attention kernel give the same bits"
     }
 }
 
-TEST_CASE("the avx2 and avx512 paths of the exp give the same bits, underflow included", "[optimized][isa][exp]") {
+TEST_CASE("the avx2 and avx512 paths of the exp give the same bits, and flush below 2^-126 to +0", "[optimized][isa][exp]") {
     if (!use_isa_path_for_test("avx512") || !use_isa_path_for_test("avx2")) {
         REQUIRE(use_isa_path_for_test(isa_choice().path));
         SUCCEED("this CPU lacks one of the two paths: " << isa_choice().available);
         return;
     }
-    // Every 1/4096 over [-112, 0]: normal results, the subnormal range (-87.3 .. -103.3), the
-    // results that round to 0 and the lanes below -104 that each path zeroes without
-    // underflowing; then -inf, the extremes and NaN.
+    // Every 1/4096 over [-112, 0]: normal results, the boundary of the flush to +0 (results
+    // below 2^-126), the flushed lanes; then -inf, the extremes, both sides of the threshold and NaN.
     std::vector<float> x;
     for (int i = 0; i <= 112 * 4096; ++i) x.push_back(-float(i) / 4096.0f);
     for (const float e : {-std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::max(),
-                          std::nextafter(-104.0f, 0.0f), std::nextafter(-104.0f, -200.0f),
+                          attncheck::optimized::attention_detail::kExpFlushBelow,
+                          std::nextafter(attncheck::optimized::attention_detail::kExpFlushBelow, -200.0f),
                           -std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::quiet_NaN()})
         x.push_back(e);
     auto run = [&] {
@@ -156,7 +156,7 @@ TEST_CASE("the avx2 and avx512 paths of the exp give the same bits, underflow in
     for (std::size_t i = 0; i < x.size(); ++i) differ += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
     CHECK(differ == 0);
     for (std::size_t i = 0; i < x.size(); ++i)
-        if (x[i] <= -104.0f) {
+        if (x[i] < attncheck::optimized::attention_detail::kExpFlushBelow) {
             INFO("x = " << x[i]);
             REQUIRE(a[i] == 0.0f);
             REQUIRE_FALSE(std::signbit(a[i]));
