@@ -77,9 +77,15 @@ std::optional<bench::Kernel> pick_kernel(bool baseline, const std::string& name,
     return bench::Kernel{.label = e->name, .fn = e->fn};
 }
 
-std::vector<perf::KernelShape> parse_shapes(const std::string& list) {
+// "prefill-512, prefill-2048, ...": the standard shapes' names.
+std::string shape_names() {
     std::string all;
     for (const perf::KernelShape& s : perf::standard_shapes()) all += (all.empty() ? "" : ", ") + s.name;
+    return all;
+}
+
+std::vector<perf::KernelShape> parse_shapes(const std::string& list) {
+    const std::string all = shape_names();
     if (list.empty()) return perf::standard_shapes();
     std::vector<perf::KernelShape> shapes;
     // Split at every comma, so that "a,", ",a" and "a,,b" show their empty names.
@@ -158,7 +164,7 @@ void add_kernel_options(CLI::App* sub, BenchArgs& a) {
 
 void add_run_options(CLI::App* sub, BenchArgs& a) {
     sub->add_option("--shapes", a.shapes,
-                    "Comma list of shapes (default all): prefill-512, prefill-2048, decode-4096, chunk-64@1024")
+                    "Comma list of shapes (default all): " + shape_names())
         ->type_name("S[,S...]");
     sub->add_option("--threads", a.threads, "OpenMP threads (default: all, " + std::to_string(omp_get_max_threads()) + ")")
         ->check(CLI::Range(1, 4096))->type_name("N");

@@ -12,6 +12,7 @@ const std::vector<KernelShape>& standard_shapes() {
         {"prefill-2048", 2048, 2048, 0, 1, false},
         {"decode-4096", 1, 4096, 4095, kDecodeCopies, true},
         {"chunk-64@1024", 64, 1088, 1024, 1, false},
+        {"spread-512", 512, 512, 0, 1, false, kSpreadQScale},
     };
     return shapes;
 }
@@ -22,7 +23,7 @@ const KernelShape* find_shape(const std::string& name) {
     return nullptr;
 }
 
-KernelProblem make_kernel_problem(int Tq, int Tk, int q_offset, int copies) {
+KernelProblem make_kernel_problem(int Tq, int Tk, int q_offset, int copies, float q_scale) {
     KernelProblem pr;
     pr.copies = copies;
     attncheck_problem& p = pr.p;
@@ -39,6 +40,7 @@ KernelProblem make_kernel_problem(int Tq, int Tk, int q_offset, int copies) {
     pr.v.resize(pr.k.size());
     for (auto* x : {&pr.q, &pr.k, &pr.v})
         for (auto& e : *x) e = u(rng);
+    for (auto& e : pr.q) e *= q_scale;
     pr.out.resize(H * std::size_t(Tq) * D);
     double pairs = 0, max_key = 0;
     for (int i = 0; i < Tq; ++i) {
@@ -52,7 +54,7 @@ KernelProblem make_kernel_problem(int Tq, int Tk, int q_offset, int copies) {
 }
 
 KernelProblem make_kernel_problem(const KernelShape& s) {
-    return make_kernel_problem(s.q_len, s.kv_len, s.q_offset, s.copies);
+    return make_kernel_problem(s.q_len, s.kv_len, s.q_offset, s.copies, s.q_scale);
 }
 
 }  // namespace attncheck::perf

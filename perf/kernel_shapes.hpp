@@ -28,15 +28,24 @@ inline constexpr int kShapeHeads = 8, kShapeHeadDim = 64;
 // bound of its verdict).
 inline constexpr int kDecodeCopies = 4;
 
+// spread-512's factor on q: scores (scale 1/8, uniform inputs) get a standard deviation of
+// about 30 instead of 0.33, so that most weights exp(s - m) fall below 2^-126. A kernel whose
+// exp returns subnormals there takes a microcode assist per instruction on Intel cores: this
+// project's kernel ran 11-14x slower on that shape than on prefill-512 until its exp flushed
+// them (Emerald Rapids), a cliff that the ordinary shapes never reach.
+inline constexpr float kSpreadQScale = 90.0f;
+
 struct KernelShape {
     std::string name;  // "prefill-512", "decode-4096", "chunk-64@1024", ...
     int q_len = 0, kv_len = 0, q_offset = 0;
     int copies = 1;       // copies of K and V the calls rotate over (kDecodeCopies for decode)
     bool decode = false;  // bound by the K/V bytes it reads rather than by its flops
+    float q_scale = 1.0f;  // q's inputs are uniform in [-q_scale, q_scale)
 };
 
 // prefill-512 and prefill-2048 (Tq = Tk = T, q_offset 0), decode-4096 (Tq 1 at q_offset 4095,
-// K/V rotated over kDecodeCopies copies), chunk-64@1024 (Tq 64 at q_offset 1024, Tk 1088).
+// K/V rotated over kDecodeCopies copies), chunk-64@1024 (Tq 64 at q_offset 1024, Tk 1088),
+// spread-512 (prefill-512 with q scaled by kSpreadQScale: the same work, widely spread scores).
 const std::vector<KernelShape>& standard_shapes();
 // The standard shape of that name; nullptr when there is none.
 const KernelShape* find_shape(const std::string& name);
@@ -52,8 +61,9 @@ struct KernelProblem {
     const float* v_copy(int c) const { return v.data() + std::size_t(c) * (v.size() / std::size_t(copies)); }
 };
 
-// The problem: inputs uniform in [-1, 1) from a fixed seed, out sized, work counted.
-KernelProblem make_kernel_problem(int q_len, int kv_len, int q_offset, int copies);
+// The problem: inputs uniform in [-1, 1) from a fixed seed (q's then multiplied by q_scale),
+// out sized, work counted.
+KernelProblem make_kernel_problem(int q_len, int kv_len, int q_offset, int copies, float q_scale = 1.0f);
 KernelProblem make_kernel_problem(const KernelShape& shape);
 
 }  // namespace attncheck::perf

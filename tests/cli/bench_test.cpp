@@ -99,6 +99,24 @@ TEST_CASE("bench: a library kernel against a baseline, decode", "[cli][bench]") 
     CHECK(doc.at("attncheck_comparison")[0].at("slower") == false);  // 2 pairs cannot reach p < 0.05
 }
 
+TEST_CASE("bench: spread-512, widely spread scores, checked and timed for a library kernel and the built-in",
+          "[cli][bench]") {
+    // Most weights exp(s - m) of spread-512 are below 2^-126: the naive kernel's expf returns
+    // them as subnormals, the optimized kernel flushes them to 0; NUMERICS' bound admits both.
+    TempDir dir;
+    const Result r = run_ok(dir, bench({"--kernel-lib", NAIVE_KERNEL_LIB, "--symbol", "naive_attention",
+                                        "--baseline-kernel", "optimized", "--threads", "1", "--json", dir.file("s.json")},
+                                       {"--reps", "1", "--min-time", "0.01", "--shapes", "spread-512"}));
+    INFO(r.describe());
+    CHECK(has(r.out, "agrees with the float64 reference on spread-512"));
+    const nlohmann::json doc = nlohmann::json::parse(slurp(dir.file("s.json")));
+    for (const char* name : {"attncheck_bench/spread-512/threads:1", "attncheck_bench_baseline/spread-512/threads:1"}) {
+        const auto reps = iterations(doc, name);
+        REQUIRE(reps.size() == 1);
+        for (const char* key : {"gflops", "frac_peak"}) CHECK(reps[0].at(key).get<double>() > 0);
+    }
+}
+
 TEST_CASE("bench: --min-frac-peak fails a shape below it", "[cli][bench]") {
     TempDir dir;
     // Ten times the machine's FMA peak is out of any kernel's reach: the verdict must fail.
