@@ -82,8 +82,7 @@ inline void vpin(vf&) {}  // see the AVX2 version
 // expf: rms 0.29 ulp); the test demands <= 2 ulp. Below 2^-126 the result is +0 (see
 // kExpFlushBelow).
 inline vf vexp(vf x) {
-    // Clamp -inf (and anything whose exp rounds to 0) to -104 so that r stays finite:
-    // exp(-104) ~ 6.8e-46 < half the smallest subnormal, so the result is exactly 0.
+    // Clamp -inf to -104 so that r stays finite (such lanes are flushed to +0 below).
     // max_ps returns its second operand when either is NaN, so NaN propagates.
     const __m512 xc = _mm512_max_ps(_mm512_set1_ps(-104.0f), x.r);
     const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
