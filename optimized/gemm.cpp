@@ -159,8 +159,9 @@ void tile(int kc, const float* a, std::ptrdiff_t a_rs, std::ptrdiff_t a_ks, cons
         V bv[NV];
 #pragma GCC unroll 16
         for (int j = 0; j < NV; ++j) {
-            bv[j] = hn::LoadU(d, b + (j * L / kNR) * b_ps + std::ptrdiff_t(k) * kNR + (j * L) % kNR);
-            if constexpr (pin) asm("" : "+x"(bv[j].raw));
+            auto raw = hn::LoadU(d, b + (j * L / kNR) * b_ps + std::ptrdiff_t(k) * kNR + (j * L) % kNR).raw;
+            if constexpr (pin) asm("" : "+x"(raw));
+            bv[j].raw = raw;
         }
 #pragma GCC unroll 16
         for (int r = 0; r < MR; ++r) {
