@@ -85,8 +85,8 @@ std::string shape_names() {
 }
 
 std::vector<perf::KernelShape> parse_shapes(const std::string& list) {
-    const std::string all = shape_names();
     if (list.empty()) return perf::standard_shapes();
+    const std::string all = shape_names();  // for the messages below
     std::vector<perf::KernelShape> shapes;
     // Split at every comma, so that "a,", ",a" and "a,,b" show their empty names.
     std::vector<std::string> names(1);

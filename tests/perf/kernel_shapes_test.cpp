@@ -9,13 +9,15 @@
 #include <catch2/catch.hpp>
 
 #include "perf/kernel_shapes.hpp"
+#include "reference/attention.hpp"
 
 using namespace attncheck;
 
 namespace {
 
 // Over head 0's visible (query, key) pairs: the share of weights exp(s - m) (m the row's largest
-// score) that are subnormal floats, in [2^-149, 2^-126), and the scores' standard deviation.
+// score) that are subnormal floats, in [2^-149, 2^-126), and the scores' standard deviation
+// (the visible pairs by the reference's masking rule).
 struct Spread {
     double subnormal_share = 0, score_sd = 0;
 };
@@ -27,18 +29,18 @@ Spread spread_of(const perf::KernelProblem& pr) {
     double pairs = 0, subnormal = 0, sum = 0, sum2 = 0;
     std::vector<double> s;
     for (int i = 0; i < p.q_len; ++i) {
-        const int visible = std::min(p.kv_len, p.q_offset + i + 1);
-        s.assign(std::size_t(visible), 0.0);
-        for (int j = 0; j < visible; ++j) {
+        s.clear();
+        for (int j = 0; j < p.kv_len; ++j) {
+            if (!reference::key_visible(i, j, p.q_offset, p.causal != 0, p.kv_len)) continue;
             double dot = 0;
             for (std::size_t c = 0; c < D; ++c) dot += double(pr.q[std::size_t(i) * D + c]) * double(pr.k[std::size_t(j) * D + c]);
-            s[std::size_t(j)] = double(p.scale) * dot;
-            sum += s[std::size_t(j)];
-            sum2 += s[std::size_t(j)] * s[std::size_t(j)];
+            s.push_back(double(p.scale) * dot);
+            sum += s.back();
+            sum2 += s.back() * s.back();
         }
         const double m = *std::max_element(s.begin(), s.end());
         for (const double x : s) subnormal += (x - m >= lo && x - m < hi);
-        pairs += visible;
+        pairs += double(s.size());
     }
     const double mean = sum / pairs;
     return {subnormal / pairs, std::sqrt(sum2 / pairs - mean * mean)};
