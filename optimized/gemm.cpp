@@ -143,6 +143,17 @@ void tile(int kc, const float* a, std::ptrdiff_t a_rs, std::ptrdiff_t a_ks, cons
     // otherwise fold their loads into the FMAs and load each one MR times).
     constexpr bool pin = MR > 1 && MR * NV + NV + 1 <= 16;
     const auto mask = [&](int j) { return hn::FirstN(d, std::size_t(std::clamp(io.n_valid - L * j, 0, L))); };
+    // Full-width tiles load and store whole vectors: AVX2's masked store (vmaskmovps) is
+    // microcoded on AMD Zen, many times the cost of a plain store, and a tile stores MR * NV
+    // vectors per K block. Only a product's last, partial panel takes the masked forms.
+    const bool full = io.n_valid >= NC;
+    const auto load = [&](int j, const float* p) { return full ? hn::LoadU(d, p) : hn::MaskedLoad(mask(j), d, p); };
+    const auto store = [&](V v, int j, float* p) {
+        if (full)
+            hn::StoreU(v, d, p);
+        else
+            hn::BlendedStore(v, mask(j), d, p);
+    };
     V acc[MR][NV];
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r)
@@ -153,7 +164,7 @@ void tile(int kc, const float* a, std::ptrdiff_t a_rs, std::ptrdiff_t a_ks, cons
         for (int r = 0; r < MR; ++r)
             if (r < io.m_valid)
 #pragma GCC unroll 16
-                for (int j = 0; j < NV; ++j) acc[r][j] = hn::MaskedLoad(mask(j), d, io.c_in + r * io.ld_in + L * j);
+                for (int j = 0; j < NV; ++j) acc[r][j] = load(j, io.c_in + r * io.ld_in + L * j);
     }
     for (int k = 0; k < kc; ++k) {
         V bv[NV];
@@ -173,7 +184,7 @@ void tile(int kc, const float* a, std::ptrdiff_t a_rs, std::ptrdiff_t a_ks, cons
     if (io.bias) {
 #pragma GCC unroll 16
         for (int j = 0; j < NV; ++j) {
-            const V bj = hn::MaskedLoad(mask(j), d, io.bias + L * j);
+            const V bj = load(j, io.bias + L * j);
 #pragma GCC unroll 16
             for (int r = 0; r < MR; ++r) acc[r][j] = hn::Add(acc[r][j], bj);
         }
@@ -189,8 +200,8 @@ void tile(int kc, const float* a, std::ptrdiff_t a_rs, std::ptrdiff_t a_ks, cons
 #pragma GCC unroll 16
             for (int j = 0; j < NV; ++j) {
                 V v = acc[r][j];
-                if (io.residual) v = hn::Add(v, hn::MaskedLoad(mask(j), d, io.residual + r * io.ld_res + L * j));
-                hn::BlendedStore(v, mask(j), d, io.c_out + r * io.ld_out + L * j);
+                if (io.residual) v = hn::Add(v, load(j, io.residual + r * io.ld_res + L * j));
+                store(v, j, io.c_out + r * io.ld_out + L * j);
             }
 }
 
