@@ -2,7 +2,8 @@
 //
 //   BM_Prefill/T/threads    teacher-forced forward of preset `base`: tokens_per_s, gflops (useful
 //                           FLOPs: the products plus the unmasked half of causal attention),
-//                           frac_peak = gflops / fma_peak_gflops(threads); threads:0 (every
+//                           frac_peak = gflops / the peak of its timed windows on `threads`
+//                           threads (perf::PeakWindows: peak_gflops, peak_run_min/max); threads:0 (every
 //                           OpenMP thread, T = 512) only where there are more than 2
 //   BM_PrefillScaling       T = 512 on 1 and on 2 threads in one benchmark: speedup_1_to_2
 //   BM_DecodeStep/ctx       one Session::step at context ctx (the cache holds ctx positions):
@@ -87,23 +88,40 @@ double step_bytes(const ModelConfig& c, double ctx) {
     return 4.0 * (weights + kv);
 }
 
+// frac_peak against the peak of the timed windows (perf::PeakWindows), with that peak and the
+// lowest and highest of its runs: far apart, the machine's capacity moved during the benchmark.
+void report_peak(benchmark::State& state, const perf::PeakWindows& pw, double gflops) {
+    state.counters["peak_gflops"] = pw.peak_gflops();
+    state.counters["peak_run_min"] = pw.min_run_gflops();
+    state.counters["peak_run_max"] = pw.max_run_gflops();
+    state.counters["frac_peak"] = gflops / pw.peak_gflops();
+}
+
 void BM_Prefill(benchmark::State& state) {
     const int T = int(state.range(0));
     const int threads = state.range(1) > 0 ? int(state.range(1)) : omp_get_max_threads();
     const optimized::Decoder& dec = base_decoder();
     const auto tokens = tokens_for(dec.config(), T, 42);
-    const double peak = perf::fma_peak_gflops(threads);
     ThreadCount tc(threads);
     dec.forward(tokens);  // warm: caches, thread pool, scratch
+    perf::PeakWindows pw(threads);
     double seconds = 0;
-    for (auto _ : state)
-        seconds += bench::timed([&] { benchmark::DoNotOptimize(dec.forward(tokens).data()); });
+    for (auto _ : state) {
+        const double s = bench::timed([&] { benchmark::DoNotOptimize(dec.forward(tokens).data()); });
+        seconds += s;
+        pw.add(s);
+        if (pw.due()) {
+            state.PauseTiming();
+            pw.measure();
+            state.ResumeTiming();
+        }
+    }
+    pw.finish();
     const double iters = double(state.iterations());
     const double gflops = prefill_flops(dec.config(), T) * iters / seconds * 1e-9;
     state.counters["tokens_per_s"] = T * iters / seconds;
     state.counters["gflops"] = gflops;
-    state.counters["peak_gflops"] = peak;
-    state.counters["frac_peak"] = gflops / peak;
+    report_peak(state, pw, gflops);
     state.counters["threads"] = threads;
 }
 BENCHMARK(BM_Prefill)
@@ -188,19 +206,27 @@ void BM_Linear(benchmark::State& state) {
     for (float& v : x) v = u(rng);
     const optimized::PackedMatrix W = optimized::pack_weights(w.data(), n, k, bias.data());
     std::vector<float> y(std::size_t(m) * std::size_t(n));
-    const double peak = perf::fma_peak_gflops(threads);
     ThreadCount tc(threads);
     optimized::linear(W, x.data(), m, k, y.data(), n);  // warm
+    perf::PeakWindows pw(threads);
     double seconds = 0;
-    for (auto _ : state)
-        seconds += bench::timed([&] {
+    for (auto _ : state) {
+        const double s = bench::timed([&] {
             optimized::linear(W, x.data(), m, k, y.data(), n);
             benchmark::DoNotOptimize(y.data());
         });
+        seconds += s;
+        pw.add(s);
+        if (pw.due()) {
+            state.PauseTiming();
+            pw.measure();
+            state.ResumeTiming();
+        }
+    }
+    pw.finish();
     const double gflops = 2.0 * m * n * double(k) * double(state.iterations()) / seconds * 1e-9;
     state.counters["gflops"] = gflops;
-    state.counters["peak_gflops"] = peak;
-    state.counters["frac_peak"] = gflops / peak;
+    report_peak(state, pw, gflops);
 }
 // The prefill's shapes: q/k/v together, the output projection, the two feed-forward layers, the
 // logits (tied embedding).

@@ -153,6 +153,26 @@ double fma_peak_gflops(int threads) {
     return best;
 }
 
+PeakWindows::PeakWindows(int threads, double window_seconds)
+    : threads_(std::max(threads, 1)), window_(window_seconds) {
+    // Rounds for a run of about 4 ms at the memoized peak.
+    const double per_round = double(threads_) * HWY_DYNAMIC_DISPATCH(flops_per_round)();
+    iters_per_run_ = std::max(1000.0, 0.004 * fma_peak_gflops(threads_) * 1e9 / per_round);
+    last_ = min_ = max_ = fma_run(threads_, long(iters_per_run_));
+}
+
+void PeakWindows::measure() {
+    const double now = fma_run(threads_, long(iters_per_run_));
+    capacity_ += pending_ * 0.5 * (last_ + now);
+    seconds_ += pending_;
+    pending_ = 0;
+    last_ = now;
+    min_ = std::min(min_, now);
+    max_ = std::max(max_, now);
+}
+
+double PeakWindows::peak_gflops() const { return seconds_ > 0 ? capacity_ / seconds_ : fma_peak_gflops(threads_); }
+
 double last_level_cache_bytes() {
     long llc = 0;
 #ifdef _SC_LEVEL3_CACHE_SIZE

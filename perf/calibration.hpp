@@ -18,6 +18,44 @@ double fma_peak_gflops(int threads);
 // (what fma_peak_gflops takes the best of).
 double fma_run(int threads, long iters);
 
+// The FMA peak of the windows a benchmark times. On a shared host the threads' capacity moves
+// over seconds: on a 2-vCPU KVM guest (AMD EPYC Zen 3) the two threads' FMA rate read about 185
+// GFLOP/s for seconds, then about 95 (one core's) for the next second or two, and back. A
+// fraction of a peak memoized minutes earlier then reads 0.5x or 2x the truth (a prefill read
+// 1.03 "of peak"). PeakWindows measures the peak of the timed windows themselves: a short FMA
+// run (about 4 ms, outside the timing) after every `window` seconds of timed work and one
+// before the first, each window weighted by its timed seconds at the mean of the runs on either
+// side of it.
+//
+//   perf::PeakWindows pw(threads);
+//   for (auto _ : state) {
+//       const double s = timed_work();
+//       pw.add(s);
+//       if (pw.due()) { state.PauseTiming(); pw.measure(); state.ResumeTiming(); }
+//   }
+//   pw.finish();  // the last window
+//   frac_peak = gflops / pw.peak_gflops();
+class PeakWindows {
+public:
+    explicit PeakWindows(int threads, double window_seconds = 0.05);
+    void add(double timed_seconds) { pending_ += timed_seconds; }
+    bool due() const { return pending_ >= window_; }
+    void measure();  // closes the pending window with a run now
+    void finish() {
+        if (pending_ > 0) measure();
+    }
+    // Timed-seconds-weighted mean of the windows' peaks (GFLOP/s); the memoized peak when no
+    // window was timed.
+    double peak_gflops() const;
+    double min_run_gflops() const { return min_; }  // the lowest and highest of the runs
+    double max_run_gflops() const { return max_; }
+
+private:
+    int threads_;
+    double window_, iters_per_run_;
+    double last_ = 0, pending_ = 0, capacity_ = 0, seconds_ = 0, min_ = 0, max_ = 0;
+};
+
 // DRAM read bandwidth in GB/s (1e9 bytes/s): all OpenMP threads stream-read a buffer of
 // 512 MiB or four times the last-level cache, whichever is larger (an Emerald Rapids Xeon has a
 // 300 MiB L3, through which a 512 MiB stream would partly be served), at most a quarter of

@@ -55,3 +55,28 @@ TEST_CASE("read_gbs is measured per team size: one thread's rate is not the whol
         omp_set_num_threads(saved);
     }
 }
+
+TEST_CASE("PeakWindows weighs each timed window by its seconds at the mean of the runs around it") {
+    perf::PeakWindows pw(1, 0.05);
+    // No window timed yet: the memoized peak.
+    CHECK(pw.peak_gflops() == perf::fma_peak_gflops(1));
+    CHECK(pw.min_run_gflops() > 0);
+    CHECK(pw.min_run_gflops() == pw.max_run_gflops());  // one run so far, at construction
+
+    pw.add(0.03);
+    CHECK_FALSE(pw.due());
+    pw.add(0.03);
+    REQUIRE(pw.due());
+    pw.measure();
+    CHECK_FALSE(pw.due());
+    pw.add(0.01);
+    pw.finish();  // the last, short window is closed too
+    CHECK_FALSE(pw.due());
+    // A mean of runs: between the lowest and the highest of them.
+    CHECK(pw.peak_gflops() >= pw.min_run_gflops() * (1 - 1e-12));
+    CHECK(pw.peak_gflops() <= pw.max_run_gflops() * (1 + 1e-12));
+    CHECK(std::isfinite(pw.peak_gflops()));
+    const double after = pw.peak_gflops();
+    pw.finish();  // nothing pending: no run, no change
+    CHECK(pw.peak_gflops() == after);
+}
