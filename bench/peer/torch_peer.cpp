@@ -23,8 +23,13 @@
 // Settling: after a parallel call OpenBLAS's worker threads spin for 2^28 TSC cycles (about
 // 0.1 s) before they sleep, so in an alternation the call after torch's shares the cores with
 // them: ours ran 4-13% slower by prefill tokens/s (three alternating runs of each on this VM).
-// The binary therefore sleeps --settle-ms (default 150) after each torch call, outside both
+// The binary therefore waits --settle-ms (default 150) after each torch call, outside both
 // timings. Ours needs no such pause: its threads spin for GOMP_SPINCOUNT=10000 (microseconds).
+// The wait is busy, on our threads: after 150 ms asleep, the cores' first milliseconds of work are
+// slow (on a 2-vCPU KVM guest, AMD EPYC Zen 3: a `base` decode step at ctx 1024 took 16.4 ms
+// after a 150 ms sleep against 7.4 ms back to back; 7.6 ms after streaming 64 MB instead, so it
+// is the idle, not the caches), while torch's call always follows ours at once. A sleep made the
+// decode ratio a comparison of a cold step with a warm one (1.8x where it was 3.3x).
 //
 // Threads: ours runs OMP_NUM_THREADS (default: every core); torch runs with
 // --torch-threads intra-op threads (default 1) and OpenBLAS with --blas-threads (default: every
@@ -281,7 +286,11 @@ void set_torch_threads() {
 
 // Lets OpenBLAS's spinning workers go to sleep before the other side's call.
 void settle_after_torch() {
-    if (g_settle_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(g_settle_ms));
+    if (g_settle_ms <= 0) return;
+    const auto until = Clock::now() + std::chrono::milliseconds(g_settle_ms);
+#pragma omp parallel num_threads(g_our_threads)
+    while (Clock::now() < until) {
+    }
 }
 
 template <class F>
