@@ -304,12 +304,20 @@ void time_shape(const Options& o, Subject& cand, Subject* base, ShapeResult& r) 
     int copy = 0;
     r.candidate.calls = calls_for(cand, r.shape, o.min_time, copy);
     if (base) r.baseline.calls = calls_for(*base, r.shape, o.min_time, copy);
+    perf::PeakWindows peak(o.threads);
+    const auto timed_rep = [&](Subject& sub, Timing& t) {
+        repetition(sub, r.shape, t.calls, copy, t);
+        peak.add(t.secs.back() * double(t.calls));
+        if (peak.due()) peak.measure();
+    };
     for (int rep = 0; rep < o.reps; ++rep) {
         const bool base_first = base && rep % 2 == 1;
-        if (base_first) repetition(*base, r.shape, r.baseline.calls, copy, r.baseline);
-        repetition(cand, r.shape, r.candidate.calls, copy, r.candidate);
-        if (base && !base_first) repetition(*base, r.shape, r.baseline.calls, copy, r.baseline);
+        if (base_first) timed_rep(*base, r.baseline);
+        timed_rep(cand, r.candidate);
+        if (base && !base_first) timed_rep(*base, r.baseline);
     }
+    peak.finish();
+    r.fma_peak_gflops = peak.peak_gflops();
     if (base) r.comparison = compare(r.candidate, r.baseline, o.max_slowdown);
 }
 
@@ -341,7 +349,7 @@ double median(std::vector<double> v) {
 }
 
 double frac_bound(const ShapeResult& s, const Calibration& c, double secs) {
-    return s.shape.decode ? frac_read(s, secs) : gflops(s, secs) / c.fma_peak_gflops;
+    return s.shape.decode ? frac_read(s, secs) : gflops(s, secs) / fma_peak_of(s, c);
 }
 
 std::string describe(const Kernel& k) {

@@ -77,6 +77,11 @@ struct ShapeResult {
     // bench's threads: the rate of reading that footprint again and again, which is DRAM's where
     // it exceeds the last-level cache and the cache's where it fits.
     double read_gbs = 0, baseline_read_gbs = 0;
+    // The FMA peak of this shape's timed windows (perf::PeakWindows: a short run before the
+    // first repetition and after each), what its fractions of peak divide by: on a shared host
+    // the threads' capacity moves within seconds, and a peak measured once for the whole run
+    // can be of another phase. 0 until timed.
+    double fma_peak_gflops = 0;
     double worst_ratio = 0, baseline_worst_ratio = 0;  // correctness: worst test ratio vs the bound
     std::string checked;  // which heads the check compared, e.g. "all 8 heads", "heads 0 and 7"
     Timing candidate, baseline;
@@ -104,6 +109,10 @@ Result run(const Options& o);
 inline double gflops(const ShapeResult& s, double secs) { return s.useful_flops / secs * 1e-9; }
 inline double gbs(const ShapeResult& s, double secs, bool baseline = false) {
     return (baseline ? s.baseline_kv_bytes : s.kv_bytes) / secs * 1e-9;
+}
+// The FMA peak a shape's fractions divide by: its timed windows' (the run's calibration before).
+inline double fma_peak_of(const ShapeResult& s, const Calibration& c) {
+    return s.fma_peak_gflops > 0 ? s.fma_peak_gflops : c.fma_peak_gflops;
 }
 // That GB/s over the rate of reading the same footprint (decode shapes).
 inline double frac_read(const ShapeResult& s, double secs, bool baseline = false) {

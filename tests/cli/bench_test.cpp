@@ -65,6 +65,12 @@ TEST_CASE("bench: a built-in kernel, its table and its JSON", "[cli][bench]") {
     for (const char* key : {"real_time", "cpu_time", "gflops", "frac_peak", "us_per_call"})
         CHECK(e.at(key).get<double>() > 0);
     CHECK_FALSE(e.contains("frac_bw"));  // only decode reports bandwidth
+    // frac_peak divides by the FMA peak of the shape's own timed windows, given beside it.
+    REQUIRE(e.contains("peak_gflops"));
+    CHECK(e.at("peak_gflops").get<double>() > 0);
+    CHECK(e.at("frac_peak").get<double>() ==
+          Approx(e.at("gflops").get<double>() / e.at("peak_gflops").get<double>()).epsilon(1e-9));
+    CHECK(has(r.out, "\"of FMA\" divides by the FMA peak of each shape's timed windows, GFLOP/s: prefill-512 "));
     bool median = false;
     for (const auto& b : doc.at("benchmarks"))
         median |= b.at("run_type") == "aggregate" && b.at("aggregate_name") == "median";
