@@ -47,7 +47,7 @@
 // Vectorization: 16-float vectors (vec16.hpp). The file is compiled once per target of
 // simd_targets.hpp (Highway's foreach_target.h re-includes it) and the kernel dispatches at run
 // time: AVX-512 (one register per vector, 6-row micro-blocks), AVX2 (two registers per vector;
-// 2-row micro-blocks, as 6 x 64 scores would not fit in 16 registers: see kRows) or scalar. The arithmetic
+// 3-row micro-blocks, as 6 x 64 scores would not fit in 16 registers: see kRows) or scalar. The arithmetic
 // of a score, a P V sum, the exp and the sums is the same on the AVX-512 and AVX2 paths, so they
 // give the same bits; the scalar path uses std::exp.
 //
@@ -233,9 +233,12 @@ void process_chunk(const Head& hd, const Shape& sh, std::int64_t i0, int nr, std
             const int R = std::min(kRows, nr - lr0);
             // Skip micro-blocks that see nothing of this tile (an exact no-op for them).
             if (sh.last_key(i0 + lr0 + R - 1) < t0) continue;
-            if constexpr (kRows == 2) {
-                if (R == 2) micro_tile<2>(hd, sh, i0, lr0, t0, nk, kt, s);
-                else micro_tile<1>(hd, sh, i0, lr0, t0, nk, kt, s);
+            if constexpr (kRows == 3) {
+                switch (R) {
+                    case 1: micro_tile<1>(hd, sh, i0, lr0, t0, nk, kt, s); break;
+                    case 2: micro_tile<2>(hd, sh, i0, lr0, t0, nk, kt, s); break;
+                    default: micro_tile<3>(hd, sh, i0, lr0, t0, nk, kt, s); break;
+                }
                 continue;
             }
             switch (R) {

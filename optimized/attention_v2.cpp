@@ -326,9 +326,12 @@ void micro_tile(const attncheck_problem_v2& p, const Block& blk, int lr0, std::i
 template <bool Extras>
 void micro_block(int R, const attncheck_problem_v2& p, const Block& blk, int lr0, std::int64_t t0, const float* kt,
                  const float* vt, Scratch& s) {
-    if constexpr (kRows == 2) {
-        if (R == 2) micro_tile<2, Extras>(p, blk, lr0, t0, kt, vt, s);
-        else micro_tile<1, Extras>(p, blk, lr0, t0, kt, vt, s);
+    if constexpr (kRows == 3) {
+        switch (R) {
+            case 1: micro_tile<1, Extras>(p, blk, lr0, t0, kt, vt, s); break;
+            case 2: micro_tile<2, Extras>(p, blk, lr0, t0, kt, vt, s); break;
+            default: micro_tile<3, Extras>(p, blk, lr0, t0, kt, vt, s); break;
+        }
     } else {
         switch (R) {
             case 1: micro_tile<1, Extras>(p, blk, lr0, t0, kt, vt, s); break;
