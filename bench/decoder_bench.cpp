@@ -33,6 +33,7 @@
 
 #include "attncheck/model.hpp"
 #include "perf/calibration.hpp"
+#include "bench/peak_window.hpp"
 #include "bench/slowdown.hpp"
 #include "optimized/decoder.hpp"
 #include "optimized/gemm.hpp"
@@ -113,12 +114,7 @@ void BM_Prefill(benchmark::State& state) {
     for (auto _ : state) {
         const double s = bench::timed([&] { benchmark::DoNotOptimize(dec.forward(tokens).data()); });
         seconds += s;
-        pw.add(s);
-        if (pw.due()) {
-            state.PauseTiming();
-            pw.measure();
-            state.ResumeTiming();
-        }
+        bench::add_to_window(state, pw, s);
     }
     pw.finish();
     const double iters = double(state.iterations());
@@ -220,12 +216,7 @@ void BM_Linear(benchmark::State& state) {
             benchmark::DoNotOptimize(y.data());
         });
         seconds += s;
-        pw.add(s);
-        if (pw.due()) {
-            state.PauseTiming();
-            pw.measure();
-            state.ResumeTiming();
-        }
+        bench::add_to_window(state, pw, s);
     }
     pw.finish();
     const double gflops = 2.0 * m * n * double(k) * double(state.iterations()) / seconds * 1e-9;

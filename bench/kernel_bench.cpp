@@ -28,6 +28,7 @@
 #include "attncheck/kernels.hpp"
 #include "perf/calibration.hpp"
 #include "perf/kernel_shapes.hpp"
+#include "bench/peak_window.hpp"
 #include "bench/slowdown.hpp"
 
 namespace {
@@ -102,12 +103,7 @@ void BM_AttentionPrefill(benchmark::State& state) {
     for (auto _ : state) {
         const double s = run_once(attncheck::bench::optimized_kernel_under_bench(), pr, 0, true);
         secs += s;
-        pw.add(s);
-        if (pw.due()) {
-            state.PauseTiming();
-            pw.measure();
-            state.ResumeTiming();
-        }
+        attncheck::bench::add_to_window(state, pw, s);
     }
     pw.finish();
     g_optimized_secs[{T, T, th.n}] = secs / double(state.iterations());
