@@ -32,7 +32,7 @@ double fma_run(int threads, long iters);
 //       const double s = timed_work();
 //       pw.add(s);
 //       if (pw.due()) { state.PauseTiming(); pw.measure(); state.ResumeTiming(); }
-//   }
+//   }   // (bench/peak_window.hpp: add_to_window does the two lines above)
 //   pw.finish();  // the last window
 //   frac_peak = gflops / pw.peak_gflops();
 class PeakWindows {
