@@ -42,6 +42,10 @@ constexpr int kRows = kNarrow ? 3 : kMicroRows;
 // Registers of the target, and per 16-float vector: what decides whether a step's keys or
 // values can stay in registers beside R x NV accumulators and a broadcast.
 constexpr int kVecRegs = kNarrow ? 16 : 32, kRegsPerVf = kNarrow ? 2 : 1;
+// Whether a step's N vectors of keys or values are pinned (vpin): for more than one row, and
+// only where they fit beside the R x N accumulators and a broadcast.
+template <int R, int N>
+inline constexpr bool kPinStep = R > 1 && (R + 1) * N * kRegsPerVf + 1 <= kVecRegs;
 constexpr int kScoreVecs = kNarrow ? 2 : kTileVecs;  // 16-key vectors per score pass
 constexpr int kDvBlockVecs = kNarrow ? 2 : 4;         // 16-column vectors per P V pass
 static_assert(kTileKeys % kLanes == 0 && kChunkKeys % kTileKeys == 0);
@@ -64,7 +68,7 @@ void pv_block(float* const* o_rows, const float* alpha, bool scale_o, const floa
         vf vv[NV];
         for (int u = 0; u < NV; ++u) {
             vv[u] = Tail && u == NV - 1 ? vload_n(vj + u * kLanes, last_n) : vload(vj + u * kLanes);
-            if (R > 1 && (R + 1) * NV * kRegsPerVf + 1 <= kVecRegs) vpin(vv[u]);
+            if constexpr (kPinStep<R, NV>) vpin(vv[u]);
         }
         for (int r = 0; r < R; ++r) {
             const vf pj = vset1(p_rows[r][j]);
@@ -118,7 +122,7 @@ template <int R>
             vf kv[kScoreVecs];
             for (int u = 0; u < kScoreVecs; ++u) {
                 kv[u] = vload(kt + c * kTileKeys + (u0 + u) * kLanes);
-                if (R > 1 && (R + 1) * kScoreVecs * kRegsPerVf + 1 <= kVecRegs) vpin(kv[u]);
+                if constexpr (kPinStep<R, kScoreVecs>) vpin(kv[u]);
             }
             for (int r = 0; r < R; ++r) {
                 const vf qb = vset1(qrow[r * Dk + c]);
