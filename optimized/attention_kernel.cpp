@@ -5,14 +5,15 @@
 //   for each query block (kQueryBlock rows) of one (sequence, head):
 //     for each chunk of kChunkKeys keys, tile by tile (kTileKeys keys):
 //       pack the key tile transposed            Kt [Dk, 64]          (reused by every row)
-//       for each micro-block of 6 rows:
+//       for each micro-block of 6 rows (3 on AVX2):
 //         S = scale * Q Kt                      [6, 64] in 24 zmm registers
 //         masked entries -> -inf; per row: m' = max(m, max S), alpha = exp(m - m'),
-//         P = exp(S - m'), l = l * alpha + sum P, O = O * alpha + P V
+//         P = exp(S - m'), l = l * alpha + sum P
+//       for each slice of the value columns, for each micro-block: O = O * alpha + P V
 //     merge the chunk's partial (m, l, O) into the running one, in chunk order
 //   out = O / l   (0 for a row that sees no key)
 //
-// No Tq x Tk matrix exists: P lives for one micro-block and tile (6 x 64 floats).
+// No Tq x Tk matrix exists: P lives for one query block and tile (64 x 64 floats).
 //
 // Masking and skipping. Key j is visible to query row i when j < kv_valid_len[b] and, if
 // causal, j <= q_offset + i (reference::key_visible). Rows' last visible keys are
@@ -122,7 +123,9 @@ struct Shape {
 // once the largest shape has been seen). Sizes depend on Dk, Dv and kQueryBlock only.
 struct Scratch {
     std::vector<float> kt;     // [Dk, 64]   the key tile, transposed
-    std::vector<float> p;      // [6, 64]    probabilities of one micro-block and tile
+    std::vector<float> p;      // [QB, 64]   probabilities of the block's rows for one tile
+    std::vector<float> alpha;  // [QB]       each row's accumulator factor for the tile
+    std::vector<int> nvis;     // [QB]       each row's keys visible in the tile (a prefix)
     std::vector<float> o;      // [QB, Dv]   the chunk's unnormalized accumulator
     std::vector<float> lvec;   // [QB, 16]   the chunk's running sums, one per key residue
     std::vector<float> m;      // [QB]       the chunk's running max
@@ -133,7 +136,9 @@ struct Scratch {
     void reserve(std::int64_t Dk, std::int64_t Dv) {
         const std::size_t qb = kQueryBlock, dk = std::size_t(Dk), dv = std::size_t(Dv);
         if (kt.size() < dk * kTileKeys) kt.resize(dk * kTileKeys);
-        if (p.size() < std::size_t(kMicroRows) * kTileKeys) p.resize(std::size_t(kMicroRows) * kTileKeys);
+        if (p.size() < qb * kTileKeys) p.resize(qb * kTileKeys);
+        if (alpha.size() < qb) alpha.resize(qb);
+        if (nvis.size() < qb) nvis.resize(qb);
         if (o.size() < qb * dv) o.resize(qb * dv);
         if (o_tot.size() < qb * dv) o_tot.resize(qb * dv);
         if (lvec.size() < qb * kLanes) lvec.resize(qb * kLanes);
@@ -158,53 +163,56 @@ bool reserve_thread_scratch(std::int64_t Dk, std::int64_t Dv, bool& failed) {
     }
 }
 
-// One micro-block of R query rows (block-local indices lr0 .. lr0+R-1, absolute row i0 + lr)
-// against one key tile [t0, t0 + nk): scores, online softmax update, P V. ~80 lines on purpose:
-// the R x 4 score accumulators stay in registers from the FMA chain to the softmax.
+// The scores of one micro-block of R query rows (block-local indices lr0 .. lr0+R-1, absolute
+// row i0 + lr) against one key tile [t0, t0 + nk) and their online softmax update: the rows'
+// probabilities go to s.p (row lr at s.p + lr * 64), their accumulator factors to s.alpha and
+// their visible keys to s.nvis, for tile_pv. The R x 4 score accumulators stay in registers
+// from the FMA chain to the softmax (tile_scores and online_softmax are inlined here).
 template <int R>
-void micro_tile(const Head& hd, const Shape& sh, std::int64_t i0, int lr0, std::int64_t t0, int nk,
-                const float* kt, Scratch& s) {
-    const std::int64_t Dv = sh.Dv;
+void tile_softmax(const Head& hd, const Shape& sh, std::int64_t i0, int lr0, std::int64_t t0, int nk,
+                  const float* kt, Scratch& s) {
     vf acc[R][kTileVecs];
     tile_scores<R>(hd.q + (i0 + lr0) * sh.Dk, sh.Dk, kt, acc);
-
-    // Online softmax per row.
-    float alpha[R], mx[R];
-    int nvis[R];  // keys of this tile visible to the row (a prefix of the tile)
+    float mx[R];
     for (int r = 0; r < R; ++r) {
         const std::int64_t last = sh.last_key(i0 + lr0 + r);
-        nvis[r] = int(std::clamp<std::int64_t>(last - t0 + 1, 0, nk));
+        const int nvis = int(std::clamp<std::int64_t>(last - t0 + 1, 0, nk));
+        s.nvis[std::size_t(lr0 + r)] = nvis;
         vf vmx = vset1(kNegInf);
         for (int u = 0; u < kTileVecs; ++u) {
-            acc[r][u] = vmask_after(vmul(acc[r][u], vset1(sh.scale)), nvis[r] - u * kLanes);
+            acc[r][u] = vmask_after(vmul(acc[r][u], vset1(sh.scale)), nvis - u * kLanes);
             vmx = vmax(vmx, acc[r][u]);
         }
         mx[r] = vreduce_max(vmx);
     }
-    online_softmax<R>(acc, mx, s.m.data() + lr0, s.lvec.data() + std::size_t(lr0) * kLanes, s.p.data(), alpha);
+    online_softmax<R>(acc, mx, s.m.data() + lr0, s.lvec.data() + std::size_t(lr0) * kLanes,
+                      s.p.data() + std::size_t(lr0) * kTileKeys, s.alpha.data() + lr0);
+}
 
-    // O = O * alpha + P V. Keys every row of the micro-block sees go through the R-row kernel;
-    // the few keys in the causal diagonal that only later rows see are added row by row, so
-    // no masked key is ever multiplied in.
-    int j_all = nk;
+// O = O * alpha + P V for the micro-block's rows (after tile_softmax) over the output columns
+// [dv0, dv0 + cols). Keys every row of the micro-block sees go through the R-row kernel; the
+// few keys in the causal diagonal that only later rows see are added row by row, so no masked
+// key is ever multiplied in.
+template <int R>
+void tile_pv(const Head& hd, const Shape& sh, int lr0, std::int64_t t0, std::int64_t dv0, int cols, Scratch& s) {
+    const std::int64_t Dv = sh.Dv;
+    const int* nvis = s.nvis.data() + lr0;
+    int j_all = kTileKeys;
     for (int r = 0; r < R; ++r) j_all = std::min(j_all, nvis[r]);
     float* o_rows[R];
     const float* p_rows[R];
     for (int r = 0; r < R; ++r) {
         o_rows[r] = s.o.data() + std::size_t(lr0 + r) * std::size_t(Dv);
-        p_rows[r] = s.p.data() + r * kTileKeys;
+        p_rows[r] = s.p.data() + std::size_t(lr0 + r) * kTileKeys;
     }
+    const float* alpha = s.alpha.data() + lr0;
     const float* vt = hd.v + t0 * Dv;
-    for (std::int64_t dv0 = 0; dv0 < Dv; dv0 += kDvBlockVecs * kLanes) {
-        const int cols = int(std::min<std::int64_t>(Dv - dv0, kDvBlockVecs * kLanes));
-        const int nv = (cols + kLanes - 1) / kLanes;
-        const int last_n = cols - (nv - 1) * kLanes;
-        pv_dispatch<R>(nv, o_rows, alpha, true, p_rows, vt, Dv, dv0, last_n, 0, j_all);
-        for (int r = 0; r < R; ++r)
-            if (nvis[r] > j_all)
-                pv_dispatch<1>(nv, &o_rows[r], &alpha[r], false, &p_rows[r], vt, Dv, dv0, last_n,
-                               j_all, nvis[r]);
-    }
+    const int nv = (cols + kLanes - 1) / kLanes;
+    const int last_n = cols - (nv - 1) * kLanes;
+    pv_dispatch<R>(nv, o_rows, alpha, true, p_rows, vt, Dv, dv0, last_n, 0, j_all);
+    for (int r = 0; r < R; ++r)
+        if (nvis[r] > j_all)
+            pv_dispatch<1>(nv, &o_rows[r], &alpha[r], false, &p_rows[r], vt, Dv, dv0, last_n, j_all, nvis[r]);
 }
 
 // The partial of one chunk for block rows [0, nr) (absolute rows i0 ..): fills s.o, s.m, s.lsum.
@@ -229,25 +237,24 @@ void process_chunk(const Head& hd, const Shape& sh, std::int64_t i0, int nr, std
         // slower: kernel decode at kv 4096, alternating calls, 0.79x with K/V in the L3 and 0.90x
         // streaming 670 MB from DRAM; the `base` decode step at ctx 1024 0.94x (Xeon, AVX-512).
         if (!hd.kt_packed) pack_key_tile(hd.k, sh.Dk, t0, nk, s.kt.data());
+        // The scores and softmax of every micro-block, then P V in passes over the output
+        // columns: a pass reads the keys (or a slice of the values) once per micro-block, and
+        // they stay in the L1 from one micro-block to the next. Scores and P V in turn per
+        // micro-block read 32 KiB of keys and values for each (Dk = Dv = 64): more than a
+        // 32 KiB L1 holds with the rows beside them. Micro-blocks that see nothing of the tile
+        // are skipped (an exact no-op for them). Each element gets the same operations in the
+        // same order either way.
         for (int lr0 = 0; lr0 < nr; lr0 += kRows) {
             const int R = std::min(kRows, nr - lr0);
-            // Skip micro-blocks that see nothing of this tile (an exact no-op for them).
             if (sh.last_key(i0 + lr0 + R - 1) < t0) continue;
-            if constexpr (kRows == 3) {
-                switch (R) {
-                    case 1: micro_tile<1>(hd, sh, i0, lr0, t0, nk, kt, s); break;
-                    case 2: micro_tile<2>(hd, sh, i0, lr0, t0, nk, kt, s); break;
-                    default: micro_tile<3>(hd, sh, i0, lr0, t0, nk, kt, s); break;
-                }
-                continue;
-            }
-            switch (R) {
-                case 1: micro_tile<1>(hd, sh, i0, lr0, t0, nk, kt, s); break;
-                case 2: micro_tile<2>(hd, sh, i0, lr0, t0, nk, kt, s); break;
-                case 3: micro_tile<3>(hd, sh, i0, lr0, t0, nk, kt, s); break;
-                case 4: micro_tile<4>(hd, sh, i0, lr0, t0, nk, kt, s); break;
-                case 5: micro_tile<5>(hd, sh, i0, lr0, t0, nk, kt, s); break;
-                default: micro_tile<6>(hd, sh, i0, lr0, t0, nk, kt, s); break;
+            with_rows(R, [&]<int RR>() { tile_softmax<RR>(hd, sh, i0, lr0, t0, nk, kt, s); });
+        }
+        for (std::int64_t dv0 = 0; dv0 < sh.Dv; dv0 += kDvBlockVecs * kLanes) {
+            const int cols = int(std::min<std::int64_t>(sh.Dv - dv0, kDvBlockVecs * kLanes));
+            for (int lr0 = 0; lr0 < nr; lr0 += kRows) {
+                const int R = std::min(kRows, nr - lr0);
+                if (sh.last_key(i0 + lr0 + R - 1) < t0) continue;
+                with_rows(R, [&]<int RR>() { tile_pv<RR>(hd, sh, lr0, t0, dv0, cols, s); });
             }
         }
     }

@@ -50,6 +50,28 @@ constexpr int kScoreVecs = kNarrow ? 2 : kTileVecs;  // 16-key vectors per score
 constexpr int kDvBlockVecs = kNarrow ? 2 : 4;         // 16-column vectors per P V pass
 static_assert(kTileKeys % kLanes == 0 && kChunkKeys % kTileKeys == 0);
 
+// f.template operator()<R>() for a micro-block of R rows, R in [1, kRows] chosen at run time.
+template <class F>
+void with_rows(int R, F&& f) {
+    static_assert(kRows == 3 || kRows == 6);
+    if constexpr (kRows == 3) {
+        switch (R) {
+            case 1: f.template operator()<1>(); break;
+            case 2: f.template operator()<2>(); break;
+            default: f.template operator()<3>(); break;
+        }
+    } else {
+        switch (R) {
+            case 1: f.template operator()<1>(); break;
+            case 2: f.template operator()<2>(); break;
+            case 3: f.template operator()<3>(); break;
+            case 4: f.template operator()<4>(); break;
+            case 5: f.template operator()<5>(); break;
+            default: f.template operator()<6>(); break;
+        }
+    }
+}
+
 // o[r, :] = o[r, :] * alpha[r] (when scale_o) + sum_{j in [j0, j1)} p[r, j] * v[j, :], for the
 // R rows, over NV vectors of output columns starting at column dv0 (the last has `last_n`
 // lanes; Tail: fewer than 16). Keys are added in ascending order, one FMA each.

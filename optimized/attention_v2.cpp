@@ -166,7 +166,9 @@ struct Scratch {
     std::vector<float> krows;    // [64, Dk]       a tile's keys as float32, before the transpose
     std::vector<float> kt;       // [Dk, 64]       the key tile, transposed
     std::vector<float> v;        // [64, Dv]       the value tile
-    std::vector<float> p;        // [kRows, 64]    probabilities of one micro-block and tile
+    std::vector<float> p;        // [packed, 64]   probabilities of the block's rows for one tile
+    std::vector<float> alpha;    // [packed]       each row's accumulator factor for the tile
+    std::vector<int> lo, hi;     // [packed]       each row's visible keys of the tile [lo, hi]
     std::vector<float> row;      // [Dv]           one output row before its conversion
     std::vector<KeyRange> keys;  // [packed]       visible keys of each packed row
     std::vector<float> o, lvec, m, lsum;  // the chunk's state: [packed, Dv], [packed, 16], [packed], [packed]
@@ -180,7 +182,10 @@ struct Scratch {
         grow(krows, kTileKeys * dk);
         grow(kt, dk * kTileKeys);
         grow(v, kTileKeys * dv);
-        grow(p, std::size_t(kRows) * kTileKeys);
+        grow(p, n * kTileKeys);
+        grow(alpha, n);
+        grow(lo, n);
+        grow(hi, n);
         grow(row, dv);
         grow(keys, n);
         grow(o, n * dv);
@@ -235,19 +240,22 @@ void pv_rows(int n, int nv, float* const* o_rows, const float* alpha, bool scale
         pv_rows<R - 1>(n, nv, o_rows, alpha, scale_o, p_rows, v, Dv, dv0, last_n, j0, j1);
 }
 
-// Micro-block of R packed rows lr0 .. lr0+R-1 of blk against the tile at t0 (kt, vt): scores,
-// online softmax update, P V, into the chunk state of s. The attention_kernel.cpp micro_tile,
-// with each row's visible keys an interval of the tile, and (Extras) softcap and ALiBi in an
-// instantiation of their own, so that the common one carries no code for them.
+// Scores of R packed rows lr0 .. lr0+R-1 of blk against the tile at t0 (kt) and their online
+// softmax update, into the chunk state of s, the probabilities into s.p (row lr at s.p + lr * 64),
+// the accumulator factors into s.alpha and each row's visible keys into s.lo, s.hi, for tile_pv.
+// The attention_kernel.cpp tile_softmax, with each row's visible keys an interval of the tile,
+// and (Extras) softcap and ALiBi in an instantiation of their own, so that the common one
+// carries no code for them.
 template <int R, bool Extras>
-void micro_tile(const attncheck_problem_v2& p, const Block& blk, int lr0, std::int64_t t0, const float* kt,
-                const float* vt, Scratch& s) {
-    const std::int64_t Dk = p.head_dim, Dv = p.value_dim, pos = p.q_pos[blk.b];
+void tile_softmax(const attncheck_problem_v2& p, const Block& blk, int lr0, std::int64_t t0, const float* kt,
+                  Scratch& s) {
+    const std::int64_t Dk = p.head_dim, pos = p.q_pos[blk.b];
     vf acc[R][kTileVecs];
     tile_scores<R>(s.q.data() + lr0 * Dk, Dk, kt, acc);
 
-    int lo[R], hi[R];  // the tile-local keys [lo, hi] each row sees (none when lo > hi)
-    float alpha[R], mx[R];
+    int* lo = s.lo.data() + lr0;  // the tile-local keys [lo, hi] each row sees (none when lo > hi)
+    int* hi = s.hi.data() + lr0;
+    float mx[R];
     const vf scale = vset1(p.scale);
     for (int r = 0; r < R; ++r) {
         const int lr = lr0 + r;
@@ -274,13 +282,21 @@ void micro_tile(const attncheck_problem_v2& p, const Block& blk, int lr0, std::i
         }
         mx[r] = vreduce_max(vmx);
     }
-    online_softmax<R>(acc, mx, s.m.data() + lr0, s.lvec.data() + std::size_t(lr0) * kLanes, s.p.data(), alpha);
+    online_softmax<R>(acc, mx, s.m.data() + lr0, s.lvec.data() + std::size_t(lr0) * kLanes,
+                      s.p.data() + std::size_t(lr0) * kTileKeys, s.alpha.data() + lr0);
+}
 
-    // O = O * alpha + P V over the rows that see keys of the tile (for the others alpha is 1,
-    // or 0 on an accumulator still 0: nothing to do). The keys all of them see go through the
-    // n-row kernel; before that, each row's keys below them alone (the row's alpha applied
-    // there), after it each row's keys above them alone, so each row adds its keys in
-    // ascending order, and only its own.
+// O = O * alpha + P V for the micro-block's rows (after tile_softmax) over the output columns
+// [dv0, dv0 + cols), for the rows that see keys of the tile (for the others alpha is 1, or 0
+// on an accumulator still 0: nothing to do). The keys all of them see go through the n-row
+// kernel; before that, each row's keys below them alone (the row's alpha applied there), after
+// it each row's keys above them alone, so each row adds its keys in ascending order, and only
+// its own.
+template <int R>
+void tile_pv(const attncheck_problem_v2& p, int lr0, const float* vt, std::int64_t dv0, int cols, Scratch& s) {
+    const std::int64_t Dv = p.value_dim;
+    const int* lo = s.lo.data() + lr0;
+    const int* hi = s.hi.data() + lr0;
     float* o_rows[R];
     const float* p_rows[R];
     float a_rows[R];
@@ -289,59 +305,34 @@ void micro_tile(const attncheck_problem_v2& p, const Block& blk, int lr0, std::i
         if (lo[r] > hi[r]) continue;
         sel[n] = r;
         o_rows[n] = s.o.data() + std::size_t(lr0 + r) * std::size_t(Dv);
-        p_rows[n] = s.p.data() + r * kTileKeys;
-        a_rows[n] = alpha[r];
+        p_rows[n] = s.p.data() + std::size_t(lr0 + r) * kTileKeys;
+        a_rows[n] = s.alpha[std::size_t(lr0 + r)];
         all_lo = std::max(all_lo, lo[r]);
         all_hi = std::min(all_hi, hi[r]);
         ++n;
     }
     if (n == 0) return;
-    for (std::int64_t dv0 = 0; dv0 < Dv; dv0 += kDvBlockVecs * kLanes) {
-        const int cols = int(std::min<std::int64_t>(Dv - dv0, kDvBlockVecs * kLanes));
-        const int nv = (cols + kLanes - 1) / kLanes;
-        const int last_n = cols - (nv - 1) * kLanes;
-        if (n == 1 || all_lo > all_hi) {  // no key in common: each row alone
-            for (int t = 0; t < n; ++t)
-                pv_dispatch<1>(nv, &o_rows[t], &a_rows[t], true, &p_rows[t], vt, Dv, dv0, last_n, lo[sel[t]],
-                               hi[sel[t]] + 1);
-            continue;
-        }
-        float a_common[R];
-        for (int t = 0; t < n; ++t) {
-            a_common[t] = a_rows[t];
-            if (lo[sel[t]] < all_lo) {
-                pv_dispatch<1>(nv, &o_rows[t], &a_rows[t], true, &p_rows[t], vt, Dv, dv0, last_n, lo[sel[t]], all_lo);
-                a_common[t] = 1.0f;  // o * 1 is exact
-            }
-        }
-        pv_rows<R>(n, nv, o_rows, a_common, true, p_rows, vt, Dv, dv0, last_n, all_lo, all_hi + 1);
+    const int nv = (cols + kLanes - 1) / kLanes;
+    const int last_n = cols - (nv - 1) * kLanes;
+    if (n == 1 || all_lo > all_hi) {  // no key in common: each row alone
         for (int t = 0; t < n; ++t)
-            if (hi[sel[t]] > all_hi)
-                pv_dispatch<1>(nv, &o_rows[t], &a_rows[t], false, &p_rows[t], vt, Dv, dv0, last_n, all_hi + 1,
-                               hi[sel[t]] + 1);
+            pv_dispatch<1>(nv, &o_rows[t], &a_rows[t], true, &p_rows[t], vt, Dv, dv0, last_n, lo[sel[t]],
+                           hi[sel[t]] + 1);
+        return;
     }
-}
-
-// micro_tile for R (<= kRows) rows chosen at run time.
-template <bool Extras>
-void micro_block(int R, const attncheck_problem_v2& p, const Block& blk, int lr0, std::int64_t t0, const float* kt,
-                 const float* vt, Scratch& s) {
-    if constexpr (kRows == 3) {
-        switch (R) {
-            case 1: micro_tile<1, Extras>(p, blk, lr0, t0, kt, vt, s); break;
-            case 2: micro_tile<2, Extras>(p, blk, lr0, t0, kt, vt, s); break;
-            default: micro_tile<3, Extras>(p, blk, lr0, t0, kt, vt, s); break;
-        }
-    } else {
-        switch (R) {
-            case 1: micro_tile<1, Extras>(p, blk, lr0, t0, kt, vt, s); break;
-            case 2: micro_tile<2, Extras>(p, blk, lr0, t0, kt, vt, s); break;
-            case 3: micro_tile<3, Extras>(p, blk, lr0, t0, kt, vt, s); break;
-            case 4: micro_tile<4, Extras>(p, blk, lr0, t0, kt, vt, s); break;
-            case 5: micro_tile<5, Extras>(p, blk, lr0, t0, kt, vt, s); break;
-            default: micro_tile<6, Extras>(p, blk, lr0, t0, kt, vt, s); break;
+    float a_common[R];
+    for (int t = 0; t < n; ++t) {
+        a_common[t] = a_rows[t];
+        if (lo[sel[t]] < all_lo) {
+            pv_dispatch<1>(nv, &o_rows[t], &a_rows[t], true, &p_rows[t], vt, Dv, dv0, last_n, lo[sel[t]], all_lo);
+            a_common[t] = 1.0f;  // o * 1 is exact
         }
     }
+    pv_rows<R>(n, nv, o_rows, a_common, true, p_rows, vt, Dv, dv0, last_n, all_lo, all_hi + 1);
+    for (int t = 0; t < n; ++t)
+        if (hi[sel[t]] > all_hi)
+            pv_dispatch<1>(nv, &o_rows[t], &a_rows[t], false, &p_rows[t], vt, Dv, dv0, last_n, all_hi + 1,
+                           hi[sel[t]] + 1);
 }
 
 // The visible keys of every packed row of blk into s.keys, and the rows of q that see some key
@@ -379,18 +370,34 @@ void run_chunk(const attncheck_problem_v2& p, const Block& blk, Scratch& s, cons
         if (!src.kt)
             load_tile(p, blk.b, blk.hk, t0, std::max(t0, first), std::min(t1, last), s.krows.data(), s.kt.data(),
                       s.v.data());
-        for (std::int64_t lr0 = 0; lr0 < packed; lr0 += kRows) {
-            const int R = int(std::min<std::int64_t>(kRows, packed - lr0));
-            bool meets = false;  // micro-blocks that see nothing of this tile are skipped (an exact no-op)
+        // Micro-blocks that see nothing of this tile are skipped (an exact no-op for them).
+        const auto meets = [&](std::int64_t lr0, int R) {
             for (int r = 0; r < R; ++r) {
                 const KeyRange k = s.keys[std::size_t(lr0 + r)];
-                meets = meets || (!k.empty() && k.hi >= t0 && k.lo <= t1);
+                if (!k.empty() && k.hi >= t0 && k.lo <= t1) return true;
             }
-            if (!meets) continue;
-            if (extras)
-                micro_block<true>(R, p, blk, int(lr0), t0, kt, vt, s);
-            else
-                micro_block<false>(R, p, blk, int(lr0), t0, kt, vt, s);
+            return false;
+        };
+        // The scores and softmax of every micro-block, then P V in passes over the output
+        // columns, as in attention_kernel.cpp's process_chunk (the keys, or a slice of the
+        // values, stay in the L1 from one micro-block to the next).
+        for (std::int64_t lr0 = 0; lr0 < packed; lr0 += kRows) {
+            const int R = int(std::min<std::int64_t>(kRows, packed - lr0));
+            if (!meets(lr0, R)) continue;
+            with_rows(R, [&]<int RR>() {
+                if (extras)
+                    tile_softmax<RR, true>(p, blk, int(lr0), t0, kt, s);
+                else
+                    tile_softmax<RR, false>(p, blk, int(lr0), t0, kt, s);
+            });
+        }
+        for (std::int64_t dv0 = 0; dv0 < Dv; dv0 += kDvBlockVecs * kLanes) {
+            const int cols = int(std::min<std::int64_t>(Dv - dv0, kDvBlockVecs * kLanes));
+            for (std::int64_t lr0 = 0; lr0 < packed; lr0 += kRows) {
+                const int R = int(std::min<std::int64_t>(kRows, packed - lr0));
+                if (!meets(lr0, R)) continue;
+                with_rows(R, [&]<int RR>() { tile_pv<RR>(p, int(lr0), vt, dv0, cols, s); });
+            }
         }
     }
     for (std::int64_t r = 0; r < packed; ++r)
