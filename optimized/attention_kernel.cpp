@@ -237,26 +237,10 @@ void process_chunk(const Head& hd, const Shape& sh, std::int64_t i0, int nr, std
         // slower: kernel decode at kv 4096, alternating calls, 0.79x with K/V in the L3 and 0.90x
         // streaming 670 MB from DRAM; the `base` decode step at ctx 1024 0.94x (Xeon, AVX-512).
         if (!hd.kt_packed) pack_key_tile(hd.k, sh.Dk, t0, nk, s.kt.data());
-        // The scores and softmax of every micro-block, then P V in passes over the output
-        // columns: a pass reads the keys (or a slice of the values) once per micro-block, and
-        // they stay in the L1 from one micro-block to the next. Scores and P V in turn per
-        // micro-block read 32 KiB of keys and values for each (Dk = Dv = 64): more than a
-        // 32 KiB L1 holds with the rows beside them. Micro-blocks that see nothing of the tile
-        // are skipped (an exact no-op for them). Each element gets the same operations in the
-        // same order either way.
-        for (int lr0 = 0; lr0 < nr; lr0 += kRows) {
-            const int R = std::min(kRows, nr - lr0);
-            if (sh.last_key(i0 + lr0 + R - 1) < t0) continue;
-            with_rows(R, [&]<int RR>() { tile_softmax<RR>(hd, sh, i0, lr0, t0, nk, kt, s); });
-        }
-        for (std::int64_t dv0 = 0; dv0 < sh.Dv; dv0 += kDvBlockVecs * kLanes) {
-            const int cols = int(std::min<std::int64_t>(sh.Dv - dv0, kDvBlockVecs * kLanes));
-            for (int lr0 = 0; lr0 < nr; lr0 += kRows) {
-                const int R = std::min(kRows, nr - lr0);
-                if (sh.last_key(i0 + lr0 + R - 1) < t0) continue;
-                with_rows(R, [&]<int RR>() { tile_pv<RR>(hd, sh, lr0, t0, dv0, cols, s); });
-            }
-        }
+        for_micro_blocks(
+            nr, sh.Dv, [&](std::int64_t lr0, int R) { return sh.last_key(i0 + lr0 + R - 1) >= t0; },
+            [&]<int R>(int lr0) { tile_softmax<R>(hd, sh, i0, lr0, t0, nk, kt, s); },
+            [&]<int R>(int lr0, std::int64_t dv0, int cols) { tile_pv<R>(hd, sh, lr0, t0, dv0, cols, s); });
     }
     for (int r = 0; r < nr; ++r) s.lsum[r] = vreduce_add(vload(s.lvec.data() + std::size_t(r) * kLanes));
 }

@@ -72,6 +72,30 @@ void with_rows(int R, F&& f) {
     }
 }
 
+// The work of one key tile over a block of `rows` query rows, in micro-blocks of up to kRows:
+// softmax.template operator()<R>(lr0) for every micro-block (its scores and online softmax),
+// then P V in passes over the value columns, pv.template operator()<R>(lr0, dv0, cols) for
+// every micro-block in each pass. Micro-blocks for which meets(lr0, R) is false see nothing of
+// the tile and are skipped (an exact no-op for them). A pass reads the tile's keys, or one slice
+// of its values, once per micro-block, and they stay in the L1 from one micro-block to the
+// next; scores and P V in turn per micro-block read 32 KiB of keys and values each time (Dk =
+// Dv = 64), more than a 32 KiB L1 holds with the rows beside them. Each element gets the same
+// operations in the same order either way.
+template <class Meets, class Softmax, class Pv>
+void for_micro_blocks(std::int64_t rows, std::int64_t Dv, Meets&& meets, Softmax&& softmax, Pv&& pv) {
+    for (std::int64_t lr0 = 0; lr0 < rows; lr0 += kRows) {
+        const int R = int(std::min<std::int64_t>(kRows, rows - lr0));
+        if (meets(lr0, R)) with_rows(R, [&]<int RR>() { softmax.template operator()<RR>(int(lr0)); });
+    }
+    for (std::int64_t dv0 = 0; dv0 < Dv; dv0 += kDvBlockVecs * kLanes) {
+        const int cols = int(std::min<std::int64_t>(Dv - dv0, kDvBlockVecs * kLanes));
+        for (std::int64_t lr0 = 0; lr0 < rows; lr0 += kRows) {
+            const int R = int(std::min<std::int64_t>(kRows, rows - lr0));
+            if (meets(lr0, R)) with_rows(R, [&]<int RR>() { pv.template operator()<RR>(int(lr0), dv0, cols); });
+        }
+    }
+}
+
 // o[r, :] = o[r, :] * alpha[r] (when scale_o) + sum_{j in [j0, j1)} p[r, j] * v[j, :], for the
 // R rows, over NV vectors of output columns starting at column dv0 (the last has `last_n`
 // lanes; Tail: fewer than 16). Keys are added in ascending order, one FMA each.

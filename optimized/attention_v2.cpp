@@ -370,35 +370,22 @@ void run_chunk(const attncheck_problem_v2& p, const Block& blk, Scratch& s, cons
         if (!src.kt)
             load_tile(p, blk.b, blk.hk, t0, std::max(t0, first), std::min(t1, last), s.krows.data(), s.kt.data(),
                       s.v.data());
-        // Micro-blocks that see nothing of this tile are skipped (an exact no-op for them).
-        const auto meets = [&](std::int64_t lr0, int R) {
+        const auto meets = [&](std::int64_t lr0, int R) {  // a row of the micro-block sees the tile
             for (int r = 0; r < R; ++r) {
                 const KeyRange k = s.keys[std::size_t(lr0 + r)];
                 if (!k.empty() && k.hi >= t0 && k.lo <= t1) return true;
             }
             return false;
         };
-        // The scores and softmax of every micro-block, then P V in passes over the output
-        // columns, as in attention_kernel.cpp's process_chunk (the keys, or a slice of the
-        // values, stay in the L1 from one micro-block to the next).
-        for (std::int64_t lr0 = 0; lr0 < packed; lr0 += kRows) {
-            const int R = int(std::min<std::int64_t>(kRows, packed - lr0));
-            if (!meets(lr0, R)) continue;
-            with_rows(R, [&]<int RR>() {
+        for_micro_blocks(
+            packed, Dv, meets,
+            [&]<int R>(int lr0) {
                 if (extras)
-                    tile_softmax<RR, true>(p, blk, int(lr0), t0, kt, s);
+                    tile_softmax<R, true>(p, blk, lr0, t0, kt, s);
                 else
-                    tile_softmax<RR, false>(p, blk, int(lr0), t0, kt, s);
-            });
-        }
-        for (std::int64_t dv0 = 0; dv0 < Dv; dv0 += kDvBlockVecs * kLanes) {
-            const int cols = int(std::min<std::int64_t>(Dv - dv0, kDvBlockVecs * kLanes));
-            for (std::int64_t lr0 = 0; lr0 < packed; lr0 += kRows) {
-                const int R = int(std::min<std::int64_t>(kRows, packed - lr0));
-                if (!meets(lr0, R)) continue;
-                with_rows(R, [&]<int RR>() { tile_pv<RR>(p, int(lr0), vt, dv0, cols, s); });
-            }
-        }
+                    tile_softmax<R, false>(p, blk, lr0, t0, kt, s);
+            },
+            [&]<int R>(int lr0, std::int64_t dv0, int cols) { tile_pv<R>(p, lr0, vt, dv0, cols, s); });
     }
     for (std::int64_t r = 0; r < packed; ++r)
         s.lsum[std::size_t(r)] = vreduce_add(vload(s.lvec.data() + std::size_t(r) * kLanes));
