@@ -89,19 +89,6 @@ double step_bytes(const ModelConfig& c, double ctx) {
     return 4.0 * (weights + kv);
 }
 
-// frac_peak against the peak of the timed windows (perf::PeakWindows), with that peak and the
-// lowest and highest of its runs: far apart, the machine's capacity moved during the benchmark.
-// frac_peak_process divides by the process's calibration instead (the best of five 40 ms runs
-// before any work), for comparison: below frac_peak where the machine ran slower during the
-// benchmark than at its start (another tenant, a lower all-core clock under sustained load).
-void report_peak(benchmark::State& state, const perf::PeakWindows& pw, double gflops, int threads) {
-    state.counters["peak_gflops"] = pw.peak_gflops();
-    state.counters["peak_run_min"] = pw.min_run_gflops();
-    state.counters["peak_run_max"] = pw.max_run_gflops();
-    state.counters["frac_peak"] = gflops / pw.peak_gflops();
-    state.counters["frac_peak_process"] = gflops / perf::fma_peak_gflops(threads);
-}
-
 void BM_Prefill(benchmark::State& state) {
     const int T = int(state.range(0));
     const int threads = state.range(1) > 0 ? int(state.range(1)) : omp_get_max_threads();
@@ -121,7 +108,7 @@ void BM_Prefill(benchmark::State& state) {
     const double gflops = prefill_flops(dec.config(), T) * iters / seconds * 1e-9;
     state.counters["tokens_per_s"] = T * iters / seconds;
     state.counters["gflops"] = gflops;
-    report_peak(state, pw, gflops, threads);
+    bench::report_peak(state, pw, gflops, threads);
     state.counters["threads"] = threads;
 }
 BENCHMARK(BM_Prefill)
@@ -221,7 +208,7 @@ void BM_Linear(benchmark::State& state) {
     pw.finish();
     const double gflops = 2.0 * m * n * double(k) * double(state.iterations()) / seconds * 1e-9;
     state.counters["gflops"] = gflops;
-    report_peak(state, pw, gflops, threads);
+    bench::report_peak(state, pw, gflops, threads);
 }
 // The prefill's shapes: q/k/v together, the output projection, the two feed-forward layers, the
 // logits (tied embedding).
