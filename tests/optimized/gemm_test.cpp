@@ -31,7 +31,8 @@ TEST_CASE("linear() equals the plain loop bitwise on odd sizes", "[optimized][ge
     std::mt19937_64 rng(seed);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     // Sizes straddle every edge: 1, the micro-kernel's 12 rows, the GEMV limit 4, the 32-column
-    // panel, the 144-row block and the 256-deep K block.
+    // panel, the 144-row block and the 128-256-deep K block of the L1 rule (the AVX2 path's
+    // deeper K blocks: the next test).
     for (int m : {1, 2, 3, 4, 5, 7, 12, 13, 33, 100, 150})
         for (int n : {1, 7, 32, 33, 100, 300})
             for (int k : {1, 7, 33, 100, 257})
@@ -61,6 +62,30 @@ TEST_CASE("linear() equals the plain loop bitwise on odd sizes", "[optimized][ge
                                 }
                             }
                     }
+}
+
+TEST_CASE("linear() equals the plain loop bitwise across K blocks", "[optimized][gemm]") {
+    // The GEMM splits K into blocks whose partial sums it stores and reloads: 128-256 deep by
+    // the L1 rule, equal blocks of at most 512 on the AVX2 path. K one past each edge (a last
+    // block of 1), 2-4 blocks, and a depth that does not divide evenly; 150 rows: two row blocks.
+    std::mt19937_64 rng(512);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (int m : {13, 150})
+        for (int n : {33, 100})
+            for (int k : {129, 193, 257, 513, 1025, 1537, 2000}) {
+                const int ldx = k + 1, ldy = n + 1;
+                std::vector<float> w(std::size_t(n) * k), b(static_cast<std::size_t>(n)), x(std::size_t(m) * ldx),
+                    r(std::size_t(m) * ldy);
+                for (auto* v : {&w, &b, &x, &r})
+                    for (float& e : *v) e = u(rng);
+                const auto W = optimized::pack_weights(w.data(), n, k, b.data());
+                std::vector<float> got(r), want(r);
+                optimized::linear(W, x.data(), m, ldx, got.data(), ldy, Activation32::relu, got.data(), ldy);
+                optimized::linear_naive(w.data(), b.data(), n, k, x.data(), m, ldx, want.data(), ldy, Activation32::relu,
+                                        r.data(), ldy);
+                INFO("M=" << m << " N=" << n << " K=" << k);
+                REQUIRE(got == want);
+            }
 }
 
 TEST_CASE("linear() without bias, several weights concatenated", "[optimized][gemm]") {
