@@ -8,10 +8,11 @@
 //   BM_PrefillScaling       T = 512 on 1 and on 2 threads in one benchmark: speedup_1_to_2
 //   BM_DecodeStep/ctx       one Session::step at context ctx (the cache holds ctx positions):
 //                           bytes it must read (every weight once + the K/V cache), gbs,
-//                           frac_bw = gbs / dram_read_gbs(), and frac_read = gbs / read_gbs(bytes),
-//                           against the rate of reading that many bytes again and again: the
-//                           bound where the step's bytes fit in the last-level cache and it
-//                           outruns DRAM (calibration.hpp)
+//                           frac_bw = gbs / dram_read_gbs(), and frac_read against the rate of
+//                           reading that many bytes again and again, measured between the timed
+//                           steps (perf::ReadWindows): the bound where the step's bytes fit in
+//                           the last-level cache and it outruns DRAM (calibration.hpp);
+//                           frac_read_process against that rate measured once before them
 //   BM_Linear/n/k/threads   one linear() of the `base` prefill (M = 512 rows, W [n, k]): gflops,
 //                           frac_peak: what the GEMM alone reaches, against BM_Prefill's whole
 //   BM_VsReference          preset small, T = 64: reference::Decoder<float>::forward against the
@@ -154,19 +155,23 @@ void BM_DecodeStep(benchmark::State& state) {
     const auto tokens = tokens_for(c, ctx, 44);
     const double bw = perf::dram_read_gbs();
     const double bytes = step_bytes(c, ctx);
-    const double footprint_bw = perf::read_gbs(bytes);
+    perf::read_gbs(bytes);  // frac_read_process's rate, measured before the timing
     optimized::Session s(dec);
     s.prefill(tokens, 512);
-    s.step(1);  // warm
+    perf::ReadWindows rw(bytes);  // its passes are outside the timed steps
+    s.step(1);  // warm, after rw's first pass
     s.truncate(ctx);
     double seconds = 0;
     int token = 0;
     for (auto _ : state) {
         // Every step is at position ctx: the step reads ctx cached positions plus its own.
-        seconds += bench::timed([&] { benchmark::DoNotOptimize(s.step(token).data()); });
+        const double t = bench::timed([&] { benchmark::DoNotOptimize(s.step(token).data()); });
+        seconds += t;
+        bench::add_to_window(state, rw, t);
         s.truncate(ctx);
         token = (token + 1) % c.vocab_size;
     }
+    rw.finish();
     const double iters = double(state.iterations());
     const double gbs = bytes * iters / seconds * 1e-9;
     state.counters["ms_per_token"] = seconds / iters * 1e3;
@@ -174,8 +179,7 @@ void BM_DecodeStep(benchmark::State& state) {
     state.counters["gbs"] = gbs;
     state.counters["dram_gbs"] = bw;
     state.counters["frac_bw"] = gbs / bw;
-    state.counters["read_gbs"] = footprint_bw;
-    state.counters["frac_read"] = gbs / footprint_bw;
+    bench::report_read(state, rw, gbs, bytes);
 }
 BENCHMARK(BM_DecodeStep)->ArgName("ctx")->Arg(128)->Arg(1024)->Arg(2047)
     ->Iterations(40)->Unit(benchmark::kMillisecond)->UseRealTime();

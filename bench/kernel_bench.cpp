@@ -8,8 +8,10 @@
 //   frac_peak  gflops / fma_peak_gflops(threads)   (calibration.hpp, same process); the prefill
 //              benchmarks divide by the peak of their timed windows (perf::PeakWindows)
 //   gbs, frac_bw   (decode) K and V bytes the step must read / time, and / dram_read_gbs()
-//   frac_read  (decode) gbs / read_gbs(the K/V copies the calls rotate over): against reading
-//              that many bytes again and again, the bound where they fit in the last-level cache
+//   frac_read  (decode) gbs / the rate of reading the K/V copies the calls rotate over again and
+//              again, measured between the timed calls (perf::ReadWindows; read_gbs, with
+//              read_run_min and read_run_max): the bound where they fit in the last-level cache;
+//              frac_read_process against that rate measured once before them (perf::read_gbs)
 //   speedup    (reference benchmarks) reference time / optimized time on the same problem
 // Arg 0 of each benchmark is the thread count (0 = all OpenMP threads).
 //
@@ -80,9 +82,9 @@ struct Threads {
 std::map<std::tuple<int, int, int>, double> g_optimized_secs;
 
 // frac_peak against the peak of the benchmark's timed windows where it has them (pw), else
-// against the process's calibration.
+// against the process's calibration; frac_read likewise against the read windows (rw).
 void report(benchmark::State& state, const Problem& pr, double secs_total, int threads, bool decode,
-            const attncheck::perf::PeakWindows* pw = nullptr) {
+            const attncheck::perf::PeakWindows* pw = nullptr, const attncheck::perf::ReadWindows* rw = nullptr) {
     const double per_call = secs_total / double(state.iterations());
     const double gflops = pr.useful_flops / per_call * 1e-9;
     state.counters["threads"] = threads;
@@ -96,7 +98,11 @@ void report(benchmark::State& state, const Problem& pr, double secs_total, int t
         const double gbs = pr.kv_bytes / per_call * 1e-9;
         state.counters["gbs"] = gbs;
         state.counters["frac_bw"] = gbs / attncheck::perf::dram_read_gbs();
-        state.counters["frac_read"] = gbs / attncheck::perf::read_gbs(pr.kv_bytes * pr.copies);
+        const double bytes = pr.kv_bytes * pr.copies;
+        if (rw)
+            attncheck::bench::report_read(state, *rw, gbs, bytes);
+        else
+            state.counters["frac_read"] = gbs / attncheck::perf::read_gbs(bytes);
     }
 }
 
@@ -128,11 +134,17 @@ void BM_AttentionDecode(benchmark::State& state) {
     attncheck::perf::fma_peak_gflops(th.n);
     attncheck::perf::dram_read_gbs();
     attncheck::perf::read_gbs(pr.kv_bytes * pr.copies);
+    attncheck::perf::ReadWindows rw(pr.kv_bytes * pr.copies);  // its passes are outside the timed calls
     double secs = 0;
     int c = 0;
-    for (auto _ : state) secs += run_once(attncheck::bench::optimized_kernel_under_bench(), pr, c++ % kDecodeCopies, true);
+    for (auto _ : state) {
+        const double s = run_once(attncheck::bench::optimized_kernel_under_bench(), pr, c++ % kDecodeCopies, true);
+        secs += s;
+        attncheck::bench::add_to_window(state, rw, s);
+    }
+    rw.finish();
     g_optimized_secs[{1, Tk, th.n}] = secs / double(state.iterations());
-    report(state, pr, secs, th.n, true);
+    report(state, pr, secs, th.n, true, nullptr, &rw);
 }
 BENCHMARK(BM_AttentionDecode)
     ->ArgsProduct({{1, 0}, {4096}})

@@ -103,36 +103,48 @@ double fma_run(int threads, long iters) {
 
 namespace {
 
-// Best rate, over `passes` timed passes after a warm one, at which all OpenMP threads
-// stream-read a buffer of `bytes`, each thread its own contiguous part (first-touched by it).
+// The static split of a buffer of n floats among `threads` readers: thread t's [lo, hi).
+void part(std::size_t n, int threads, long t, std::size_t& lo, std::size_t& hi) {
+    lo = n / std::size_t(threads) * std::size_t(t);
+    hi = t + 1 == threads ? n : lo + n / std::size_t(threads);
+}
+
+// First touch by the threads that will read it (page placement), in the same static split.
+void first_touch(float* buf, std::size_t n, int threads) {
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (long t = 0; t < threads; ++t) {
+        std::size_t lo, hi;
+        part(n, threads, t, lo, hi);
+        std::fill(buf + lo, buf + hi, 1.0f);
+    }
+}
+
+// One timed pass of `threads` threads over the buffer, each reading its own part: GB/s.
+double read_pass(const float* buf, std::size_t n, int threads) {
+    float sink = 0;
+    const auto t0 = Clock::now();
+#pragma omp parallel for schedule(static) num_threads(threads) reduction(+ : sink)
+    for (long t = 0; t < threads; ++t) {
+        std::size_t lo, hi;
+        part(n, threads, t, lo, hi);
+        sink += stream_sum(buf + lo, hi - lo);
+    }
+    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    g_sink = g_sink + sink;  // keeps the work observable
+    return double(n * sizeof(float)) / secs * 1e-9;
+}
+
+// Best rate, over `passes` timed passes after a warm one (caches, TLB), at which all OpenMP
+// threads stream-read a buffer of `bytes`.
 double measure_read_gbs(std::size_t bytes, int passes) {
     const std::size_t n = std::max<std::size_t>(bytes / sizeof(float), 1);
     std::unique_ptr<float[]> buf(new float[n]);
     const int threads = omp_get_max_threads();
-    const auto part = [&](long t, std::size_t& lo, std::size_t& hi) {
-        lo = n / std::size_t(threads) * std::size_t(t);
-        hi = t + 1 == threads ? n : lo + n / std::size_t(threads);
-    };
-    // First touch by the threads that will read (page placement), in the same static split.
-#pragma omp parallel for schedule(static) num_threads(threads)
-    for (long t = 0; t < threads; ++t) {
-        std::size_t lo, hi;
-        part(t, lo, hi);
-        std::fill(buf.get() + lo, buf.get() + hi, 1.0f);
-    }
+    first_touch(buf.get(), n, threads);
     double best = 0;
-    for (int pass = 0; pass <= passes; ++pass) {  // pass 0 warms (caches, TLB), untimed
-        float sink = 0;
-        const auto t0 = Clock::now();
-#pragma omp parallel for schedule(static) num_threads(threads) reduction(+ : sink)
-        for (long t = 0; t < threads; ++t) {
-            std::size_t lo, hi;
-            part(t, lo, hi);
-            sink += stream_sum(buf.get() + lo, hi - lo);
-        }
-        const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-        g_sink = g_sink + sink;  // keeps the work observable
-        if (pass > 0) best = std::max(best, double(n * sizeof(float)) / secs * 1e-9);
+    for (int pass = 0; pass <= passes; ++pass) {
+        const double gbs = read_pass(buf.get(), n, threads);
+        if (pass > 0) best = std::max(best, gbs);
     }
     return best;
 }
@@ -153,16 +165,10 @@ double fma_peak_gflops(int threads) {
     return best;
 }
 
-PeakWindows::PeakWindows(int threads, double window_seconds)
-    : threads_(std::max(threads, 1)), window_(window_seconds) {
-    // Rounds for a run of about 4 ms at the memoized peak.
-    const double per_round = double(threads_) * HWY_DYNAMIC_DISPATCH(flops_per_round)();
-    iters_per_run_ = std::max(1000.0, 0.004 * fma_peak_gflops(threads_) * 1e9 / per_round);
-    last_ = min_ = max_ = fma_run(threads_, long(iters_per_run_));
-}
+void RateWindows::start() { last_ = min_ = max_ = probe(); }
 
-void PeakWindows::measure() {
-    const double now = fma_run(threads_, long(iters_per_run_));
+void RateWindows::measure() {
+    const double now = probe();
     capacity_ += pending_ * 0.5 * (last_ + now);
     seconds_ += pending_;
     pending_ = 0;
@@ -171,7 +177,32 @@ void PeakWindows::measure() {
     max_ = std::max(max_, now);
 }
 
-double PeakWindows::peak_gflops() const { return seconds_ > 0 ? capacity_ / seconds_ : fma_peak_gflops(threads_); }
+double RateWindows::mean_or(double fallback) const { return seconds_ > 0 ? capacity_ / seconds_ : fallback; }
+
+PeakWindows::PeakWindows(int threads, double window_seconds)
+    : RateWindows(window_seconds), threads_(std::max(threads, 1)) {
+    // Rounds for a run of about 4 ms at the memoized peak.
+    const double per_round = double(threads_) * HWY_DYNAMIC_DISPATCH(flops_per_round)();
+    iters_per_run_ = std::max(1000.0, 0.004 * fma_peak_gflops(threads_) * 1e9 / per_round);
+    start();
+}
+
+double PeakWindows::probe() { return fma_run(threads_, long(iters_per_run_)); }
+
+ReadWindows::ReadWindows(double bytes, double window_seconds)
+    : RateWindows(window_seconds),
+      bytes_(bytes),
+      n_(std::max<std::size_t>(std::size_t(std::max(bytes, 0.0)) / sizeof(float), 1)),
+      threads_(omp_get_max_threads()) {
+    buf_.reset(new float[n_]);
+    first_touch(buf_.get(), n_, threads_);
+    read_pass(buf_.get(), n_, threads_);  // warm (TLB, clocks), untimed
+    start();
+}
+
+double ReadWindows::probe() { return read_pass(buf_.get(), n_, threads_); }
+
+double ReadWindows::read_gbs() const { return mean_or(perf::read_gbs(bytes_)); }
 
 double last_level_cache_bytes() {
     long llc = 0;

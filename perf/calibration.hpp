@@ -5,6 +5,9 @@
 // from a data sheet with a number from this run.
 #pragma once
 
+#include <cstddef>
+#include <memory>
+
 namespace attncheck::perf {
 
 // fp32 FMA peak in GFLOP/s (2 flops per FMA lane) on `threads` OpenMP threads: independent
@@ -18,14 +21,10 @@ double fma_peak_gflops(int threads);
 // (what fma_peak_gflops takes the best of).
 double fma_run(int threads, long iters);
 
-// The FMA peak of the windows a benchmark times. On a shared host the threads' capacity moves
-// over seconds: on a 2-vCPU KVM guest (AMD EPYC Zen 3) the two threads' FMA rate read about 185
-// GFLOP/s for seconds, then about 95 (one core's) for the next second or two, and back. A
-// fraction of a peak memoized minutes earlier then reads 0.5x or 2x the truth (a prefill read
-// 1.03 "of peak"). PeakWindows measures the peak of the timed windows themselves: a short FMA
-// run (about 4 ms, outside the timing) after every `window` seconds of timed work and one
-// before the first, each window weighted by its timed seconds at the mean of the runs on either
-// side of it.
+// The bookkeeping of a rate measured between the windows a benchmark times (PeakWindows,
+// ReadWindows): a short probe run (outside the timing) after every `window` seconds of timed
+// work and one before the first; each window weighted by its timed seconds at the mean of the
+// runs on either side of it.
 //
 //   perf::PeakWindows pw(threads);
 //   for (auto _ : state) {
@@ -35,25 +34,73 @@ double fma_run(int threads, long iters);
 //   }   // (bench/peak_window.hpp: add_to_window does the two lines above)
 //   pw.finish();  // the last window
 //   frac_peak = gflops / pw.peak_gflops();
-class PeakWindows {
+class RateWindows {
 public:
-    explicit PeakWindows(int threads, double window_seconds = 0.05);
+    virtual ~RateWindows() = default;
+    RateWindows(const RateWindows&) = delete;
+    RateWindows& operator=(const RateWindows&) = delete;
     void add(double timed_seconds) { pending_ += timed_seconds; }
     bool due() const { return pending_ >= window_; }
-    void measure();  // closes the pending window with a run now
+    void measure();  // closes the pending window with a probe run now
     void finish() {
         if (pending_ > 0) measure();
     }
-    // Timed-seconds-weighted mean of the windows' peaks (GFLOP/s); the memoized peak when no
-    // window was timed.
-    double peak_gflops() const;
-    double min_run_gflops() const { return min_; }  // the lowest and highest of the runs
-    double max_run_gflops() const { return max_; }
+    double timed_seconds() const { return seconds_; }  // of the closed windows
+
+protected:
+    explicit RateWindows(double window_seconds) : window_(window_seconds) {}
+    void start();                          // the run before the first window (derived constructors)
+    double mean_or(double fallback) const;  // seconds-weighted mean; `fallback` with no window
+    double min_run() const { return min_; }
+    double max_run() const { return max_; }
 
 private:
-    int threads_;
-    double window_, iters_per_run_;
+    virtual double probe() = 0;  // one run's rate
+    double window_;
     double last_ = 0, pending_ = 0, capacity_ = 0, seconds_ = 0, min_ = 0, max_ = 0;
+};
+
+// The FMA peak of the windows a benchmark times. On a shared host the threads' capacity moves
+// over seconds: on a 2-vCPU KVM guest (AMD EPYC Zen 3) the two threads' FMA rate read about 185
+// GFLOP/s for seconds, then about 95 (one core's) for the next second or two, and back. A
+// fraction of a peak memoized minutes earlier then reads 0.5x or 2x the truth (a prefill read
+// 1.03 "of peak"). Its probe is a short FMA run (about 4 ms) on `threads` threads.
+class PeakWindows : public RateWindows {
+public:
+    explicit PeakWindows(int threads, double window_seconds = 0.05);
+    // The windows' peak (GFLOP/s); the memoized peak when no window was timed.
+    double peak_gflops() const { return mean_or(fma_peak_gflops(threads_)); }
+    double min_run_gflops() const { return min_run(); }  // the lowest and highest of the runs
+    double max_run_gflops() const { return max_run(); }
+
+private:
+    double probe() override;
+    int threads_;
+    double iters_per_run_ = 0;
+};
+
+// The read rate of the windows a benchmark times, for one bound by reading `bytes` call after
+// call (a decode step: every weight and the K/V cache). Its probe is one pass of the calling
+// thread's OpenMP team over a buffer of `bytes` of its own, as read_gbs(bytes) (below) measures
+// once per process: this machine's bandwidth moves more than its FMA rate (a 2-vCPU Zen 3 VM
+// read 19 to 57 GB/s), and a decode step's fraction of a rate measured minutes earlier moved
+// between 0.67 and 1.01 from run to run. Where the last-level cache holds the buffer and the
+// benchmark's bytes together, each probe shares it with them (the benchmark's next call may
+// find some of its bytes evicted): its figure errs low there, never high.
+class ReadWindows : public RateWindows {
+public:
+    explicit ReadWindows(double bytes, double window_seconds = 0.1);
+    // The windows' read rate (GB/s); read_gbs(bytes) when no window was timed.
+    double read_gbs() const;
+    double min_run_gbs() const { return min_run(); }
+    double max_run_gbs() const { return max_run(); }
+
+private:
+    double probe() override;
+    double bytes_;
+    std::unique_ptr<float[]> buf_;
+    std::size_t n_ = 0;
+    int threads_ = 1;
 };
 
 // DRAM read bandwidth in GB/s (1e9 bytes/s): all OpenMP threads stream-read a buffer of

@@ -1,6 +1,9 @@
 // tests/perf/calibration_test.cpp — the machine's limits that the benchmarks divide by: what
 // they measure, not how fast this machine is (speed is measured in bench/, never here).
 #include <cmath>
+#include <cstddef>
+#include <utility>
+#include <vector>
 
 #include <unistd.h>
 
@@ -79,4 +82,61 @@ TEST_CASE("PeakWindows weighs each timed window by its seconds at the mean of th
     const double after = pw.peak_gflops();
     pw.finish();  // nothing pending: no run, no change
     CHECK(pw.peak_gflops() == after);
+}
+
+namespace {
+
+// Windows whose probe returns the rates it is given, in turn: the weighting checked exactly.
+class ScriptedWindows : public perf::RateWindows {
+public:
+    ScriptedWindows(std::vector<double> rates, double window) : RateWindows(window), rates_(std::move(rates)) { start(); }
+    double mean(double fallback) const { return mean_or(fallback); }
+    double lowest() const { return min_run(); }
+    double highest() const { return max_run(); }
+    std::size_t probes() const { return next_; }
+
+private:
+    double probe() override { return rates_.at(next_++); }
+    std::vector<double> rates_;
+    std::size_t next_ = 0;
+};
+
+}  // namespace
+
+TEST_CASE("RateWindows weighs each window by its timed seconds at the mean of the probes on either side") {
+    ScriptedWindows w({10.0, 30.0, 50.0}, 1.5);
+    CHECK(w.probes() == 1);           // the run before the first window
+    CHECK(w.mean(-1.0) == -1.0);      // no window closed: the fallback
+    w.add(1.0);
+    CHECK_FALSE(w.due());
+    w.add(1.0);
+    REQUIRE(w.due());
+    w.measure();                      // 2 s at (10 + 30) / 2
+    CHECK(w.probes() == 2);
+    w.add(1.0);
+    w.finish();                       // 1 s at (30 + 50) / 2
+    w.finish();                       // nothing pending: no probe
+    CHECK(w.probes() == 3);
+    CHECK(w.timed_seconds() == 3.0);
+    CHECK(w.mean(-1.0) == Approx((2.0 * 20.0 + 1.0 * 40.0) / 3.0).epsilon(1e-12));
+    CHECK(w.lowest() == 10.0);
+    CHECK(w.highest() == 50.0);
+}
+
+TEST_CASE("ReadWindows measures the read rate of a buffer of the benchmark's bytes between its windows") {
+    const double bytes = 8.0 * (1 << 20);
+    perf::ReadWindows rw(bytes, 0.01);
+    CHECK(rw.read_gbs() == perf::read_gbs(bytes));  // no window yet: the process's rate
+    CHECK(rw.min_run_gbs() > 0);
+    CHECK(rw.min_run_gbs() == rw.max_run_gbs());
+    for (int i = 0; i < 3; ++i) {
+        rw.add(0.01);
+        REQUIRE(rw.due());
+        rw.measure();
+    }
+    rw.finish();
+    CHECK(rw.timed_seconds() == Approx(0.03));
+    CHECK(std::isfinite(rw.read_gbs()));
+    CHECK(rw.read_gbs() >= rw.min_run_gbs() * (1 - 1e-12));
+    CHECK(rw.read_gbs() <= rw.max_run_gbs() * (1 + 1e-12));
 }
