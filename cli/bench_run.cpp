@@ -300,15 +300,28 @@ Comparison compare(const Timing& cand, const Timing& base, double max_slowdown) 
 
 // Times one shape: repetitions of the candidate and of the baseline, interleaved (AB, BA, AB,
 // ...: each kernel runs first in half of the pairs, so neither always inherits the other's cache).
+// A decode shape's read rates are those of its timed windows too (perf::ReadWindows over each
+// kernel's K/V copies), as its FMA peak.
 void time_shape(const Options& o, Subject& cand, Subject* base, ShapeResult& r) {
     int copy = 0;
     r.candidate.calls = calls_for(cand, r.shape, o.min_time, copy);
     if (base) r.baseline.calls = calls_for(*base, r.shape, o.min_time, copy);
     perf::PeakWindows peak(o.threads);
+    std::optional<perf::ReadWindows> read, base_read;
+    if (r.shape.decode) {
+        read.emplace(r.kv_bytes * double(cand.pr->copies));
+        if (base) base_read.emplace(r.baseline_kv_bytes * double(base->pr->copies));
+    }
     const auto timed_rep = [&](Subject& sub, Timing& t) {
         repetition(sub, r.shape, t.calls, copy, t);
-        peak.add(t.secs.back() * double(t.calls));
+        const double secs = t.secs.back() * double(t.calls);
+        peak.add(secs);
         if (peak.due()) peak.measure();
+        perf::ReadWindows* rw = &t == &r.baseline ? (base_read ? &*base_read : nullptr) : (read ? &*read : nullptr);
+        if (rw) {
+            rw->add(secs);
+            if (rw->due()) rw->measure();
+        }
     };
     for (int rep = 0; rep < o.reps; ++rep) {
         const bool base_first = base && rep % 2 == 1;
@@ -318,6 +331,14 @@ void time_shape(const Options& o, Subject& cand, Subject* base, ShapeResult& r) 
     }
     peak.finish();
     r.fma_peak_gflops = peak.peak_gflops();
+    if (read) {
+        read->finish();
+        r.read_gbs = read->read_gbs();
+    }
+    if (base_read) {
+        base_read->finish();
+        r.baseline_read_gbs = base_read->read_gbs();
+    }
     if (base) r.comparison = compare(r.candidate, r.baseline, o.max_slowdown);
 }
 
@@ -404,13 +425,6 @@ Result run(const Options& o) {
     r.calibration.dram_read_gbs = perf::dram_read_gbs();
     omp_set_num_threads(o.threads);
     r.calibration.fma_peak_gflops = perf::fma_peak_gflops(o.threads);
-    for (std::size_t i = 0; i < o.shapes.size(); ++i) {
-        ShapeResult& s = r.shapes[i];
-        if (!s.shape.decode) continue;
-        const double copies = problems[i].copies;
-        s.read_gbs = perf::read_gbs(s.kv_bytes * copies);
-        if (o.baseline) s.baseline_read_gbs = perf::read_gbs(s.baseline_kv_bytes * copies);
-    }
     for (std::size_t i = 0; i < o.shapes.size(); ++i) {
         ShapeResult& s = r.shapes[i];
         time_shape(o, candidates[i], o.baseline ? &baselines[i] : nullptr, s);

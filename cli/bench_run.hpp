@@ -73,9 +73,10 @@ struct ShapeResult {
     perf::KernelShape shape;
     double useful_flops = 0;
     double kv_bytes = 0, baseline_kv_bytes = 0;  // in each kernel's dtype (half of float32's for bf16)
-    // Decode: perf::read_gbs of the K/V copies the calls rotate over (each kernel's bytes), on the
-    // bench's threads: the rate of reading that footprint again and again, which is DRAM's where
-    // it exceeds the last-level cache and the cache's where it fits.
+    // Decode: the rate at which the bench's threads read a buffer as large as the K/V copies the
+    // calls rotate over (each kernel's bytes), again and again, measured between the shape's
+    // timed repetitions (perf::ReadWindows): DRAM's where it exceeds the last-level cache and the
+    // cache's where it fits. 0 until timed.
     double read_gbs = 0, baseline_read_gbs = 0;
     // The FMA peak of this shape's timed windows (perf::PeakWindows: a short run before the
     // first repetition and after each), what its fractions of peak divide by: on a shared host
