@@ -48,8 +48,8 @@ void print_header(const Options& o, const Result& r) {
                 env_or("OMP_WAIT_POLICY", "(default)").c_str(), env_or("GOMP_SPINCOUNT", "(default)").c_str());
     for (const ShapeResult& s : r.shapes) {
         if (!s.shape.decode) continue;
-        std::printf("%s bound (this process): reading its %d K/V copies again and again on %d threads, %.1f MB at "
-                    "%.1f GB/s", s.shape.name.c_str(), s.shape.copies, o.threads, s.kv_bytes * s.shape.copies * 1e-6,
+        std::printf("%s bound (between its timed repetitions): reading its %d K/V copies again and again on %d "
+                    "threads, %.1f MB at %.1f GB/s", s.shape.name.c_str(), s.shape.copies, o.threads, s.kv_bytes * s.shape.copies * 1e-6,
                     s.read_gbs);
         if (o.baseline && s.baseline_kv_bytes != s.kv_bytes)
             std::printf(" (the baseline's %.1f MB at %.1f GB/s)", s.baseline_kv_bytes * s.shape.copies * 1e-6,

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <optional>
 #include <sstream>
@@ -312,22 +313,21 @@ void time_shape(const Options& o, Subject& cand, Subject* base, ShapeResult& r) 
         read.emplace(r.kv_bytes * double(cand.pr->copies));
         if (base) base_read.emplace(r.baseline_kv_bytes * double(base->pr->copies));
     }
-    const auto timed_rep = [&](Subject& sub, Timing& t) {
+    // One repetition, its seconds added to the FMA windows and to the kernel's read windows.
+    const auto timed_rep = [&](Subject& sub, Timing& t, std::optional<perf::ReadWindows>& rw) {
         repetition(sub, r.shape, t.calls, copy, t);
         const double secs = t.secs.back() * double(t.calls);
-        peak.add(secs);
-        if (peak.due()) peak.measure();
-        perf::ReadWindows* rw = &t == &r.baseline ? (base_read ? &*base_read : nullptr) : (read ? &*read : nullptr);
-        if (rw) {
-            rw->add(secs);
-            if (rw->due()) rw->measure();
+        for (perf::RateWindows* w : std::initializer_list<perf::RateWindows*>{&peak, rw ? &*rw : nullptr}) {
+            if (!w) continue;
+            w->add(secs);
+            if (w->due()) w->measure();
         }
     };
     for (int rep = 0; rep < o.reps; ++rep) {
         const bool base_first = base && rep % 2 == 1;
-        if (base_first) timed_rep(*base, r.baseline);
-        timed_rep(cand, r.candidate);
-        if (base && !base_first) timed_rep(*base, r.baseline);
+        if (base_first) timed_rep(*base, r.baseline, base_read);
+        timed_rep(cand, r.candidate, read);
+        if (base && !base_first) timed_rep(*base, r.baseline, base_read);
     }
     peak.finish();
     r.fma_peak_gflops = peak.peak_gflops();
