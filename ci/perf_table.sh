@@ -13,6 +13,8 @@
 #   with --peer (needs libtorch-dev):
 #   prefill T=512 against libtorch          ours tokens/s / torch's, alternating    >= 1.5
 #   decode ctx 1024 against libtorch        torch ms/token / ours, alternating      >= 2.5
+#   and, as context (no target), the prefill's matrix products alone against the cblas_sgemm
+#   of the BLAS libtorch links (OpenBLAS), alternating on the same threads: BLAS time / ours
 #
 # On the avx2 row the peer runs libtorch on AVX2 too (ATEN_CPU_CAPABILITY=avx2 and OpenBLAS's
 # Haswell kernels), so that an AVX-512 machine gives a like-for-like proxy of an AVX2-only one;
@@ -134,6 +136,15 @@ for path in paths:
         if f"{counter}_process" in row:  # against the windows' rate, and the process's
             shown += f" ({row[f'{counter}_process']:.3f})"
         lines.append(f"| {path} | {name} | {shown} | >= {target} | {'met' if v >= target else 'NOT met'} |")
+    if peer:  # context, no target: the prefill's products alone against a tuned BLAS
+        for n, k in ((1536, 512), (512, 512), (2048, 512), (512, 2048), (8192, 512)):
+            row = find(peer, f"BM_LinearVsBlas/n:{n}/k:{k}/")
+            name = f"GEMM {n} x {k} (512 rows) against OpenBLAS {core} sgemm, same threads"
+            if row is None or "ratio" not in row:
+                lines.append(f"| {path} | {name} | missing | - | context |")
+            else:
+                lines.append(f"| {path} | {name} | {row['ratio']:.3f} (of FMA peak: ours {row['ours_frac_peak']:.3f}, "
+                             f"OpenBLAS {row['blas_frac_peak']:.3f}) | - | context |")
 
 print(f"CPU: {cpu or 'unknown'}; median of the repetitions, each figure a ratio within one run")
 print("(a fraction of the FMA peak or of the read rate divides by that of the benchmark's timed windows;")

@@ -8,6 +8,8 @@
 //   BM_DecodeVsTorch/ctx:1024   one cached decode step at context ctx (both keep a K/V cache
 //                               of N positions per layer and attend over ctx + 1 of them):
 //                               ms/token of each, ratio = torch's / ours
+//   BM_LinearVsBlas/n/k         the prefill's matrix products alone against cblas_sgemm of the
+//                               BLAS torch links, on our threads (below)
 // Before any timing, both implementations' logits are compared on the same tokens (teacher-forced
 // and step by step): a peer that computes another function would make every ratio meaningless,
 // so the binary stops with a message when they disagree.
@@ -62,6 +64,7 @@
 #include "attncheck/model.hpp"
 #include "perf/calibration.hpp"
 #include "optimized/decoder.hpp"
+#include "optimized/gemm.hpp"
 #include "optimized/simd_targets.hpp"
 #include "perf/omp_wait.hpp"
 
@@ -357,6 +360,89 @@ void BM_DecodeVsTorch(benchmark::State& state) {
     state.counters["dram_gbs"] = perf::dram_read_gbs();
 }
 BENCHMARK(BM_DecodeVsTorch)->ArgName("ctx")->Arg(1024)->Iterations(40)->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+// The prefill's matrix products alone, M = 512 rows of `base` (W [n, k]): optimized::linear
+// against cblas_sgemm of the BLAS torch links (OpenBLAS's kernels: the core in the context),
+// alternating, each on our threads. What a tuned BLAS reaches on this machine is the context of
+// the prefill's fraction of the FMA peak: on a 2-vCPU AMD EPYC Zen 3 guest OpenBLAS 0.3.21 read
+// 0.67-0.71 of the same-run peak on one thread (and BLIS 0.9.0 0.64-0.76). Both compute
+// y = x W^T: checked before the timing (a wrong product would make the ratio meaningless).
+//   counters: ours_gflops, blas_gflops, ratio = BLAS time / ours, and each one's fraction of the
+//   FMA peak of the benchmark's timed windows (ours_frac_peak, blas_frac_peak)
+using Sgemm = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*, int);
+constexpr int kCblasRowMajor = 101, kCblasNoTrans = 111, kCblasTrans = 112;
+
+void BM_LinearVsBlas(benchmark::State& state) {
+    const auto sgemm = reinterpret_cast<Sgemm>(dlsym(RTLD_DEFAULT, "cblas_sgemm"));
+    if (!sgemm) {
+        state.SkipWithError("the BLAS torch links exports no cblas_sgemm");
+        return;
+    }
+    const int n = int(state.range(0)), k = int(state.range(1)), m = 512;
+    std::mt19937_64 rng(47);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> w(std::size_t(n) * std::size_t(k)), x(std::size_t(m) * std::size_t(k));
+    for (float& v : w) v = u(rng);
+    for (float& v : x) v = u(rng);
+    const optimized::PackedMatrix W = optimized::pack_weights(w.data(), n, k, nullptr);
+    std::vector<float> y_ours(std::size_t(m) * std::size_t(n)), y_blas(y_ours.size());
+    use_our_threads();
+    using SetThreads = void (*)(int);
+    const auto blas_threads = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+    if (blas_threads) blas_threads(g_our_threads);
+    const auto ours = [&] { optimized::linear(W, x.data(), m, k, y_ours.data(), n); };
+    const auto blas = [&] {
+        sgemm(kCblasRowMajor, kCblasNoTrans, kCblasTrans, m, n, k, 1.0f, x.data(), k, w.data(), k, 0.0f,
+              y_blas.data(), n);
+    };
+    ours();
+    blas();
+    double gap = 0, largest = 0;
+    for (std::size_t i = 0; i < y_ours.size(); ++i) {
+        gap = std::max(gap, double(std::abs(y_ours[i] - y_blas[i])));
+        largest = std::max(largest, double(std::abs(y_blas[i])));
+    }
+    if (!(gap <= 1e-4 * largest)) {
+        state.SkipWithError("optimized::linear and cblas_sgemm disagree: no comparison is meaningful");
+        return;
+    }
+    const double flops = 2.0 * m * n * double(k);
+    const int calls = std::max(1, int(0.05 * perf::fma_peak_gflops(g_our_threads) * 1e9 / flops));  // ~50 ms
+    perf::PeakWindows pw(g_our_threads);
+    double t_ours = 0, t_blas = 0;
+    for (auto _ : state) {
+        const double tb = seconds_of([&] { for (int i = 0; i < calls; ++i) blas(); });
+        settle_after_torch();  // OpenBLAS's workers spin after its calls, as after torch's
+        const double to = seconds_of([&] { for (int i = 0; i < calls; ++i) ours(); });
+        t_blas += tb;
+        t_ours += to;
+        pw.add(tb + to);
+        if (pw.due()) {
+            state.PauseTiming();
+            pw.measure();
+            state.ResumeTiming();
+        }
+    }
+    pw.finish();
+    const double total = flops * calls * double(state.iterations());
+    state.counters["ours_gflops"] = total / t_ours * 1e-9;
+    state.counters["blas_gflops"] = total / t_blas * 1e-9;
+    state.counters["ratio"] = t_blas / t_ours;
+    state.counters["ours_frac_peak"] = total / t_ours * 1e-9 / pw.peak_gflops();
+    state.counters["blas_frac_peak"] = total / t_blas * 1e-9 / pw.peak_gflops();
+    state.counters["peak_gflops"] = pw.peak_gflops();
+    set_torch_threads();  // the BLAS's own thread count again, for the benchmarks after this one
+}
+BENCHMARK(BM_LinearVsBlas)
+    ->ArgNames({"n", "k"})
+    ->Args({1536, 512})
+    ->Args({512, 512})
+    ->Args({2048, 512})
+    ->Args({512, 2048})
+    ->Args({8192, 512})
+    ->Iterations(5)
+    ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace
