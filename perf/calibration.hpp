@@ -84,9 +84,10 @@ private:
 // thread's OpenMP team over a buffer of `bytes` of its own, as read_gbs(bytes) (below) measures
 // once per process: this machine's bandwidth moves more than its FMA rate (a 2-vCPU Zen 3 VM
 // read 19 to 57 GB/s), and a decode step's fraction of a rate measured minutes earlier moved
-// between 0.67 and 1.01 from run to run. Where the last-level cache holds the buffer and the
-// benchmark's bytes together, each probe shares it with them (the benchmark's next call may
-// find some of its bytes evicted): its figure errs low there, never high.
+// between 0.67 and 1.01 from run to run. Where the last-level cache could hold the benchmark's
+// bytes, the probe and the benchmark share it and evict each other (the next call may find
+// some of its bytes gone, a probe some of its buffer): there the figure is less exact, and
+// frac_read_process (read_gbs, measured before) is the one to compare it with.
 class ReadWindows : public RateWindows {
 public:
     explicit ReadWindows(double bytes, double window_seconds = 0.1);
