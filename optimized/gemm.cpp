@@ -330,8 +330,9 @@ constexpr int kFloatsPerLine = 64 / int(sizeof(float));  // a cache line
 // hardware prefetcher follows the panel's fixed stride; the x micro-panel [kc, 12] (24 KiB)
 // needs ~2 bytes a cycle. Measured on AMD EPYC Zen 3 (32 KiB L1, 512 KiB L2), in-process
 // alternation against the L1 rule below (kc = 128), `base` products of 512 rows: 1.04-1.11x
-// on 1 thread, 1.02-1.10x on 2, the prefill 1.07-1.08x; kc = 1024 as 512, 2048 slower (0.97x
-// on the prefill), 384 (two unequal blocks for K = 512) 0.96-0.98x of 512.
+// on 1 thread, 1.02-1.10x on 2, the prefill 1.07-1.08x (alternating processes, BM_Prefill
+// T=512: 1.04x on 1 thread, 1.03x on 2); kc = 1024 as 512, 2048 slower (0.97x on the prefill),
+// 384 (two unequal blocks for K = 512) 0.96-0.98x of 512. Not measured on an Intel AVX2 CPU.
 int k_block(int K) {
     constexpr int kMaxKc = 512;
     const int blocks = std::max(1, (K + kMaxKc - 1) / kMaxKc);
