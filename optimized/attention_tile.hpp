@@ -46,8 +46,15 @@ constexpr int kVecRegs = kNarrow ? 16 : 32, kRegsPerVf = kNarrow ? 2 : 1;
 // only where they fit beside the R x N accumulators and a broadcast.
 template <int R, int N>
 inline constexpr bool kPinStep = R > 1 && (R + 1) * N * kRegsPerVf + 1 <= kVecRegs;
-constexpr int kScoreVecs = kNarrow ? 2 : kTileVecs;  // 16-key vectors per score pass
-constexpr int kDvBlockVecs = kNarrow ? 2 : 4;         // 16-column vectors per P V pass
+// 16-key vectors per score pass and 16-column vectors per P V pass, for R rows. A single row
+// (a decode step) takes the whole tile, or 64 columns, in one pass on AVX2 too: its 8
+// accumulators fit, and its passes of 4 (one FMA chain per accumulator, one row) left the FMA
+// latency exposed, half the units idle: the kernel's decode at kv 256, K and V in L2, read
+// 0.35 of the L2's read rate (AMD EPYC Zen 3). Chains and order are the same either way.
+template <int R>
+inline constexpr int kScoreVecs = kNarrow && R > 1 ? 2 : kTileVecs;
+template <int R>
+inline constexpr int kDvBlockVecs = kNarrow && R > 1 ? 2 : 4;
 static_assert(kTileKeys % kLanes == 0 && kChunkKeys % kTileKeys == 0);
 
 // f.template operator()<R>() for a micro-block of R rows, R in [1, kRows] chosen at run time.
@@ -87,8 +94,11 @@ void for_micro_blocks(std::int64_t rows, std::int64_t Dv, Meets&& meets, Softmax
         const int R = int(std::min<std::int64_t>(kRows, rows - lr0));
         if (meets(lr0, R)) with_rows(R, [&]<int RR>() { softmax.template operator()<RR>(int(lr0)); });
     }
-    for (std::int64_t dv0 = 0; dv0 < Dv; dv0 += kDvBlockVecs * kLanes) {
-        const int cols = int(std::min<std::int64_t>(Dv - dv0, kDvBlockVecs * kLanes));
+    // Passes as wide as a block's rows allow: a block of one row (a decode step) in passes of
+    // kDvBlockVecs<1>, any other in those of the widest micro-block.
+    const std::int64_t pass = (rows == 1 ? kDvBlockVecs<1> : kDvBlockVecs<kRows>) * kLanes;
+    for (std::int64_t dv0 = 0; dv0 < Dv; dv0 += pass) {
+        const int cols = int(std::min<std::int64_t>(Dv - dv0, pass));
         for (std::int64_t lr0 = 0; lr0 < rows; lr0 += kRows) {
             const int R = int(std::min<std::int64_t>(kRows, rows - lr0));
             if (meets(lr0, R)) with_rows(R, [&]<int RR>() { pv.template operator()<RR>(int(lr0), dv0, cols); });
@@ -139,7 +149,7 @@ void pv_dispatch(int nv, float* const* o_rows, const float* alpha, bool scale_o,
         if (last_n < kLanes) pv_block<R, NV, true>(o_rows, alpha, scale_o, p_rows, v, Dv, dv0, last_n, j0, j1);
         else pv_block<R, NV, false>(o_rows, alpha, scale_o, p_rows, v, Dv, dv0, last_n, j0, j1);
     };
-    if constexpr (kDvBlockVecs == 2) {
+    if constexpr (kDvBlockVecs<R> == 2) {
         if (nv == 1) run.template operator()<1>();
         else run.template operator()<2>();
     } else {
@@ -153,30 +163,31 @@ void pv_dispatch(int nv, float* const* o_rows, const float* alpha, bool scale_o,
 }
 
 // S = Q Kt for R rows and a tile: acc[r][u] holds the scores of keys 16u .. 16u+15, each one FMA
-// chain over c = 0 .. Dk-1. The tile's keys go in passes of kScoreVecs vectors so that a pass's
-// R x kScoreVecs accumulators and its keys fit the registers (one pass on AVX-512; two of 32
-// keys on AVX2); the chains, and so the bits, are the same either way. Always inlined: the
+// chain over c = 0 .. Dk-1. The tile's keys go in passes of kScoreVecs<R> vectors so that a
+// pass's R x kScoreVecs<R> accumulators and its keys fit the registers (one pass on AVX-512 and
+// for one row; two of 32 keys on AVX2); the chains, and so the bits, are the same either way. Always inlined: the
 // caller's accumulators must stay in registers (through a call they go through memory).
 template <int R>
 [[gnu::always_inline]] inline void tile_scores(const float* qrow, std::int64_t Dk, const float* kt,
                                                vf (&acc)[R][kTileVecs]) {
-    for (int u0 = 0; u0 < kTileVecs; u0 += kScoreVecs) {
-        vf part[R][kScoreVecs];
+    constexpr int kPass = kScoreVecs<R>;
+    for (int u0 = 0; u0 < kTileVecs; u0 += kPass) {
+        vf part[R][kPass];
         for (int r = 0; r < R; ++r)
-            for (int u = 0; u < kScoreVecs; ++u) part[r][u] = vzero();
+            for (int u = 0; u < kPass; ++u) part[r][u] = vzero();
         for (std::int64_t c = 0; c < Dk; ++c) {
-            vf kv[kScoreVecs];
-            for (int u = 0; u < kScoreVecs; ++u) {
+            vf kv[kPass];
+            for (int u = 0; u < kPass; ++u) {
                 kv[u] = vload(kt + c * kTileKeys + (u0 + u) * kLanes);
-                if constexpr (kPinStep<R, kScoreVecs>) vpin(kv[u]);
+                if constexpr (kPinStep<R, kPass>) vpin(kv[u]);
             }
             for (int r = 0; r < R; ++r) {
                 const vf qb = vset1(qrow[r * Dk + c]);
-                for (int u = 0; u < kScoreVecs; ++u) part[r][u] = vfma(qb, kv[u], part[r][u]);
+                for (int u = 0; u < kPass; ++u) part[r][u] = vfma(qb, kv[u], part[r][u]);
             }
         }
         for (int r = 0; r < R; ++r)
-            for (int u = 0; u < kScoreVecs; ++u) acc[r][u0 + u] = part[r][u];
+            for (int u = 0; u < kPass; ++u) acc[r][u0 + u] = part[r][u];
     }
 }
 
