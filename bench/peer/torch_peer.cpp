@@ -365,9 +365,10 @@ BENCHMARK(BM_DecodeVsTorch)->ArgName("ctx")->Arg(1024)->Iterations(40)->UseRealT
 // The prefill's matrix products alone, M = 512 rows of `base` (W [n, k]): optimized::linear
 // against cblas_sgemm of the BLAS torch links (OpenBLAS's kernels: the core in the context),
 // alternating, each on our threads. What a tuned BLAS reaches on this machine is the context of
-// the prefill's fraction of the FMA peak: on a 2-vCPU AMD EPYC Zen 3 guest OpenBLAS 0.3.21 read
-// 0.67-0.71 of the same-run peak on one thread (and BLIS 0.9.0 0.64-0.76). Both compute
-// y = x W^T: checked before the timing (a wrong product would make the ratio meaningless).
+// the prefill's fraction of the FMA peak: on a 2-vCPU AMD EPYC Zen 3 guest, one thread,
+// OpenBLAS 0.3.21 read 0.67-0.71 of the same-run peak (BLIS 0.9.0 0.64-0.76) and ours was
+// 1.03-1.11x OpenBLAS. Both compute y = x W^T: checked before the timing (a wrong product would
+// make the ratio meaningless).
 //   counters: ours_gflops, blas_gflops, ratio = BLAS time / ours, and each one's fraction of the
 //   FMA peak of the benchmark's timed windows (ours_frac_peak, blas_frac_peak)
 using Sgemm = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int, float, float*, int);
