@@ -11,7 +11,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
-#include <initializer_list>
 #include <limits>
 #include <optional>
 #include <sstream>
@@ -313,15 +312,16 @@ void time_shape(const Options& o, Subject& cand, Subject* base, ShapeResult& r) 
         read.emplace(r.kv_bytes * double(cand.pr->copies));
         if (base) base_read.emplace(r.baseline_kv_bytes * double(base->pr->copies));
     }
+    const auto add = [](perf::RateWindows& w, double secs) {
+        w.add(secs);
+        if (w.due()) w.measure();
+    };
     // One repetition, its seconds added to the FMA windows and to the kernel's read windows.
     const auto timed_rep = [&](Subject& sub, Timing& t, std::optional<perf::ReadWindows>& rw) {
         repetition(sub, r.shape, t.calls, copy, t);
         const double secs = t.secs.back() * double(t.calls);
-        for (perf::RateWindows* w : std::initializer_list<perf::RateWindows*>{&peak, rw ? &*rw : nullptr}) {
-            if (!w) continue;
-            w->add(secs);
-            if (w->due()) w->measure();
-        }
+        add(peak, secs);
+        if (rw) add(*rw, secs);
     };
     for (int rep = 0; rep < o.reps; ++rep) {
         const bool base_first = base && rep % 2 == 1;
