@@ -35,8 +35,11 @@ constexpr int kTileVecs = kTileKeys / kLanes;  // 4
 // rows); in a 3-row block g++ keeps three of the four vectors and the FMAs read the fourth
 // from L1. 2-row blocks (8 accumulators) reached 0.35-0.49 of the AVX2 peak on a Zen 3 EPYC with
 // 77% of the samples in their two FMA loops; 3-row blocks were 1.14x faster at T=2048 on 1
-// thread and 1.10x on 2 (alternating processes, 10 and 8 pairs). (6-row blocks with 16-key
-// passes, 12 accumulators, measured 30-40% slower: their 6 x 64 scores live in memory.)
+// thread and 1.10x on 2 (alternating processes, 10 and 8 pairs). 6-row blocks with scores in
+// passes of 16 keys and P V over 16 columns (12 accumulators, keys or values pinned, all in 15
+// registers) were 0.64-0.68x of 3-row blocks (BM_AttentionPrefill, T=512 and 2048, 1 and 2
+// threads, alternating processes, 6 pairs); a first try with the same score passes was 30-40%
+// slower too. (The scores go through memory in both: 3 x 64 of them need 24 registers.)
 constexpr bool kNarrow = HWY_TARGET == HWY_AVX2;
 constexpr int kRows = kNarrow ? 3 : kMicroRows;
 // Registers of the target, and per 16-float vector: what decides whether a step's keys or
