@@ -233,7 +233,8 @@ void tile(int kc, const float* a, std::ptrdiff_t a_rs, std::ptrdiff_t a_ks, cons
 //     this loop alone (micro-panel in L2, in-process alternation), but 0.98-1.00x in BM_Linear
 //     and BM_Prefill on 1 thread (alternating processes, 6-8 pairs; 0.88-1.02x on 2, noisier);
 //   - the micro-panel in K chunks of 128 or 256, its partial sums in an L1 buffer between
-//     chunks, so that its four tiles read each chunk of weights from L1: 0.91-0.99x in-process;
+//     chunks, so that its four tiles read each chunk of weights from L1 (row halves outer, or
+//     column halves outer so that a strip's chunk is reused at once): 0.89-0.99x in-process;
 //   - an L1 prefetch of the weight row 8, 16 or 32 steps ahead: 0.91-0.98x in-process.
 template <int MR, bool Unroll>
 void tile_6x16(int kc, const float* a, std::ptrdiff_t a_rs, std::ptrdiff_t a_ks, const float* b,
