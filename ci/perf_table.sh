@@ -20,7 +20,8 @@
 # Haswell kernels), so that an AVX-512 machine gives a like-for-like proxy of an AVX2-only one;
 # it is a proxy: another core's caches and FMA units give other figures.
 #
-# Usage: ci/perf_table.sh [--peer] [--reps N]   (default 3 repetitions; the median is reported)
+# Usage: ci/perf_table.sh [--peer] [--reps N]   (default 3 repetitions; the median is reported,
+# and the range of the repetitions beside it)
 # Builds build/ (ci/build.sh) and, with --peer, build-peer/ (-DATTNCHECK_BENCH_TORCH=ON).
 # Writes out/perf/table.md and the benchmarks' JSON beside it. Exit 0 whether or not the
 # targets are met: this is a report, not a gate (ci/perf_gate.sh is the gate).
@@ -72,13 +73,13 @@ filter='^BM_Prefill/T:512/|^BM_DecodeStep/ctx:1024/|^BM_AttentionPrefill/threads
 for path in "${paths[@]}"; do
   echo "== perf_table.sh: the $path path ($reps repetitions)"
   ATTNCHECK_ISA=$path "$build/bench/attncheck_bench" --benchmark_filter="$filter" \
-    --benchmark_repetitions="$reps" --benchmark_report_aggregates_only=true \
+    --benchmark_repetitions="$reps" --benchmark_display_aggregates_only=true \
     --benchmark_out="$out/table-bench-$path.json" --benchmark_out_format=json >/dev/null
   if [ "$peer" = 1 ]; then
     torch_env=()
     [ "$path" = avx2 ] && torch_env=(ATEN_CPU_CAPABILITY=avx2 OPENBLAS_CORETYPE=Haswell)
     env ATTNCHECK_ISA="$path" "${torch_env[@]}" build-peer/bench/peer/attncheck_peer_torch \
-      --benchmark_repetitions="$reps" --benchmark_report_aggregates_only=true \
+      --benchmark_repetitions="$reps" --benchmark_display_aggregates_only=true \
       --benchmark_out="$out/table-peer-$path.json" --benchmark_out_format=json >/dev/null
   fi
 done
@@ -88,19 +89,31 @@ import json, os, sys
 
 out, paths = sys.argv[1], sys.argv[2:]
 
+runs = {}  # run name -> its repetitions' rows (every path's: they run one after the other)
+
 def medians(file):
-    """name (without the aggregate suffix) -> the median's counters, and the run's context."""
+    """name (without the aggregate suffix) -> the median's counters, and the run's context.
+    Fills runs[name] with that path's repetitions."""
     if not os.path.exists(file):
         return {}, {}
     doc = json.load(open(file))
-    rows = {}
+    rows, reps = {}, {}
     for b in doc["benchmarks"]:
         if b.get("aggregate_name") == "median":
             rows[b["run_name"]] = b
     for b in doc["benchmarks"]:  # --reps 1: Google Benchmark writes the one run, no aggregates
         if b.get("run_type") == "iteration":
             rows.setdefault(b["run_name"], b)
+            reps.setdefault(b["run_name"], []).append(b)
+    runs.update(reps)
     return rows, doc["context"]
+
+def spread(row, counter):
+    """' [lo-hi]': the counter's range over the repetitions of row's benchmark, or '' for one."""
+    values = [b[counter] for b in runs.get(row.get("run_name"), []) if counter in b]
+    if len(values) < 2:
+        return ""
+    return f" [{min(values):.3f}-{max(values):.3f}]"
 
 def find(rows, prefix):
     return next((v for k, v in rows.items() if k.startswith(prefix)), None)
@@ -135,6 +148,7 @@ for path in paths:
         shown = f"{v:.3f}"
         if f"{counter}_process" in row:  # against the windows' rate, and the process's
             shown += f" ({row[f'{counter}_process']:.3f})"
+        shown += spread(row, counter)
         lines.append(f"| {path} | {name} | {shown} | >= {target} | {'met' if v >= target else 'NOT met'} |")
     if peer:  # context, no target: the prefill's products alone against a tuned BLAS
         for n, k in ((1536, 512), (512, 512), (2048, 512), (512, 2048), (8192, 512)):
@@ -143,12 +157,13 @@ for path in paths:
             if row is None or "ratio" not in row:
                 lines.append(f"| {path} | {name} | missing | - | context |")
             else:
-                lines.append(f"| {path} | {name} | {row['ratio']:.3f} (of FMA peak: ours {row['ours_frac_peak']:.3f}, "
+                lines.append(f"| {path} | {name} | {row['ratio']:.3f}{spread(row, 'ratio')} (of FMA peak: ours {row['ours_frac_peak']:.3f}, "
                              f"OpenBLAS {row['blas_frac_peak']:.3f}) | - | context |")
 
 print(f"CPU: {cpu or 'unknown'}; median of the repetitions, each figure a ratio within one run")
 print("(a fraction of the FMA peak or of the read rate divides by that of the benchmark's timed windows;")
-print(" in brackets, by the process's calibration at its start: docs/ci.md, \"A peak that moves\")")
+print(" in round brackets, by the process's calibration at its start: docs/ci.md, \"A peak that moves\";")
+print(" in square brackets, the lowest and highest of the repetitions)")
 print()
 print("| path | figure | measured | target | |")
 print("| --- | --- | --- | --- | --- |")
