@@ -22,6 +22,8 @@ inline constexpr int kChunkKeys = 512;
 // Query rows per OpenMP task (one packed key tile is reused by all of them). 32 (half the
 // block's query rows and probabilities beside a tile in L1) measured the same on an AMD EPYC
 // Zen 3, AVX2: BM_AttentionPrefill 1.00-1.06x (alternating processes, 6 pairs, within noise).
+// So did 66 (11 micro-blocks of 6 rows, 22 of 3: no one-row remainder in a block): 0.99-1.08x
+// by the median, 18 pairs in two runs, BM_Prefill T=512 0.99x (1 thread) and 1.04x (2).
 inline constexpr int kQueryBlock = 64;
 // Query rows in the register microkernel (6 rows x 64 keys = 24 zmm accumulators).
 inline constexpr int kMicroRows = 6;
