@@ -89,7 +89,8 @@ import json, os, sys
 
 out, paths = sys.argv[1], sys.argv[2:]
 
-runs = {}  # run name -> its repetitions' rows (every path's: they run one after the other)
+runs = {}  # run name -> its repetitions' rows, of the path being reported (the loop below reads
+           # one path's files, then prints its figures, before the next path's replace them)
 
 def medians(file):
     """name (without the aggregate suffix) -> the median's counters, and the run's context.
