@@ -328,7 +328,9 @@ void tile_rows(int kc, const float* a, std::ptrdiff_t a_rs, std::ptrdiff_t a_ks,
 // idle (panels_per_tile), as a 512-column product of 4 row blocks (8 tiles) on 16 threads.
 // Row blocks of equal size instead (512 rows as 132, 132, 132, 116 rather than 3 x 144 + 80, so
 // that 2 threads' tiles are alike) measured the same: 0.98-1.03x on `base` products and the
-// prefill, 1 and 2 threads (AMD EPYC Zen 3, in-process alternation).
+// prefill, 1 and 2 threads (AMD EPYC Zen 3, in-process alternation). Tiles of 4 or 2 panels
+// where K has several blocks (fc2 of `base`: a scratch of partial sums a half or a quarter as
+// large beside the x block in L2): 0.96-0.98x on that product, 1 and 2 threads.
 constexpr int kMC = 12 * kMR;  // 144 rows
 constexpr int kNCP = 8;
 constexpr int kFloatsPerLine = 64 / int(sizeof(float));  // a cache line
