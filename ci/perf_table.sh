@@ -89,14 +89,11 @@ import json, os, sys
 
 out, paths = sys.argv[1], sys.argv[2:]
 
-runs = {}  # run name -> its repetitions' rows, of the path being reported (the loop below reads
-           # one path's files, then prints its figures, before the next path's replace them)
-
 def medians(file):
-    """name (without the aggregate suffix) -> the median's counters, and the run's context.
-    Fills runs[name] with that path's repetitions."""
+    """name (without the aggregate suffix) -> the median's counters; name -> its repetitions'
+    rows; and the run's context."""
     if not os.path.exists(file):
-        return {}, {}
+        return {}, {}, {}
     doc = json.load(open(file))
     rows, reps = {}, {}
     for b in doc["benchmarks"]:
@@ -106,12 +103,11 @@ def medians(file):
         if b.get("run_type") == "iteration":
             rows.setdefault(b["run_name"], b)
             reps.setdefault(b["run_name"], []).append(b)
-    runs.update(reps)
-    return rows, doc["context"]
+    return rows, reps, doc["context"]
 
-def spread(row, counter):
+def spread(reps, row, counter):
     """' [lo-hi]': the counter's range over the repetitions of row's benchmark, or '' for one."""
-    values = [b[counter] for b in runs.get(row.get("run_name"), []) if counter in b]
+    values = [b[counter] for b in reps.get(row.get("run_name"), []) if counter in b]
     if len(values) < 2:
         return ""
     return f" [{min(values):.3f}-{max(values):.3f}]"
@@ -121,8 +117,9 @@ def find(rows, prefix):
 
 lines, cpu = [], ""
 for path in paths:
-    bench, ctx = medians(f"{out}/table-bench-{path}.json")
-    peer, pctx = medians(f"{out}/table-peer-{path}.json")
+    bench, bench_reps, ctx = medians(f"{out}/table-bench-{path}.json")
+    peer, peer_reps, pctx = medians(f"{out}/table-peer-{path}.json")
+    reps = {**bench_reps, **peer_reps}  # the two binaries' benchmarks have distinct names
     cpu = ctx.get("cpu_model", cpu)
     figures = [
         ("prefill `base` T=512, 1 thread, of FMA peak", find(bench, "BM_Prefill/T:512/threads:1/"), "frac_peak", 0.70),
@@ -149,7 +146,7 @@ for path in paths:
         shown = f"{v:.3f}"
         if f"{counter}_process" in row:  # against the windows' rate, and the process's
             shown += f" ({row[f'{counter}_process']:.3f})"
-        shown += spread(row, counter)
+        shown += spread(reps, row, counter)
         lines.append(f"| {path} | {name} | {shown} | >= {target} | {'met' if v >= target else 'NOT met'} |")
     if peer:  # context, no target: the prefill's products alone against a tuned BLAS
         for n, k in ((1536, 512), (512, 512), (2048, 512), (512, 2048), (8192, 512)):
@@ -158,7 +155,7 @@ for path in paths:
             if row is None or "ratio" not in row:
                 lines.append(f"| {path} | {name} | missing | - | context |")
             else:
-                lines.append(f"| {path} | {name} | {row['ratio']:.3f}{spread(row, 'ratio')} (of FMA peak: ours {row['ours_frac_peak']:.3f}, "
+                lines.append(f"| {path} | {name} | {row['ratio']:.3f}{spread(reps, row, 'ratio')} (of FMA peak: ours {row['ours_frac_peak']:.3f}, "
                              f"OpenBLAS {row['blas_frac_peak']:.3f}) | - | context |")
 
 print(f"CPU: {cpu or 'unknown'}; median of the repetitions, each figure a ratio within one run")
