@@ -168,8 +168,9 @@ void pv_dispatch(int nv, float* const* o_rows, const float* alpha, bool scale_o,
 // S = Q Kt for R rows and a tile: acc[r][u] holds the scores of keys 16u .. 16u+15, each one FMA
 // chain over c = 0 .. Dk-1. The tile's keys go in passes of kScoreVecs<R> vectors so that a
 // pass's R x kScoreVecs<R> accumulators and its keys fit the registers (one pass on AVX-512 and
-// for one row; two of 32 keys on AVX2); the chains, and so the bits, are the same either way. Always inlined: the
-// caller's accumulators must stay in registers (through a call they go through memory).
+// for one row; two of 32 keys on AVX2); the chains, and so the bits, are the same either way.
+// Always inlined: the caller's accumulators must stay in registers (through a call they go
+// through memory).
 template <int R>
 [[gnu::always_inline]] inline void tile_scores(const float* qrow, std::int64_t Dk, const float* kt,
                                                vf (&acc)[R][kTileVecs]) {

@@ -323,7 +323,8 @@ void tile_rows(int kc, const float* a, std::ptrdiff_t a_rs, std::ptrdiff_t a_ks,
     }
 }
 
-// GEMM blocking: an x block [kMC, kc] stays in L2, a weight micro-panel [kc, 32] in L1; a
+// GEMM blocking: an x block [kMC, kc] stays in L2, a weight micro-panel [kc, 32] in L1 (in L2
+// on AVX2, whose K blocks are larger: k_block below); a
 // tile of the output covers up to kNCP panels (256 columns): fewer where 8 would leave threads
 // idle (panels_per_tile), as a 512-column product of 4 row blocks (8 tiles) on 16 threads.
 // Row blocks of equal size instead (512 rows as 132, 132, 132, 116 rather than 3 x 144 + 80, so
