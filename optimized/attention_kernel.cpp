@@ -98,11 +98,13 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // One (sequence, head) of the problem.
 struct Head {
-    const float* q;  // [Tq, Dk]
-    const float* k;  // [Tk, Dk]
-    const float* v;  // [Tk, Dv]
-    float* out;      // [Tq, Dv]
+    const float* q;  // [Tq, Dk]  rows q_rs floats apart
+    const float* k;  // [Tk, Dk]  rows k_rs apart
+    const float* v;  // [Tk, Dv]  rows v_rs apart
+    float* out;      // [Tq, Dv]  rows out_rs apart
+    std::int64_t q_rs, k_rs, v_rs, out_rs;
     std::int64_t valid;  // keys >= valid are padding
+    std::int64_t q_i0 = 0;  // the row at q (a block's rows copied to scratch: its first)
     // Null, or this head's keys packed tile by tile in advance: [ceil(Tk/64), Dk, 64].
     const float* kt_packed = nullptr;
 };
@@ -127,6 +129,7 @@ struct Shape {
 // alternating processes, 6 pairs: 0.94-1.09x, within the noise).
 struct Scratch {
     std::vector<float> kt;     // [Dk, 64]   the key tile, transposed
+    std::vector<float> q;      // [QB, Dk]   the block's query rows, when theirs are not contiguous
     std::vector<float> p;      // [QB, 64]   probabilities of the block's rows for one tile
     std::vector<float> alpha;  // [QB]       each row's accumulator factor for the tile
     std::vector<int> nvis;     // [QB]       each row's keys visible in the tile (a prefix)
@@ -140,6 +143,7 @@ struct Scratch {
     void reserve(std::int64_t Dk, std::int64_t Dv) {
         const std::size_t qb = kQueryBlock, dk = std::size_t(Dk), dv = std::size_t(Dv);
         if (kt.size() < dk * kTileKeys) kt.resize(dk * kTileKeys);
+        if (q.size() < qb * dk) q.resize(qb * dk);
         if (p.size() < qb * kTileKeys) p.resize(qb * kTileKeys);
         if (alpha.size() < qb) alpha.resize(qb);
         if (nvis.size() < qb) nvis.resize(qb);
@@ -176,7 +180,7 @@ template <int R>
 void tile_softmax(const Head& hd, const Shape& sh, std::int64_t i0, int lr0, std::int64_t t0, int nk,
                   const float* kt, Scratch& s) {
     vf acc[R][kTileVecs];
-    tile_scores<R>(hd.q + (i0 + lr0) * sh.Dk, sh.Dk, kt, acc);
+    tile_scores<R>(hd.q + (i0 + lr0 - hd.q_i0) * hd.q_rs, hd.q_rs, sh.Dk, kt, acc);
     float mx[R];
     for (int r = 0; r < R; ++r) {
         const std::int64_t last = sh.last_key(i0 + lr0 + r);
@@ -210,13 +214,13 @@ void tile_pv(const Head& hd, const Shape& sh, int lr0, std::int64_t t0, std::int
         p_rows[r] = s.p.data() + std::size_t(lr0 + r) * kTileKeys;
     }
     const float* alpha = s.alpha.data() + lr0;
-    const float* vt = hd.v + t0 * Dv;
+    const float* vt = hd.v + t0 * hd.v_rs;
     const int nv = (cols + kLanes - 1) / kLanes;
     const int last_n = cols - (nv - 1) * kLanes;
-    pv_dispatch<R>(nv, o_rows, alpha, true, p_rows, vt, Dv, dv0, last_n, 0, j_all);
+    pv_dispatch<R>(nv, o_rows, alpha, true, p_rows, vt, hd.v_rs, dv0, last_n, 0, j_all);
     for (int r = 0; r < R; ++r)
         if (nvis[r] > j_all)
-            pv_dispatch<1>(nv, &o_rows[r], &alpha[r], false, &p_rows[r], vt, Dv, dv0, last_n, j_all, nvis[r]);
+            pv_dispatch<1>(nv, &o_rows[r], &alpha[r], false, &p_rows[r], vt, hd.v_rs, dv0, last_n, j_all, nvis[r]);
 }
 
 // The partial of one chunk for block rows [0, nr) (absolute rows i0 ..): fills s.o, s.m, s.lsum.
@@ -240,7 +244,7 @@ void process_chunk(const Head& hd, const Shape& sh, std::int64_t i0, int nr, std
         // that. A software prefetch of the whole next tile (512 lines of K and V) made the step
         // slower: kernel decode at kv 4096, alternating calls, 0.79x with K/V in the L3 and 0.90x
         // streaming 670 MB from DRAM; the `base` decode step at ctx 1024 0.94x (Xeon, AVX-512).
-        if (!hd.kt_packed) pack_key_tile(hd.k, sh.Dk, t0, nk, s.kt.data());
+        if (!hd.kt_packed) pack_key_tile(hd.k, hd.k_rs, sh.Dk, t0, nk, s.kt.data());
         for_micro_blocks(
             nr, sh.Dv, [&](std::int64_t lr0, int R) { return sh.last_key(i0 + lr0 + R - 1) >= t0; },
             [&]<int R>(int lr0) { tile_softmax<R>(hd, sh, i0, lr0, t0, nk, kt, s); },
@@ -258,6 +262,8 @@ thread_local std::vector<float> t_partials;
 // Key tiles packed up front for a multi-block prefill, on the calling thread: [B*H, tiles, Dk, 64]
 // (the size of k itself; nothing proportional to Tq * Tk).
 thread_local std::vector<float> t_packed;
+// The values of such a prefill, when their rows are not contiguous: [B*H, Tk, Dv].
+thread_local std::vector<float> t_values;
 
 // One call of the kernel: its problem, its tensors and the sizes every work split uses.
 struct Call {
@@ -266,23 +272,28 @@ struct Call {
     const float* k;
     const float* v;
     float* out;
+    const Strides& st;
     Shape base;                  // valid_last not set: per head, see head_at()
     std::int64_t B, H;
     std::int64_t n_qblocks;      // query blocks per (sequence, head)
     std::int64_t n_chunks_max;   // key chunks of kv_len
 
-    Call(const attncheck_problem& p_, const float* q_, const float* k_, const float* v_, float* out_)
-        : p(p_), q(q_), k(k_), v(v_), out(out_),
+    Call(const attncheck_problem& p_, const Strides& st_, const float* q_, const float* k_, const float* v_,
+         float* out_)
+        : p(p_), q(q_), k(k_), v(v_), out(out_), st(st_),
           base{p_.q_len, p_.kv_len, p_.head_dim, p_.value_dim, p_.q_offset, p_.causal != 0, p_.scale},
           B(p_.batch), H(p_.heads), n_qblocks((base.Tq + kQueryBlock - 1) / kQueryBlock),
           n_chunks_max((base.Tk + kChunkKeys - 1) / kChunkKeys) {}
 
+    // Offset of the keys of (sequence, head) number bh in k.
+    std::int64_t key_head(std::int64_t bh) const { return bh / H * st.k[0] + bh % H * st.k[1]; }
     // Keys of sequence b that are not padding.
     std::int64_t valid(std::int64_t b) const { return p.kv_valid_len ? p.kv_valid_len[b] : base.Tk; }
     // (sequence, head) number bh: its tensors, and its shape in sh.
     Head head_at(std::int64_t bh, Shape& sh) const {
-        Head hd{q + bh * base.Tq * base.Dk, k + bh * base.Tk * base.Dk, v + bh * base.Tk * base.Dv,
-                out + bh * base.Tq * base.Dv, valid(bh / H)};
+        const std::int64_t b = bh / H, h = bh % H;
+        Head hd{q + b * st.q[0] + h * st.q[1], k + key_head(bh), v + b * st.v[0] + h * st.v[1],
+                out + b * st.out[0] + h * st.out[1], st.q[2], st.k[2], st.v[2], st.out[2], valid(b)};
         sh = base;
         sh.valid_last = hd.valid - 1;
         return hd;
@@ -325,19 +336,31 @@ void merge_rows(Scratch& s, int nr, const float* m_c, const float* l_c, const fl
                       s.o_tot.data() + std::size_t(r) * Dv, std::int64_t(Dv));
 }
 
-// out [nr, Dv] = the running totals of rows [0, nr), normalized.
-void finalize_rows(const Scratch& s, int nr, float* out, std::size_t Dv) {
+// out [nr, Dv] (rows out_rs floats apart) = the running totals of rows [0, nr), normalized.
+void finalize_rows(const Scratch& s, int nr, float* out, std::int64_t out_rs, std::size_t Dv) {
     for (int r = 0; r < nr; ++r)
-        finalize_row(s.o_tot.data() + std::size_t(r) * Dv, s.l_tot[std::size_t(r)], out + std::size_t(r) * Dv,
+        finalize_row(s.o_tot.data() + std::size_t(r) * Dv, s.l_tot[std::size_t(r)], out + r * out_rs,
                      std::int64_t(Dv));
 }
 
 // With several query blocks per head every key tile is used by several tasks: packs each once,
 // up front, into t_packed [B*H, n_tiles, Dk, 64] (packing is a transpose, about as costly as a
-// sixth of a tile's arithmetic for one 64-row block). May throw (caught by the caller).
-float* pack_all_key_tiles(const Call& c, std::int64_t n_tiles, std::size_t tile_floats) {
+// sixth of a tile's arithmetic for one 64-row block). Values whose rows are not contiguous are
+// copied beside them into t_values [B*H, Tk, Dv] (values null otherwise), and a task copies its
+// block's query rows (run_query_blocks): rows far apart (a decoder's [T, 3d] rows are 6 KiB
+// apart in `base`) fall into few sets of the L1, which then cannot keep a tile's values or a
+// block's rows while every micro-block reads them. A `base` prefill (T = 512) reading both in
+// place was 0.98-1.00x as fast as one through copies of q, k, v and out; with these two copies
+// 1.01-1.02x (AMD EPYC Zen 3, in-process alternation, 9 pairs). May throw (caught by the caller).
+float* pack_all_key_tiles(const Call& c, std::int64_t n_tiles, std::size_t tile_floats, float*& values) {
     t_packed.resize(std::size_t(c.B * c.H * n_tiles) * tile_floats);
     float* packed = t_packed.data();
+    const std::int64_t Dv = c.base.Dv, v_rs = c.st.v[2];
+    values = nullptr;
+    if (v_rs != Dv) {
+        t_values.resize(std::size_t(c.B * c.H * c.base.Tk * Dv));
+        values = t_values.data();
+    }
 #pragma omp parallel for schedule(static)
     for (std::int64_t t = 0; t < c.B * c.H * n_tiles; ++t) {
         const std::int64_t bh = t / n_tiles, t0 = (t % n_tiles) * kTileKeys;
@@ -346,8 +369,12 @@ float* pack_all_key_tiles(const Call& c, std::int64_t n_tiles, std::size_t tile_
         const std::int64_t valid = c.valid(bh / c.H);
         const std::int64_t used = c.base.causal ? std::min(valid, c.base.q_offset + c.base.Tq) : valid;
         const int nk = int(std::clamp<std::int64_t>(used - t0, 0, kTileKeys));
-        if (nk > 0)  // a tile of padding only is never used
-            pack_key_tile(c.k + bh * c.base.Tk * c.base.Dk, c.base.Dk, t0, nk, packed + std::size_t(t) * tile_floats);
+        if (nk <= 0) continue;  // a tile of padding only is never used
+        pack_key_tile(c.k + c.key_head(bh), c.st.k[2], c.base.Dk, t0, nk, packed + std::size_t(t) * tile_floats);
+        if (!values) continue;
+        const float* src = c.v + bh / c.H * c.st.v[0] + bh % c.H * c.st.v[1];
+        float* dst = values + (bh * c.base.Tk + t0) * Dv;
+        for (std::int64_t j = 0; j < nk; ++j) std::copy_n(src + (t0 + j) * v_rs, Dv, dst + j * Dv);
     }
     return packed;
 }
@@ -356,7 +383,8 @@ float* pack_all_key_tiles(const Call& c, std::int64_t n_tiles, std::size_t tile_
 int run_query_blocks(const Call& c) {
     const std::int64_t n_tiles = (c.base.Tk + kTileKeys - 1) / kTileKeys;
     const std::size_t tile_floats = std::size_t(c.base.Dk) * kTileKeys;
-    float* packed = c.n_qblocks > 1 ? pack_all_key_tiles(c, n_tiles, tile_floats) : nullptr;
+    float* values = nullptr;
+    float* packed = c.n_qblocks > 1 ? pack_all_key_tiles(c, n_tiles, tile_floats, values) : nullptr;
     const std::int64_t tasks = c.B * c.H * c.n_qblocks;
     bool failed = false;  // an allocation failed on some thread (no exception crosses OpenMP)
     for_each_task<true>(tasks, c.base, failed, [&](std::int64_t t, Scratch& s) {
@@ -365,8 +393,19 @@ int run_query_blocks(const Call& c) {
         Shape sh;
         Head hd = c.head_at(bh, sh);
         if (packed) hd.kt_packed = packed + std::size_t(bh * n_tiles) * tile_floats;
+        if (values) {
+            hd.v = values + bh * sh.Tk * sh.Dv;
+            hd.v_rs = sh.Dv;
+        }
         const std::int64_t i0 = qb * kQueryBlock;
         const int nr = int(std::min<std::int64_t>(kQueryBlock, sh.Tq - i0));
+        if (hd.q_rs != sh.Dk) {  // the block's rows side by side (see pack_all_key_tiles)
+            for (int r = 0; r < nr; ++r)
+                std::copy_n(hd.q + (i0 + r) * hd.q_rs, sh.Dk, s.q.data() + std::size_t(r) * std::size_t(sh.Dk));
+            hd.q = s.q.data();
+            hd.q_rs = sh.Dk;
+            hd.q_i0 = i0;
+        }
         const std::size_t Dv = std::size_t(sh.Dv);
         reset_totals(s, nr, Dv);
         const std::int64_t nch = chunks_for(sh.last_key(i0 + nr - 1));
@@ -374,7 +413,7 @@ int run_query_blocks(const Call& c) {
             process_chunk(hd, sh, i0, nr, ch, s);
             merge_rows(s, nr, s.m.data(), s.lsum.data(), s.o.data(), Dv);
         }
-        finalize_rows(s, nr, hd.out + i0 * sh.Dv, Dv);
+        finalize_rows(s, nr, hd.out + i0 * hd.out_rs, hd.out_rs, Dv);
     });
     return failed ? ATTNCHECK_UNSUPPORTED : ATTNCHECK_OK;
 }
@@ -413,7 +452,7 @@ int run_split_chunks(const Call& c) {
             const float* part = partials + std::size_t(bh * c.n_chunks_max + ch) * per_task;
             merge_rows(s, nr, part + std::size_t(nr) * Dv, part + std::size_t(nr) * Dv + std::size_t(nr), part, Dv);
         }
-        finalize_rows(s, nr, hd.out, Dv);
+        finalize_rows(s, nr, hd.out, hd.out_rs, Dv);
     });
     return failed ? ATTNCHECK_UNSUPPORTED : ATTNCHECK_OK;
 }
@@ -421,8 +460,9 @@ int run_split_chunks(const Call& c) {
 }  // namespace
 
 // This target's kernel, on a problem already validated (may throw std::bad_alloc).
-int run_target(const attncheck_problem& p, const float* q, const float* k, const float* v, float* out) {
-    const Call c(p, q, k, v, out);
+int run_target(const attncheck_problem& p, const Strides& st, const float* q, const float* k, const float* v,
+               float* out) {
+    const Call c(p, st, q, k, v, out);
     // Split the keys of a single query block across threads only when there are too few
     // (sequence, head) tasks to keep the threads busy: splitting costs a second OpenMP region
     // (the merge) and its wake-ups, which a decode step over 8 heads on 2 threads does not need.
@@ -455,6 +495,19 @@ bool sizes_fit(const attncheck_problem& p) {
     return true;
 }
 
+// True when the last element of every view (the largest offset, strides being non-negative)
+// fits in int64 with room, so no index wraps.
+bool views_fit(const attncheck_problem& p, const Strides& st) {
+    const unsigned __int128 limit = (unsigned __int128)INT64_MAX / 4;
+    const auto last = [&](const std::int64_t (&s)[3], std::int32_t rows, std::int32_t width) {
+        return (unsigned __int128)(p.batch - 1) * (unsigned __int128)s[0] +
+               (unsigned __int128)(p.heads - 1) * (unsigned __int128)s[1] +
+               (unsigned __int128)(rows - 1) * (unsigned __int128)s[2] + (unsigned __int128)(width - 1);
+    };
+    return last(st.q, p.q_len, p.head_dim) <= limit && last(st.k, p.kv_len, p.head_dim) <= limit &&
+           last(st.v, p.kv_len, p.value_dim) <= limit && last(st.out, p.q_len, p.value_dim) <= limit;
+}
+
 }  // namespace
 
 HWY_EXPORT(run_target);
@@ -475,10 +528,34 @@ extern "C" int attncheck_optimized_kernel(const attncheck_problem* p, const floa
     try {
         if (!attncheck::problem_error(*p).empty()) return ATTNCHECK_UNSUPPORTED;
         if (!detail::sizes_fit(*p)) return ATTNCHECK_UNSUPPORTED;
+        const std::int64_t Tq = p->q_len, Tk = p->kv_len, H = p->heads, Dk = p->head_dim, Dv = p->value_dim;
+        const detail::Strides dense{.q = {H * Tq * Dk, Tq * Dk, Dk},
+                                    .k = {H * Tk * Dk, Tk * Dk, Dk},
+                                    .v = {H * Tk * Dv, Tk * Dv, Dv},
+                                    .out = {H * Tq * Dv, Tq * Dv, Dv}};
         attncheck::optimized::isa_choice();
-        return HWY_DYNAMIC_DISPATCH(detail::run_target)(*p, q, k, v, out);
+        return HWY_DYNAMIC_DISPATCH(detail::run_target)(*p, dense, q, k, v, out);
     } catch (...) {
         return ATTNCHECK_UNSUPPORTED;
     }
 }
+
+namespace attncheck::optimized::attention_detail {
+
+int strided_kernel(const attncheck_problem& p, const Strides& st, const float* q, const float* k, const float* v,
+                   float* out) {
+    if (!q || !k || !v || !out) return ATTNCHECK_UNSUPPORTED;
+    try {
+        if (!attncheck::problem_error(p).empty()) return ATTNCHECK_UNSUPPORTED;
+        for (const std::int64_t* s : {st.q, st.k, st.v, st.out})
+            if (s[0] < 0 || s[1] < 0 || s[2] < 0) return ATTNCHECK_UNSUPPORTED;
+        if (!sizes_fit(p) || !views_fit(p, st)) return ATTNCHECK_UNSUPPORTED;
+        isa_choice();
+        return HWY_DYNAMIC_DISPATCH(run_target)(p, st, q, k, v, out);
+    } catch (...) {
+        return ATTNCHECK_UNSUPPORTED;
+    }
+}
+
+}  // namespace attncheck::optimized::attention_detail
 #endif  // HWY_ONCE

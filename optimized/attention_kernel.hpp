@@ -8,6 +8,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+
+#include "attncheck/kernel_abi.h"
 
 namespace attncheck::optimized::attention_detail {
 
@@ -40,5 +43,19 @@ inline constexpr float kExpFlushBelow = -87.3365402f;
 // x >= kExpFlushBelow (results >= 2^-126); below it +0 on the vector paths (the scalar path's
 // std::exp gives the subnormal). exp(0) is exactly 1, exp(-inf) exactly 0, NaN stays NaN.
 void exp_nonpositive(const float* x, float* y, std::size_t n);
+
+// Strides in floats of views of q [B, H, Tq, Dk], k [B, H, Tk, Dk], v [B, H, Tk, Dv] and out
+// [B, H, Tq, Dv], per (sequence, head, row); a row's columns are contiguous.
+struct Strides {
+    std::int64_t q[3], k[3], v[3], out[3];
+};
+
+// attncheck_optimized_kernel on views at any non-negative strides (the version 2 kernel's
+// tensors, read and written in place): the same arithmetic, so the same bits as on contiguous
+// copies of them. ATTNCHECK_UNSUPPORTED, as from the kernel, for an invalid problem, a negative
+// stride, a view whose last element's index would not fit int64, or a failed allocation. The
+// views that out's elements take must not overlap q's, k's, v's or one another.
+int strided_kernel(const attncheck_problem& p, const Strides& st, const float* q, const float* k, const float* v,
+                   float* out);
 
 }  // namespace attncheck::optimized::attention_detail

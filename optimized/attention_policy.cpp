@@ -12,6 +12,7 @@
 #include "attncheck/error.hpp"
 #include "attncheck/problem.hpp"
 #include "attncheck/problem_v2.hpp"
+#include "optimized/attention_kernel.hpp"
 #include "optimized/gemm.hpp"
 
 namespace attncheck::optimized {
@@ -46,6 +47,15 @@ void call_kernel(const KernelRef& kernel, const attncheck_problem& p, const floa
     const std::size_t per_b = std::size_t(p.heads) * std::size_t(p.q_len) * std::size_t(p.value_dim);
     for (int b = 0; b < p.batch; ++b)
         if (p.kv_valid_len[b] == 0) std::fill_n(out + std::size_t(b) * per_b, per_b, 0.0f);
+}
+
+// The built-in kernel on views of the decoder's own rows (KernelRef::builtin).
+void call_builtin(const attncheck_problem& p, const attention_detail::Strides& st, const float* q, const float* k,
+                  const float* v, float* out, const char* where) {
+    const int rc = attention_detail::strided_kernel(p, st, q, k, v, out);
+    if (rc != 0)
+        throw KernelError("the built-in attention kernel returned " + std::to_string(rc) +
+                          " (unsupported) for the " + where + " problem: " + describe(p));
 }
 
 // ---- version 2 calls (KernelRef::fn_v2) ------------------------------------------------------
@@ -245,7 +255,9 @@ void rotate_qk(const PackedWeights& P, float* qkv, std::size_t ld, int rows, con
 KernelRef kernel_of(const Decoder& decoder) {
     const AttentionKernel& k = decoder.attention_kernel();
     return {.fn = k.fn, .reads_only_visible_keys = k.reads_only_visible_keys,
-            .zero_empty_rows = decoder.zero_empty_rows(), .fn_v2 = k.fn_v2, .block_size = k.block_size};
+            .zero_empty_rows = decoder.zero_empty_rows(), .fn_v2 = k.fn_v2, .block_size = k.block_size,
+            .builtin = k.fn == kBuiltinAttentionKernel.fn &&
+                       k.reads_only_visible_keys == kBuiltinAttentionKernel.reads_only_visible_keys};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -340,10 +352,17 @@ TeacherAttention::TeacherAttention(const PackedWeights& P_, KernelRef kernel_, c
     const ModelConfig& c = P.config;
     const std::size_t abi = tokens.size() * std::size_t(Tmax) * std::size_t(c.d_model);  // B * H * Tmax * dk
     const std::size_t abi_kv = tokens.size() * std::size_t(Tmax) * std::size_t(c.kv_heads() * c.head_dim());
-    qh.assign(abi, 0.0f);  // zero: padding rows stay zero (finite) in every layer
-    kh.assign(abi_kv, 0.0f);
-    vh.assign(abi_kv, 0.0f);
-    oh.assign(abi, 0.0f);
+    in_place = kernel.builtin && self_attention_shape(c).v1() && !padded;
+    // Zero: padding rows stay zero (finite) in every layer. Unused by an in-place self-attention
+    // (but for the cross-attention's q and out).
+    if (!in_place || c.cross_attention) {
+        qh.assign(abi, 0.0f);
+        oh.assign(abi, 0.0f);
+    }
+    if (!in_place) {
+        kh.assign(abi_kv, 0.0f);
+        vh.assign(abi_kv, 0.0f);
+    }
     if (c.positional == Positional::rope)
         for (std::size_t b = 0; b < tokens.size(); ++b)
             for (int t = 0; t < len[b]; ++t) positions.push_back(t);
@@ -399,6 +418,17 @@ void TeacherAttention::self(int, float* qkv, float* att) {
     const SelfAttentionShape shape = self_attention_shape(c);
     const int hkv = shape.kv_heads;
     if (shape.rope) rotate_qk(P, qkv, ld, rows(), positions.data());
+    if (in_place) {
+        // q, k and v read in place from the rows of qkv, out written into those of att.
+        const std::int64_t B = std::int64_t(len.size()), T = Tmax, sld = std::int64_t(ld), sd = d;
+        const attncheck_problem p = make_problem(P, int(B), H, Tmax, Tmax, 0, true, nullptr);
+        const attention_detail::Strides st{.q = {T * sld, dk, sld},
+                                           .k = {T * sld, dk, sld},
+                                           .v = {T * sld, dk, sld},
+                                           .out = {T * sd, dk, sd}};
+        call_builtin(p, st, qkv, qkv + d, qkv + d + hkv * dk, att, "self-attention prefill");
+        return;
+    }
     scatter(qkv, ld, 0, H, qh);
     scatter(qkv, ld, d, hkv, kh);
     scatter(qkv, ld, d + hkv * dk, hkv, vh);
@@ -555,10 +585,22 @@ void ChunkAttention::self(int l, float* qkv, float* att) {
             const std::size_t at = std::size_t(hh) * cache.head_stride + std::size_t(pos + t) * std::size_t(dk);
             std::memcpy(kl + at, row + d + hh * dk, sizeof(float) * std::size_t(dk));
             std::memcpy(vl + at, row + 2 * d + hh * dk, sizeof(float) * std::size_t(dk));
-            if (n > 1)
+            if (n > 1 && !kernel.builtin)
                 std::memcpy(qh + (std::size_t(hh) * std::size_t(n) + std::size_t(t)) * std::size_t(dk),
                             row + hh * dk, sizeof(float) * std::size_t(dk));
         }
+    }
+    if (n > 1 && kernel.builtin) {
+        // q read in place from the rows of qkv, out written into those of att; the whole cache
+        // layer as k and v, as below.
+        const std::int64_t N = std::int64_t(cache.head_stride) / dk, hs = std::int64_t(cache.head_stride);
+        const attncheck_problem p = make_problem(P, 1, H, n, int(N), pos, true, nullptr);
+        const attention_detail::Strides st{.q = {0, dk, 3 * std::int64_t(d)},
+                                           .k = {0, hs, dk},
+                                           .v = {0, hs, dk},
+                                           .out = {0, dk, d}};
+        call_builtin(p, st, qkv, kl, vl, att, "self-attention chunk");
+        return;
     }
     // With one row, q [d] already is [H, 1, dk] and att [d] is out [H, 1, dk].
     const float* q = n > 1 ? qh : qkv;

@@ -6,7 +6,9 @@
 // out for the kernel ABI ([B, H, T, dk]) and which problem they pass:
 //
 //   teacher-forced batch  q, k, v scattered to [B, H, Tmax, dk]; one call: causal,
-//                         q_offset 0, kv_valid_len = T_b (null for a single sequence)
+//                         q_offset 0, kv_valid_len = T_b (null for a single sequence). The
+//                         built-in kernel (KernelRef::builtin) on sequences of one length: no
+//                         copy, the same call on views of the rows of qkv and att.
 //   session chunk/step    K/V appended to the cache [H, N, dk], no copy of the cache per step.
 //                         A kernel that reads only visible keys (AttentionKernel): one call for
 //                         all heads, the cache layer passed as k, v [1, H, N, dk]: q_len n,
@@ -15,6 +17,8 @@
 //                         (batch 1, heads 1), q_len n, kv_len pos+n, q_offset pos, causal, each
 //                         head's cache being a contiguous [pos+n, dk] prefix (the exact
 //                         incremental problem of KERNEL_ABI.md, with no work on unused rows).
+//                         The built-in kernel reads a chunk's q in the rows of qkv and writes
+//                         its out into those of att.
 //   batch step            caches [B, H, N, dk]; one call for all: q_len 1, kv_len N, no causal
 //                         flag, kv_valid_len = pos_b + 1 (the rows past a sequence's position
 //                         are padding: zero at start, stale but finite after a truncate/reset).
@@ -94,6 +98,11 @@ struct KernelRef {
     bool zero_empty_rows;          // Decoder::set_zero_empty_rows
     attncheck_kernel_v2_fn fn_v2 = nullptr;  // AttentionKernel::fn_v2: every call through it
     int block_size = 0;                      // AttentionKernel::block_size
+    // The kernel is kBuiltinAttentionKernel (the pointer with its declaration): a teacher-forced
+    // prefill and a session's chunk hand its arithmetic views of the decoder's own rows
+    // (attention_detail::strided_kernel), the same bits without the copies into and out of the
+    // [B, H, T, dk] layout of kernel_abi.h.
+    bool builtin = false;
 };
 
 // The K/V cache of B sequences for a version 2 kernel: K and V [L, num_blocks, hkv, bs, dk],
@@ -155,6 +164,9 @@ struct TeacherAttention {
     std::vector<int32_t> valid;        // [B] = len
     int Tmax = 0;
     bool padded = false;               // some sequence shorter than Tmax
+    // The self-attention reads q, k, v in the rows of qkv and writes att's (KernelRef::builtin,
+    // multi-head, no window, not padded); otherwise through the buffers below.
+    bool in_place = false;
     std::vector<float> qh, kh, vh, oh;  // q, o [B, H, Tmax, dk], k, v [B, hkv, Tmax, dk]; the cross-attention reuses qh/oh
     std::vector<int> positions;         // [M] position of each row (rope)
     std::vector<int32_t> zeros;         // [B] q_pos of a version 2 call

@@ -165,15 +165,15 @@ void pv_dispatch(int nv, float* const* o_rows, const float* alpha, bool scale_o,
     }
 }
 
-// S = Q Kt for R rows and a tile: acc[r][u] holds the scores of keys 16u .. 16u+15, each one FMA
-// chain over c = 0 .. Dk-1. The tile's keys go in passes of kScoreVecs<R> vectors so that a
-// pass's R x kScoreVecs<R> accumulators and its keys fit the registers (one pass on AVX-512 and
-// for one row; two of 32 keys on AVX2); the chains, and so the bits, are the same either way.
-// Always inlined: the caller's accumulators must stay in registers (through a call they go
-// through memory).
+// S = Q Kt for R rows (row r at qrow + r * q_rs) and a tile: acc[r][u] holds the scores of keys
+// 16u .. 16u+15, each one FMA chain over c = 0 .. Dk-1. The tile's keys go in passes of
+// kScoreVecs<R> vectors so that a pass's R x kScoreVecs<R> accumulators and its keys fit the
+// registers (one pass on AVX-512 and for one row; two of 32 keys on AVX2); the chains, and so
+// the bits, are the same either way. Always inlined: the caller's accumulators must stay in
+// registers (through a call they go through memory).
 template <int R>
-[[gnu::always_inline]] inline void tile_scores(const float* qrow, std::int64_t Dk, const float* kt,
-                                               vf (&acc)[R][kTileVecs]) {
+[[gnu::always_inline]] inline void tile_scores(const float* qrow, std::int64_t q_rs, std::int64_t Dk,
+                                               const float* kt, vf (&acc)[R][kTileVecs]) {
     constexpr int kPass = kScoreVecs<R>;
     for (int u0 = 0; u0 < kTileVecs; u0 += kPass) {
         vf part[R][kPass];
@@ -186,7 +186,7 @@ template <int R>
                 if constexpr (kPinStep<R, kPass>) vpin(kv[u]);
             }
             for (int r = 0; r < R; ++r) {
-                const vf qb = vset1(qrow[r * Dk + c]);
+                const vf qb = vset1(qrow[r * q_rs + c]);
                 for (int u = 0; u < kPass; ++u) part[r][u] = vfma(qb, kv[u], part[r][u]);
             }
         }

@@ -1,9 +1,12 @@
 // optimized/attention_v2.cpp — attncheck_optimized_kernel_v2: the fused attention kernel of
 // kernel ABI version 2 (attncheck/kernel_abi_v2.h).
 //
-// Fast path. A problem that version 1 can express exactly (float32, Hq = Hk, contiguous
-// [B,H,T,D] tensors, one q_pos for every sequence, equal Tq, kv_lens as v1 padding, and no
-// window, softcap, ALiBi, pages, varlen or lse) goes to attncheck_optimized_kernel unchanged.
+// Fast path. A problem that version 1 can express but for its layout (float32, Hq = Hk, one
+// q_pos for every sequence, equal Tq, kv_lens as v1 padding, and no window, softcap, ALiBi,
+// pages, varlen or lse), its tensors' rows contiguous at any (sequence, head, row) strides, goes
+// to attncheck_optimized_kernel's arithmetic on the views themselves (strided_kernel): a
+// decoder's q, k and v read in place from its [T, 3d] projection rows, and out written into
+// its [T, d] rows, with no copy.
 //
 // General path: the version 1 kernel's online softmax (attention_kernel.cpp), with the same
 // tiles, chunks, micro-blocks and arithmetic (attention_tile.hpp), per (sequence, kv head,
@@ -218,7 +221,7 @@ void load_tile(const attncheck_problem_v2& p, int b, int hk, std::int64_t t0, st
         load_row(p.dtype, p.k.data, kv_offset_v2(p, p.k, b, hk, int(j), 0), p.k.stride[3], Dk, krows + (j - t0) * Dk);
         load_row(p.dtype, p.v.data, kv_offset_v2(p, p.v, b, hk, int(j), 0), p.v.stride[3], Dv, vt + (j - t0) * Dv);
     }
-    pack_key_tile(krows, Dk, 0, int(jhi - t0 + 1), kt);
+    pack_key_tile(krows, Dk, Dk, 0, int(jhi - t0 + 1), kt);
 }
 
 // The key index of each lane of a tile, for ALiBi's distances.
@@ -251,7 +254,7 @@ void tile_softmax(const attncheck_problem_v2& p, const Block& blk, int lr0, std:
                   Scratch& s) {
     const std::int64_t Dk = p.head_dim, pos = p.q_pos[blk.b];
     vf acc[R][kTileVecs];
-    tile_scores<R>(s.q.data() + lr0 * Dk, Dk, kt, acc);
+    tile_scores<R>(s.q.data() + lr0 * Dk, Dk, Dk, kt, acc);
 
     int* lo = s.lo.data() + lr0;  // the tile-local keys [lo, hi] each row sees (none when lo > hi)
     int* hi = s.hi.data() + lr0;
@@ -587,26 +590,32 @@ HWY_EXPORT(run_v2_target);
 namespace attncheck::optimized::attention_v2_detail {
 namespace {
 
-// Whether view t is exactly the contiguous [n0, n1, n2, n3] layout (a stride of an extent-1
-// dimension is never used, so any value is accepted there).
-bool contiguous(const attncheck_tensor_v2& t, std::int64_t n0, std::int64_t n1, std::int64_t n2, std::int64_t n3) {
-    const std::int64_t extent[4] = {n0, n1, n2, n3};
-    const std::int64_t want[4] = {n1 * n2 * n3, n2 * n3, n3, 1};
-    for (int d = 0; d < 4; ++d)
-        if (extent[d] > 1 && t.stride[d] != want[d]) return false;
-    return true;
-}
+// Whether view t's rows of `width` elements are contiguous (a stride of an extent-1 dimension is
+// never used, so any value is accepted there).
+bool rows_contiguous(const attncheck_tensor_v2& t, std::int64_t width) { return width == 1 || t.stride[3] == 1; }
 
-// Whether p says nothing that version 1 cannot say (see the file comment).
+// Whether p says nothing that version 1 cannot say, its tensors' layout aside (see the file
+// comment).
 bool v1_expressible(const attncheck_problem_v2& p) {
     if (p.dtype != ATTNCHECK_DTYPE_F32 || p.q_heads != p.kv_heads) return false;
     if (p.cu_seqlens_q || p.cu_seqlens_k || p.block_table || p.alibi_slopes || p.lse) return false;
     if (p.window_left != -1 || p.window_right != -1 || p.softcap != 0.0f) return false;
     for (int b = 1; b < p.batch; ++b)
         if (p.q_pos[b] != p.q_pos[0]) return false;
-    const std::int64_t B = p.batch, H = p.q_heads;
-    return contiguous(p.q, B, H, p.q_len, p.head_dim) && contiguous(p.k, B, H, p.kv_len, p.head_dim) &&
-           contiguous(p.v, B, H, p.kv_len, p.value_dim) && contiguous(p.out, B, H, p.q_len, p.value_dim);
+    return rows_contiguous(p.q, p.head_dim) && rows_contiguous(p.k, p.head_dim) &&
+           rows_contiguous(p.v, p.value_dim) && rows_contiguous(p.out, p.value_dim);
+}
+
+attncheck::optimized::attention_detail::Strides strides_of(const attncheck_problem_v2& p) {
+    const auto three = [](const attncheck_tensor_v2& t, std::int64_t (&s)[3]) {
+        for (int d = 0; d < 3; ++d) s[d] = t.stride[d];
+    };
+    attncheck::optimized::attention_detail::Strides st{};
+    three(p.q, st.q);
+    three(p.k, st.k);
+    three(p.v, st.v);
+    three(p.out, st.out);
+    return st;
 }
 
 attncheck_problem v1_problem(const attncheck_problem_v2& p) {
@@ -644,9 +653,10 @@ extern "C" int attncheck_optimized_kernel_v2(const attncheck_problem_v2* p) {
         if (!attncheck::problem_v2_error(*p).empty() || !detail::sizes_fit(*p)) return ATTNCHECK_UNSUPPORTED;
         if (detail::v1_expressible(*p)) {
             const attncheck_problem v1 = detail::v1_problem(*p);
-            return attncheck_optimized_kernel(&v1, static_cast<const float*>(p->q.data),
-                                              static_cast<const float*>(p->k.data),
-                                              static_cast<const float*>(p->v.data), static_cast<float*>(p->out.data));
+            return attncheck::optimized::attention_detail::strided_kernel(
+                v1, detail::strides_of(*p), static_cast<const float*>(p->q.data),
+                static_cast<const float*>(p->k.data), static_cast<const float*>(p->v.data),
+                static_cast<float*>(p->out.data));
         }
         attncheck::optimized::isa_choice();  // ATTNCHECK_ISA is applied before the first dispatch
         return HWY_DYNAMIC_DISPATCH(attncheck::optimized::attention_detail::run_v2_target)(*p);

@@ -19,10 +19,10 @@ namespace attncheck::optimized::attention_detail::HWY_NAMESPACE {
 // Internal linkage, as for the rest of the kernel's pieces: only attention_kernel.cpp includes this.
 namespace {
 
-// Kt[c, jj] = k[t0 + jj, c] for jj < nk, 0 for nk <= jj < 64 (keys past the last visible one
-// are never read: they may be padding garbage).
-void pack_key_tile(const float* k, std::int64_t Dk, std::int64_t t0, int nk, float* kt) {
-    const float* src = k + t0 * Dk;
+// Kt[c, jj] = k[t0 + jj, c] for jj < nk, 0 for nk <= jj < 64, key rows k_rs floats apart (keys
+// past the last visible one are never read: they may be padding garbage).
+void pack_key_tile(const float* k, std::int64_t k_rs, std::int64_t Dk, std::int64_t t0, int nk, float* kt) {
+    const float* src = k + t0 * k_rs;
 #if HWY_TARGET <= HWY_AVX3
     // 16 keys x 16 columns at a time through an in-register transpose (64 shuffles per 256
     // floats instead of 256 scalar stores): a decode step packs every tile it reads, so this is
@@ -34,7 +34,7 @@ void pack_key_tile(const float* k, std::int64_t Dk, std::int64_t t0, int nk, flo
             const __mmask16 colmask = first_n(ncol);
             __m512 r[16], t[16];
             for (int i = 0; i < 16; ++i)
-                r[i] = jj0 + i < nk ? _mm512_maskz_loadu_ps(colmask, src + (jj0 + i) * Dk + c0)
+                r[i] = jj0 + i < nk ? _mm512_maskz_loadu_ps(colmask, src + (jj0 + i) * k_rs + c0)
                                     : _mm512_setzero_ps();
             for (int i = 0; i < 16; i += 2) {
                 t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
@@ -75,10 +75,10 @@ void pack_key_tile(const float* k, std::int64_t Dk, std::int64_t t0, int nk, flo
             const __m256i colmask = _mm256_cmpgt_epi32(_mm256_set1_epi32(ncol), lane);
             __m256 r[8], t[8];
             if (ncol == 8 && jj0 + 8 <= nk) {  // a whole block: plain loads
-                for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + (jj0 + i) * Dk + c0);
+                for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + (jj0 + i) * k_rs + c0);
             } else {
                 for (int i = 0; i < 8; ++i)
-                    r[i] = jj0 + i < nk ? _mm256_maskload_ps(src + (jj0 + i) * Dk + c0, colmask)
+                    r[i] = jj0 + i < nk ? _mm256_maskload_ps(src + (jj0 + i) * k_rs + c0, colmask)
                                         : _mm256_setzero_ps();
             }
             for (int i = 0; i < 8; i += 2) {
@@ -99,7 +99,7 @@ void pack_key_tile(const float* k, std::int64_t Dk, std::int64_t t0, int nk, flo
         }
 #else
     for (int jj = 0; jj < nk; ++jj)
-        for (std::int64_t c = 0; c < Dk; ++c) kt[c * kTileKeys + jj] = src[jj * Dk + c];
+        for (std::int64_t c = 0; c < Dk; ++c) kt[c * kTileKeys + jj] = src[jj * k_rs + c];
     if (nk < kTileKeys)
         for (std::int64_t c = 0; c < Dk; ++c)
             std::fill(kt + c * kTileKeys + nk, kt + (c + 1) * kTileKeys, 0.0f);

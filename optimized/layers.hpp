@@ -9,7 +9,7 @@
 #pragma once
 
 #include <cstddef>
-#include <vector>
+#include <memory>
 
 #include "attncheck/model.hpp"
 #include "optimized/gemm.hpp"
@@ -21,23 +21,25 @@ namespace attncheck::optimized {
 // Statistics in double (see layers.cpp), the same bits wherever a row is computed.
 void layer_norm(const float* x, int m, int d, const Norm32& n, double eps, float* y);
 
-// Row scratch of the layer stack for up to `rows` rows.
+// Row scratch of the layer stack for up to `rows` rows. Not initialized: a call's M rows of
+// each buffer are written before they are read (a forward of `base` at T = 512 would otherwise
+// zero 10 MB per call, ~1% of it on 2 threads).
 struct RowBuffers {
     int rows = 0;
-    std::vector<float> h;    // [M, d]  LN(x) (pre-norm) or the sublayer output before LN (post)
-    std::vector<float> qkv;  // [M, 3d]: q, k, v of a row (narrower with grouped-query heads)
-    std::vector<float> q;    // [M, d]  cross-attention queries
-    std::vector<float> att;  // [M, d]  attention output, heads concatenated
-    std::vector<float> hid;  // [M, f]
+    std::unique_ptr<float[]> h;    // [M, d]  LN(x) (pre-norm) or the sublayer output before LN (post)
+    std::unique_ptr<float[]> qkv;  // [M, 3d]: q, k, v of a row (narrower with grouped-query heads)
+    std::unique_ptr<float[]> q;    // [M, d]  cross-attention queries
+    std::unique_ptr<float[]> att;  // [M, d]  attention output, heads concatenated
+    std::unique_ptr<float[]> hid;  // [M, f]
     void resize(const ModelConfig& c, int m) {
         if (m <= rows) return;
         rows = m;
         const std::size_t M = std::size_t(m), d = std::size_t(c.d_model);
-        h.assign(M * d, 0.0f);
-        qkv.assign(M * 3 * d, 0.0f);
-        q.assign(M * d, 0.0f);
-        att.assign(M * d, 0.0f);
-        hid.assign(M * std::size_t(c.d_ff), 0.0f);
+        h = std::make_unique_for_overwrite<float[]>(M * d);
+        qkv = std::make_unique_for_overwrite<float[]>(M * 3 * d);
+        q = std::make_unique_for_overwrite<float[]>(M * d);
+        att = std::make_unique_for_overwrite<float[]>(M * d);
+        hid = std::make_unique_for_overwrite<float[]>(M * std::size_t(c.d_ff));
     }
 };
 
@@ -49,7 +51,7 @@ void run_layers(const PackedWeights& P, int M, float* x, RowBuffers& B, Attn& at
     const ModelConfig& c = P.config;
     const int d = c.d_model, f = c.d_ff;
     const bool pre = c.norm == Norm::pre;
-    float* h = B.h.data();
+    float* h = B.h.get();
     // One sublayer: in = pre ? LN(x) : x; y = F(in) ; x = pre ? x + y : LN(x + y). F ends with a
     // linear layer `out` whose input body(in) returns [M, out_k] and whose residual is fused into
     // its epilogue.
@@ -72,25 +74,25 @@ void run_layers(const PackedWeights& P, int M, float* x, RowBuffers& B, Attn& at
         sublayer(
             W.norm_self,
             [&](const float* in) -> const float* {
-                linear(W.qkv, in, M, d, B.qkv.data(), P.qkv_width);
-                attn.self(l, B.qkv.data(), B.att.data());
-                return B.att.data();
+                linear(W.qkv, in, M, d, B.qkv.get(), P.qkv_width);
+                attn.self(l, B.qkv.get(), B.att.get());
+                return B.att.get();
             },
             W.o, d);
         if (c.cross_attention)
             sublayer(
                 W.norm_cross,
                 [&](const float* in) -> const float* {
-                    linear(W.cross_q, in, M, d, B.q.data(), d);
-                    attn.cross(l, B.q.data(), B.att.data());
-                    return B.att.data();
+                    linear(W.cross_q, in, M, d, B.q.get(), d);
+                    attn.cross(l, B.q.get(), B.att.get());
+                    return B.att.get();
                 },
                 W.cross_o, d);
         sublayer(
             W.norm_ffn,
             [&](const float* in) -> const float* {
-                linear(W.fc1, in, M, d, B.hid.data(), f, P.act);
-                return B.hid.data();
+                linear(W.fc1, in, M, d, B.hid.get(), f, P.act);
+                return B.hid.get();
             },
             W.fc2, f);
     }

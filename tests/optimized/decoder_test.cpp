@@ -25,6 +25,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -34,6 +35,7 @@
 #include "attncheck/model.hpp"
 #include "attncheck/tolerance.hpp"
 #include "kernels/registry.hpp"
+#include "optimized/attention_policy.hpp"
 #include "optimized/decoder.hpp"
 #include "optimized/gemm.hpp"
 #include "reference/decoder.hpp"
@@ -609,6 +611,64 @@ std::string describe_v2(const ModelConfig& c) {
 }
 
 }  // namespace
+
+TEST_CASE("a teacher-forced forward reads the built-in kernel's q, k, v in place: the bits of its calls through "
+          "the ABI's copies",
+          "[optimized][decoder][threads]") {
+    // Multi-head self-attention of sequences of one length goes to the built-in kernel as views
+    // of the [T, 3d] projection rows, its output written into the [T, d] rows (in_place);
+    // grouped-query heads, windows and padded batches go through the [B, H, T, dk] copies. The
+    // declared forwarding kernel always gets the copies. Rows of 150 make three query blocks.
+    std::vector<ModelConfig> configs;
+    for (const Norm norm : {Norm::post, Norm::pre})
+        for (const bool cross : {false, true})
+            for (const Positional pos : {Positional::learned, Positional::rope}) {
+                ModelConfig c = small_config();
+                c.norm = norm;
+                c.cross_attention = cross;
+                c.positional = pos;
+                c.max_len = 160;
+                configs.push_back(c);
+            }
+    for (ModelConfig c : v2_configs()) {
+        c.max_len = 160;
+        configs.push_back(c);
+    }
+    const optimized::AttentionKernel declared{.fn = forwarding_kernel, .reads_only_visible_keys = true};
+    for (const ModelConfig& c : configs) {
+        INFO(describe_v2(c));
+        const Model model = init_model(c, 31);
+        std::mt19937_64 rng(31);
+        const Decoder builtin(model), copies(model, declared);
+        const std::vector<std::vector<int>> one = {random_tokens(rng, 150, c.vocab_size)};
+        const std::vector<std::vector<int>> equal = {random_tokens(rng, 90, c.vocab_size),
+                                                     random_tokens(rng, 90, c.vocab_size)};
+        const std::vector<std::vector<int>> unequal = {equal[0], random_tokens(rng, 40, c.vocab_size)};
+        const bool mha = optimized::self_attention_shape(c).v1();
+        for (const auto& [tokens, in_place] :
+             {std::pair{one, mha}, std::pair{equal, mha}, std::pair{unequal, false}}) {
+            INFO(tokens.size() << " sequences of " << tokens[0].size() << " and " << tokens.back().size()
+                               << " rows");
+            std::vector<std::optional<Memory>> mems;
+            for (std::size_t b = 0; b < tokens.size(); ++b) mems.push_back(random_memory(rng, c, 6, 4 + int(b)));
+            optimized::MemoryCache mem;
+            CHECK(optimized::TeacherAttention(builtin.packed(), optimized::kernel_of(builtin), mem, tokens)
+                      .in_place == in_place);
+            CHECK_FALSE(
+                optimized::TeacherAttention(copies.packed(), optimized::kernel_of(copies), mem, tokens).in_place);
+            for (const int threads : {1, 2}) {
+                ThreadCount t(threads);
+                const auto got = builtin.forward_batch(tokens, mems);
+                const auto want = copies.forward_batch(tokens, mems);
+                REQUIRE(got.size() == want.size());
+                for (std::size_t b = 0; b < got.size(); ++b) {
+                    INFO("sequence " << b << ", " << threads << " threads");
+                    CHECK(got[b] == want[b]);
+                }
+            }
+        }
+    }
+}
 
 TEST_CASE("version 2 models: teacher-forced, step-by-step and chunked logits agree with the reference, and "
           "with a window (or a version 2 kernel: keys at their absolute positions) are the same bits",
