@@ -43,7 +43,7 @@ const std::vector<KernelEntry>& kernel_registry() {
             // only up to that row (optimized/attention_kernel.cpp).
             {.name = "optimized",
              .fn = attncheck_optimized_kernel,
-             .description = "fused online-softmax kernel over key tiles, AVX-512, OpenMP, deterministic",
+             .description = "fused online-softmax kernel, key tiles, SIMD chosen at run time, OpenMP, deterministic",
              .role = KernelRole::builtin,
              .declaration = "",
              .bug = "",

@@ -571,8 +571,10 @@ std::vector<std::uint32_t> logical_out_bits(Built& bt) {
 
 TEST_CASE("kernel v2: a float32 MHA problem gives the v1 kernel's bits in any layout, paged or packed",
           "[kernel_v2]") {
-    // The general path shares the v1 kernel's tiles, chunks and arithmetic (attention_tile.hpp),
-    // so the layout, the paging and the packing of the same problem change no bit of out.
+    // Rows at other strides ([B,T,H,D]) go to the v1 kernel's arithmetic on the views
+    // (strided_kernel); the general path (columns 2 apart, paged, packed) shares its tiles,
+    // chunks and arithmetic (attention_tile.hpp). So the layout, the paging and the packing of
+    // the same problem change no bit of out.
     for (const bool causal : {true, false})
         for (const Spec& base : {prefill(200), decode(1100)}) {
             Spec s = base;
