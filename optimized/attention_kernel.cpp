@@ -285,15 +285,16 @@ struct Call {
           B(p_.batch), H(p_.heads), n_qblocks((base.Tq + kQueryBlock - 1) / kQueryBlock),
           n_chunks_max((base.Tk + kChunkKeys - 1) / kChunkKeys) {}
 
-    // Offset of the keys of (sequence, head) number bh in k.
-    std::int64_t key_head(std::int64_t bh) const { return bh / H * st.k[0] + bh % H * st.k[1]; }
+    // Offset of (sequence, head) number bh in a view of strides s (one of st's).
+    std::int64_t head_offset(const std::int64_t (&s)[3], std::int64_t bh) const {
+        return bh / H * s[0] + bh % H * s[1];
+    }
     // Keys of sequence b that are not padding.
     std::int64_t valid(std::int64_t b) const { return p.kv_valid_len ? p.kv_valid_len[b] : base.Tk; }
     // (sequence, head) number bh: its tensors, and its shape in sh.
     Head head_at(std::int64_t bh, Shape& sh) const {
-        const std::int64_t b = bh / H, h = bh % H;
-        Head hd{q + b * st.q[0] + h * st.q[1], k + key_head(bh), v + b * st.v[0] + h * st.v[1],
-                out + b * st.out[0] + h * st.out[1], st.q[2], st.k[2], st.v[2], st.out[2], valid(b)};
+        Head hd{q + head_offset(st.q, bh), k + head_offset(st.k, bh), v + head_offset(st.v, bh),
+                out + head_offset(st.out, bh), st.q[2], st.k[2], st.v[2], st.out[2], valid(bh / H)};
         sh = base;
         sh.valid_last = hd.valid - 1;
         return hd;
@@ -370,9 +371,10 @@ float* pack_all_key_tiles(const Call& c, std::int64_t n_tiles, std::size_t tile_
         const std::int64_t used = c.base.causal ? std::min(valid, c.base.q_offset + c.base.Tq) : valid;
         const int nk = int(std::clamp<std::int64_t>(used - t0, 0, kTileKeys));
         if (nk <= 0) continue;  // a tile of padding only is never used
-        pack_key_tile(c.k + c.key_head(bh), c.st.k[2], c.base.Dk, t0, nk, packed + std::size_t(t) * tile_floats);
+        pack_key_tile(c.k + c.head_offset(c.st.k, bh), c.st.k[2], c.base.Dk, t0, nk,
+                      packed + std::size_t(t) * tile_floats);
         if (!values) continue;
-        const float* src = c.v + bh / c.H * c.st.v[0] + bh % c.H * c.st.v[1];
+        const float* src = c.v + c.head_offset(c.st.v, bh);
         float* dst = values + (bh * c.base.Tk + t0) * Dv;
         for (std::int64_t j = 0; j < nk; ++j) std::copy_n(src + (t0 + j) * v_rs, Dv, dst + j * Dv);
     }
