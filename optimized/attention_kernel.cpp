@@ -123,23 +123,23 @@ struct Shape {
 
 // Per-thread scratch, grown on demand and kept between calls (a decode step allocates nothing
 // once the largest shape has been seen). Sizes depend on Dk, Dv and kQueryBlock only.
-// Plain vectors: malloc aligns them to 16 bytes, so a row of a key tile may start 16 or 48
-// bytes into a cache line and half of its 32-byte loads cross one. 64-byte-aligned buffers (the
-// scratch and the packed tiles) measured the same on an AMD EPYC Zen 3 (BM_AttentionPrefill,
-// alternating processes, 6 pairs: 0.94-1.09x, within the noise).
+// 64-byte aligned (AlignedVector), as are the packed key tiles and the copied values: malloc
+// aligns to 16 bytes, so a key tile's or a value tile's row could start 16 or 48 bytes into a
+// cache line, and then half of the FMA loops' 32-byte loads (every 64-byte load on AVX-512)
+// cross one. See pack_all_key_tiles for what it measured.
 struct Scratch {
-    std::vector<float> kt;     // [Dk, 64]   the key tile, transposed
-    std::vector<float> q;      // [QB, Dk]   the block's query rows, when theirs are not contiguous
-    std::vector<float> p;      // [QB, 64]   probabilities of the block's rows for one tile
-    std::vector<float> alpha;  // [QB]       each row's accumulator factor for the tile
-    std::vector<int> nvis;     // [QB]       each row's keys visible in the tile (a prefix)
-    std::vector<float> o;      // [QB, Dv]   the chunk's unnormalized accumulator
-    std::vector<float> lvec;   // [QB, 16]   the chunk's running sums, one per key residue
-    std::vector<float> m;      // [QB]       the chunk's running max
-    std::vector<float> lsum;   // [QB]       the chunk's sum (lvec reduced)
-    std::vector<float> o_tot;  // [QB, Dv]   merged accumulator over chunks
-    std::vector<float> m_tot;  // [QB]
-    std::vector<float> l_tot;  // [QB]
+    AlignedVector<float> kt;     // [Dk, 64]   the key tile, transposed
+    AlignedVector<float> q;      // [QB, Dk]   the block's query rows, when theirs are not contiguous
+    AlignedVector<float> p;      // [QB, 64]   probabilities of the block's rows for one tile
+    AlignedVector<float> alpha;  // [QB]       each row's accumulator factor for the tile
+    AlignedVector<int> nvis;     // [QB]       each row's keys visible in the tile (a prefix)
+    AlignedVector<float> o;      // [QB, Dv]   the chunk's unnormalized accumulator
+    AlignedVector<float> lvec;   // [QB, 16]   the chunk's running sums, one per key residue
+    AlignedVector<float> m;      // [QB]       the chunk's running max
+    AlignedVector<float> lsum;   // [QB]       the chunk's sum (lvec reduced)
+    AlignedVector<float> o_tot;  // [QB, Dv]   merged accumulator over chunks
+    AlignedVector<float> m_tot;  // [QB]
+    AlignedVector<float> l_tot;  // [QB]
     void reserve(std::int64_t Dk, std::int64_t Dv) {
         const std::size_t qb = kQueryBlock, dk = std::size_t(Dk), dv = std::size_t(Dv);
         if (kt.size() < dk * kTileKeys) kt.resize(dk * kTileKeys);
@@ -258,12 +258,13 @@ std::int64_t chunks_for(std::int64_t last_key) {  // chunks that hold keys 0 .. 
 }
 
 // Scratch for the split decode path's partials, on the calling thread: [tasks, rows, Dv + 2].
-thread_local std::vector<float> t_partials;
+thread_local AlignedVector<float> t_partials;
 // Key tiles packed up front for a multi-block prefill, on the calling thread: [B*H, tiles, Dk, 64]
 // (the size of k itself; nothing proportional to Tq * Tk).
-thread_local std::vector<float> t_packed;
-// The values of such a prefill, when their rows are not contiguous: [B*H, Tk, Dv].
-thread_local std::vector<float> t_values;
+thread_local AlignedVector<float> t_packed;
+// The values of such a prefill, when their rows are not contiguous or do not start on cache
+// lines: [B*H, Tk, Dv].
+thread_local AlignedVector<float> t_values;
 
 // One call of the kernel: its problem, its tensors and the sizes every work split uses.
 struct Call {
@@ -344,21 +345,38 @@ void finalize_rows(const Scratch& s, int nr, float* out, std::int64_t out_rs, st
                      std::int64_t(Dv));
 }
 
+// Whether every row of a view at base (strides st, in floats) starts on a 64-byte line.
+bool lines_aligned(const float* base, const std::int64_t (&st)[3]) {
+    constexpr std::int64_t kLine = 64 / std::int64_t(sizeof(float));
+    return reinterpret_cast<std::uintptr_t>(base) % 64 == 0 && st[0] % kLine == 0 && st[1] % kLine == 0 &&
+           st[2] % kLine == 0;
+}
+
 // With several query blocks per head every key tile is used by several tasks: packs each once,
 // up front, into t_packed [B*H, n_tiles, Dk, 64] (packing is a transpose, about as costly as a
-// sixth of a tile's arithmetic for one 64-row block). Values whose rows are not contiguous are
-// copied beside them into t_values [B*H, Tk, Dv] (values null otherwise), and a task copies its
-// block's query rows (run_query_blocks): rows far apart (a decoder's [T, 3d] rows are 6 KiB
-// apart in `base`) fall into few sets of the L1, which then cannot keep a tile's values or a
-// block's rows while every micro-block reads them. A `base` prefill (T = 512) reading both in
-// place was 0.98-1.00x as fast as one through copies of q, k, v and out; with these two copies
-// 1.01-1.02x (AMD EPYC Zen 3, in-process alternation, 9 pairs). May throw (caught by the caller).
+// sixth of a tile's arithmetic for one 64-row block). Values are copied beside them into
+// t_values [B*H, Tk, Dv] (values null otherwise) unless their rows are contiguous and every
+// row starts on a cache line (lines_aligned), and a task copies its block's query rows
+// (run_query_blocks).
+// - Rows far apart (a decoder's [T, 3d] rows are 6 KiB apart in `base`) fall into few sets of
+//   the L1, which then cannot keep a tile's values or a block's rows while every micro-block
+//   reads them. A `base` prefill (T = 512) reading both in place was 0.98-1.00x as fast as one
+//   through copies of q, k, v and out; with these two copies 1.01-1.02x (AMD EPYC Zen 3,
+//   in-process alternation, 9 pairs).
+// - Values whose rows do not start on a cache line (a std::vector's data is 16-byte aligned)
+//   make half of the P V loop's 32-byte loads cross a line. The kernel on 8 heads, Dk = Dv =
+//   64, causal T = 512 and 2048, 1 and 2 threads (AMD EPYC Zen 3, in-process alternation, 12
+//   rounds): values 16 bytes off a line took 1.03-1.08x the time of aligned ones read in place,
+//   and 1.01-1.03x copied here. Aligning the scratch and the packed tiles (with values
+//   aligned) made it 1.02-1.11x as fast (alternating processes, 8 pairs each).
+// The copy reads Tk x Dv floats per head, against the Tq x Tk x (Dk + Dv) FMAs of at least
+// two query blocks. May throw (caught by the caller).
 float* pack_all_key_tiles(const Call& c, std::int64_t n_tiles, std::size_t tile_floats, float*& values) {
     t_packed.resize(std::size_t(c.B * c.H * n_tiles) * tile_floats);
     float* packed = t_packed.data();
     const std::int64_t Dv = c.base.Dv, v_rs = c.st.v[2];
     values = nullptr;
-    if (v_rs != Dv) {
+    if (v_rs != Dv || !lines_aligned(c.v, c.st.v)) {
         t_values.resize(std::size_t(c.B * c.H * c.base.Tk * Dv));
         values = t_values.data();
     }

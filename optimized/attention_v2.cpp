@@ -163,19 +163,22 @@ struct Block {
 };
 
 // Per-thread scratch, grown on demand and kept between calls (a decode step allocates nothing
-// once the largest shape has been seen).
+// once the largest shape has been seen). 64-byte aligned, like the packed tiles below, so that
+// no vector load of a tile's row crosses a cache line (see attention_kernel.cpp's Scratch).
 struct Scratch {
-    std::vector<float> q;        // [packed, Dk]   packed query rows
-    std::vector<float> krows;    // [64, Dk]       a tile's keys as float32, before the transpose
-    std::vector<float> kt;       // [Dk, 64]       the key tile, transposed
-    std::vector<float> v;        // [64, Dv]       the value tile
-    std::vector<float> p;        // [packed, 64]   probabilities of the block's rows for one tile
-    std::vector<float> alpha;    // [packed]       each row's accumulator factor for the tile
-    std::vector<int> lo, hi;     // [packed]       each row's visible keys of the tile [lo, hi]
-    std::vector<float> row;      // [Dv]           one output row before its conversion
-    std::vector<KeyRange> keys;  // [packed]       visible keys of each packed row
-    std::vector<float> o, lvec, m, lsum;  // the chunk's state: [packed, Dv], [packed, 16], [packed], [packed]
-    std::vector<float> o_tot, m_tot, l_tot;  // merged over the chunks so far
+    AlignedVector<float> q;        // [packed, Dk]   packed query rows
+    AlignedVector<float> krows;    // [64, Dk]       a tile's keys as float32, before the transpose
+    AlignedVector<float> kt;       // [Dk, 64]       the key tile, transposed
+    AlignedVector<float> v;        // [64, Dv]       the value tile
+    AlignedVector<float> p;        // [packed, 64]   probabilities of the block's rows for one tile
+    AlignedVector<float> alpha;    // [packed]       each row's accumulator factor for the tile
+    AlignedVector<int> lo, hi;     // [packed]       each row's visible keys of the tile [lo, hi]
+    AlignedVector<float> row;      // [Dv]           one output row before its conversion
+    std::vector<KeyRange> keys;    // [packed]       visible keys of each packed row
+    // The chunk's state, [packed, Dv], [packed, 16], [packed], [packed]; and merged over the
+    // chunks so far.
+    AlignedVector<float> o, lvec, m, lsum;
+    AlignedVector<float> o_tot, m_tot, l_tot;
     void reserve(std::int64_t packed, std::int64_t Dk, std::int64_t Dv) {
         const std::size_t n = std::size_t(packed), dk = std::size_t(Dk), dv = std::size_t(Dv);
         const auto grow = [](auto& x, std::size_t size) {
@@ -201,7 +204,7 @@ thread_local Scratch t_scratch;
 
 // Keys and values of (sequence, kv head) pairs, packed up front: tile t of pair n at
 // kt + (first_tile[n] + t) * Dk * 64 ([Dk, 64]) and v + (first_tile[n] + t) * 64 * Dv ([64, Dv]).
-thread_local std::vector<float> t_packed_kt, t_packed_v;
+thread_local AlignedVector<float> t_packed_kt, t_packed_v;
 
 // Where a block finds a tile: packed up front (kt, v of its pair, null otherwise), or read and
 // converted by the block itself.

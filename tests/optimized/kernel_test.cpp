@@ -382,6 +382,45 @@ TEST_CASE("exact causality: future keys and values cannot change a row", "[kerne
     }
 }
 
+TEST_CASE("values on cache lines (read in place) and off them (copied) give the same bits", "[kernel][alignment]") {
+    // A prefill of several query blocks reads values in place only when every row starts on a
+    // 64-byte line, and copies them otherwise; a decode step always reads them in place. Each
+    // case runs with q, k, v and out at float offsets 0 (on a line), 4, 8 and 12 (off it) and 16
+    // (on a line again) of 64-byte aligned buffers, on 1 and 3 threads.
+    ThreadCountGuard guard;
+    const Case cases[] = {
+        make_case(1, 3, 200, 200, 64, 64, 0, true, 81),   // several query blocks
+        make_case(2, 2, 130, 130, 32, 48, 0, false, 82),  // non-causal; rows of 48 floats (3 lines)
+        make_case(1, 2, 70, 600, 16, 16, 530, true, 83),  // chunked prefill; rows of 16 floats
+        make_case(2, 2, 1, 1300, 64, 64, 1299, true, 84), // a decode step
+    };
+    const auto run_at = [](const Case& c, std::size_t off) {
+        const auto placed = [off](const std::vector<float>& x) {
+            detail::AlignedVector<float> a(x.size() + off);
+            std::copy(x.begin(), x.end(), a.begin() + std::ptrdiff_t(off));
+            return a;
+        };
+        const detail::AlignedVector<float> q = placed(c.q), k = placed(c.k), v = placed(c.v);
+        detail::AlignedVector<float> out(c.out_size() + off, std::numeric_limits<float>::quiet_NaN());
+        const attncheck_problem p = c.problem();
+        REQUIRE(attncheck_optimized_kernel(&p, q.data() + off, k.data() + off, v.data() + off, out.data() + off) ==
+                ATTNCHECK_OK);
+        CHECK(std::equal(c.v.begin(), c.v.end(), v.begin() + std::ptrdiff_t(off)));  // v unchanged
+        return std::vector<float>(out.begin() + std::ptrdiff_t(off), out.end());
+    };
+    for (const Case& c : cases)
+        for (const int threads : {1, 3}) {
+            omp_set_num_threads(threads);
+            const std::vector<float> on_line = run_at(c, 0);
+            for (const std::size_t off : {4, 8, 12, 16}) {
+                INFO(c.describe() << " threads=" << threads << " offset=" << off << " floats");
+                const std::vector<float> got = run_at(c, off);
+                INFO("first differing element " << first_difference(on_line.data(), got.data(), got.size()));
+                CHECK(bitwise_equal(on_line, got));
+            }
+        }
+}
+
 TEST_CASE("chunked prefill and decode steps over a longer cache reproduce a full prefill bitwise",
           "[kernel][causality]") {
     // A row's arithmetic depends only on its query and its visible keys (tiles and chunks are
