@@ -169,16 +169,25 @@ void pv_dispatch(int nv, float* const* o_rows, const float* alpha, bool scale_o,
 // 16u .. 16u+15, each one FMA chain over c = 0 .. Dk-1. The tile's keys go in passes of
 // kScoreVecs<R> vectors so that a pass's R x kScoreVecs<R> accumulators and its keys fit the
 // registers (one pass on AVX-512 and for one row; two of 32 keys on AVX2); the chains, and so
-// the bits, are the same either way. Always inlined: the caller's accumulators must stay in
-// registers (through a call they go through memory).
+// the bits, are the same either way. Keys outside [lo, end) are masked by the caller for every
+// row: a pass wholly outside is not computed (its scores are left 0, for the caller's mask to
+// replace), e.g. the second half of a causal diagonal tile for a micro-block in its first half.
+// Always inlined: the caller's accumulators must stay in registers (through a call they go
+// through memory).
 template <int R>
 [[gnu::always_inline]] inline void tile_scores(const float* qrow, std::int64_t q_rs, std::int64_t Dk,
-                                               const float* kt, vf (&acc)[R][kTileVecs]) {
+                                               const float* kt, vf (&acc)[R][kTileVecs], int lo = 0,
+                                               int end = kTileKeys) {
     constexpr int kPass = kScoreVecs<R>;
     for (int u0 = 0; u0 < kTileVecs; u0 += kPass) {
         vf part[R][kPass];
         for (int r = 0; r < R; ++r)
             for (int u = 0; u < kPass; ++u) part[r][u] = vzero();
+        if (u0 * kLanes >= end || (u0 + kPass) * kLanes <= lo) {
+            for (int r = 0; r < R; ++r)
+                for (int u = 0; u < kPass; ++u) acc[r][u0 + u] = part[r][u];
+            continue;
+        }
         for (std::int64_t c = 0; c < Dk; ++c) {
             vf kv[kPass];
             for (int u = 0; u < kPass; ++u) {
@@ -199,10 +208,13 @@ template <int R>
 // (scaled, -inf where a row sees no key) and each row's largest score mx[r]: the running max
 // m[r] becomes max(m[r], mx[r]), P = exp(S - m) goes to p [R, 64], the per-lane running sums
 // lvec [R, 16] become lvec * alpha + P, and alpha[r] = exp(m_old - m_new) is the factor of the
-// row's accumulator. Always inlined, like tile_scores: acc stays in registers.
+// row's accumulator. Row r's scores outside keys [lo[r], end[r]) are -inf, and its P there is
+// never read: a vector of 16 such keys is skipped (its exp would be exactly 0, and adding +0 to
+// the running sums changes no bit), and its P left as it was. Always inlined, like
+// tile_scores: acc stays in registers.
 template <int R>
 [[gnu::always_inline]] inline void online_softmax(vf (&acc)[R][kTileVecs], const float* mx, float* m, float* lvec,
-                                                  float* p, float* alpha) {
+                                                  float* p, float* alpha, const int* lo, const int* end) {
     float m_old[R], m_use[R];
     for (int r = 0; r < R; ++r) {
         m_old[r] = m[r];
@@ -220,6 +232,7 @@ template <int R>
         const vf mu = vset1(m_use[r]);
         vf psum = vzero();
         for (int u = 0; u < kTileVecs; ++u) {
+            if (u * kLanes >= end[r] || (u + 1) * kLanes <= lo[r]) continue;
             const vf pr = vexp(vsub(acc[r][u], mu));
             vstore(p + r * kTileKeys + u * kLanes, pr);
             psum = vadd(psum, pr);

@@ -256,18 +256,26 @@ template <int R, bool Extras>
 void tile_softmax(const attncheck_problem_v2& p, const Block& blk, int lr0, std::int64_t t0, const float* kt,
                   Scratch& s) {
     const std::int64_t Dk = p.head_dim, pos = p.q_pos[blk.b];
-    vf acc[R][kTileVecs];
-    tile_scores<R>(s.q.data() + lr0 * Dk, Dk, Dk, kt, acc);
-
     int* lo = s.lo.data() + lr0;  // the tile-local keys [lo, hi] each row sees (none when lo > hi)
     int* hi = s.hi.data() + lr0;
+    int end[R], lo_all = kTileKeys, end_all = 0;  // end = hi + 1; the micro-block's [lo_all, end_all)
+    for (int r = 0; r < R; ++r) {
+        const KeyRange k = s.keys[std::size_t(lr0 + r)];
+        lo[r] = int(std::clamp<std::int64_t>(k.lo - t0, 0, kTileKeys));
+        hi[r] = int(std::clamp<std::int64_t>(k.hi - t0, -1, kTileKeys - 1));
+        end[r] = hi[r] + 1;
+        if (lo[r] < end[r]) {
+            lo_all = std::min(lo_all, lo[r]);
+            end_all = std::max(end_all, end[r]);
+        }
+    }
+    vf acc[R][kTileVecs];
+    tile_scores<R>(s.q.data() + lr0 * Dk, Dk, Dk, kt, acc, lo_all, end_all);
+
     float mx[R];
     const vf scale = vset1(p.scale);
     for (int r = 0; r < R; ++r) {
         const int lr = lr0 + r;
-        const KeyRange k = s.keys[std::size_t(lr)];
-        lo[r] = int(std::clamp<std::int64_t>(k.lo - t0, 0, kTileKeys));
-        hi[r] = int(std::clamp<std::int64_t>(k.hi - t0, -1, kTileKeys - 1));
         for (int u = 0; u < kTileVecs; ++u) acc[r][u] = vmul(acc[r][u], scale);
         if (Extras && p.softcap > 0.0f) {
             float t[kTileKeys];
@@ -289,7 +297,7 @@ void tile_softmax(const attncheck_problem_v2& p, const Block& blk, int lr0, std:
         mx[r] = vreduce_max(vmx);
     }
     online_softmax<R>(acc, mx, s.m.data() + lr0, s.lvec.data() + std::size_t(lr0) * kLanes,
-                      s.p.data() + std::size_t(lr0) * kTileKeys, s.alpha.data() + lr0);
+                      s.p.data() + std::size_t(lr0) * kTileKeys, s.alpha.data() + lr0, lo, end);
 }
 
 // O = O * alpha + P V for the micro-block's rows (after tile_softmax) over the output columns
