@@ -59,7 +59,10 @@ std::vector<float> compute_logits(const LogitsOptions& o, const Model& m, const 
         throw InputError("--precision " + o.precision + " applies to --impl reference only "
                          "(the optimized decoder is float32)");
     const optimized::Decoder dec(m);
-    if (!incremental) return dec.forward(tokens, memory);
+    if (!incremental) {
+        const optimized::Logits logits = dec.forward(tokens, memory);
+        return std::vector<float>(logits.begin(), logits.end());
+    }
     optimized::Session session(dec, memory);
     const std::size_t V = std::size_t(m.config.vocab_size);
     std::vector<float> logits(tokens.size() * V);  // [T, V]

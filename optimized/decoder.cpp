@@ -46,15 +46,15 @@ Decoder& Decoder::operator=(Decoder&&) noexcept = default;
 
 const ModelConfig& Decoder::config() const { return packed_->config; }
 
-std::vector<float> Decoder::forward(const std::vector<int>& tokens, const std::optional<Memory>& memory) const {
+Logits Decoder::forward(const std::vector<int>& tokens, const std::optional<Memory>& memory) const {
     std::vector<std::optional<Memory>> mems;
     if (memory) mems.push_back(memory);
     auto out = forward_batch({tokens}, mems);
     return std::move(out[0]);
 }
 
-std::vector<std::vector<float>> Decoder::forward_batch(const std::vector<std::vector<int>>& tokens,
-                                                       const std::vector<std::optional<Memory>>& memories) const {
+std::vector<Logits> Decoder::forward_batch(const std::vector<std::vector<int>>& tokens,
+                                           const std::vector<std::optional<Memory>>& memories) const {
     const PackedWeights& P = *packed_;
     const ModelConfig& c = P.config;
     const int B = int(tokens.size());
@@ -76,9 +76,9 @@ std::vector<std::vector<float>> Decoder::forward_batch(const std::vector<std::ve
     run_layers(P, M, x.data(), buf, attn);
 
     const std::size_t V = std::size_t(c.vocab_size);
-    std::vector<float> logits(std::size_t(M) * V);  // [M, V]
+    Logits logits(std::size_t(M) * V);  // [M, V], written whole by the product
     linear(P.lm_head, x.data(), M, int(d), logits.data(), int(V));
-    std::vector<std::vector<float>> out(static_cast<std::size_t>(B));
+    std::vector<Logits> out(static_cast<std::size_t>(B));
     if (B == 1) {  // the rows are exactly sequence 0's: no second 4*T*V-byte buffer to fault in and fill
         out[0] = std::move(logits);
         return out;

@@ -20,6 +20,7 @@
 #include <bit>
 #include <cmath>
 #include <optional>
+#include <span>
 #include <sstream>
 
 #include "attncheck/tolerance.hpp"
@@ -77,7 +78,9 @@ struct Built {
             ref.emplace(model);
     }
     std::vector<float> forward(const std::vector<int>& tokens, const std::optional<Memory>& mem) const {
-        return opt ? opt->forward(tokens, mem) : flat(ref->forward(tokens, mem));
+        if (!opt) return flat(ref->forward(tokens, mem));
+        const optimized::Logits l = opt->forward(tokens, mem);
+        return {l.begin(), l.end()};
     }
     std::vector<int> generate(const std::vector<int>& prompt, int n, const std::optional<Memory>& mem) const {
         return opt ? opt->generate(prompt, n, mem) : ref->generate(prompt, n, mem);
@@ -95,14 +98,15 @@ OracleLogits oracle_logits(const Model& m, const std::vector<int>& tokens, const
             reference::DecoderBound(m).forward(tokens, mem).bound};
 }
 
-Verdict agree(const std::string& what, const std::vector<float>& cand, const OracleLogits& o, int V) {
+template <class Alloc>  // std::allocator, or optimized::Logits' (forward_batch's rows)
+Verdict agree(const std::string& what, const std::vector<float, Alloc>& cand, const OracleLogits& o, int V) {
     const Agreement a = check_against_bound(cand, o.oracle, o.bound);
     if (a.ok) return Verdict::pass();
     return Verdict::fail(what + " logits[" + std::to_string(a.worst_index / std::size_t(V)) + "," +
                          std::to_string(a.worst_index % std::size_t(V)) + "] [t,v]: " + a.describe());
 }
 
-std::string first_difference(const std::vector<float>& a, const std::vector<float>& b, std::size_t rows, int V) {
+std::string first_difference(std::span<const float> a, std::span<const float> b, std::size_t rows, int V) {
     for (std::size_t i = 0; i < rows * std::size_t(V) && i < a.size() && i < b.size(); ++i)
         if (std::bit_cast<std::uint32_t>(a[i]) != std::bit_cast<std::uint32_t>(b[i]))
             return "logits[" + std::to_string(i / std::size_t(V)) + "," + std::to_string(i % std::size_t(V)) +

@@ -260,7 +260,7 @@ std::vector<int> tokens_for(int n, std::uint64_t seed) {
 // agree to ~1e-5 here; 1e-3 is far outside rounding and far inside any real difference.
 void check_same_function() {
     const auto tokens = tokens_for(64, 7);
-    const std::vector<float> a = ours().forward(tokens);
+    const auto a = ours().forward(tokens);  // optimized::Logits
     const torch::Tensor b = theirs().forward(tokens).contiguous();
     const torch::Tensor ta = torch::from_blob(const_cast<float*>(a.data()), b.sizes(), torch::kFloat32);
     const double forward_gap = (ta - b).abs().max().item<double>() / b.abs().max().item<double>();

@@ -84,8 +84,8 @@ Agreement check_against_bound(const CandidateT* candidate, const double* oracle,
     return a;
 }
 
-template <class CandidateT>
-Agreement check_against_bound(const std::vector<CandidateT>& candidate, const std::vector<double>& oracle,
+template <class CandidateT, class Alloc>  // any allocator: e.g. optimized::Logits, left unzeroed
+Agreement check_against_bound(const std::vector<CandidateT, Alloc>& candidate, const std::vector<double>& oracle,
                               const std::vector<double>& bound) {
     if (candidate.size() != oracle.size() || bound.size() != oracle.size())
         throw std::invalid_argument("check_against_bound: candidate, oracle and bound differ in size");

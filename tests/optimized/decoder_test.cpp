@@ -17,12 +17,15 @@
 //
 // Dimension legend: V = vocab, d = d_model, h = heads, f = d_ff, N = max_len, T = tokens,
 // S = memory rows, B = sequences, M/N/K = the matrix product's rows, outputs, reduction.
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <new>
 #include <optional>
 #include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -177,7 +180,7 @@ Expected expected(const Model& model, const std::vector<int>& tokens, const std:
 }
 
 // Candidate rows [first, first + rows) of logits [*, V] against the same rows of e.
-void require_agrees(const std::vector<float>& candidate, const Expected& e, std::size_t first_row, std::size_t V,
+void require_agrees(std::span<const float> candidate, const Expected& e, std::size_t first_row, std::size_t V,
                     const std::string& what) {
     const std::size_t n = candidate.size();
     REQUIRE(first_row * V + n <= e.oracle.size());
@@ -424,6 +427,38 @@ TEST_CASE("passing max_len is an InputError", "[optimized][session]") {
     REQUIRE_THROWS_AS(dec.forward({1}, m), InputError);  // memory for a model without cross-attention
 }
 
+TEST_CASE("forward writes every logit: Logits are not zeroed, so nothing stale may show", "[optimized][decoder]") {
+    // The heap block a forward's logits take is, as likely as not, one just freed: here one of
+    // the same size filled with NaN. Every element must have been overwritten.
+    const ModelConfig c{.vocab_size = 301, .d_model = 32, .n_heads = 2, .d_ff = 64, .n_layers = 1, .max_len = 64};
+    const Model model = init_model(c, 11);
+    std::mt19937_64 rng(11);
+    const Decoder dec(model);
+    for (const int T : {1, 5, 37}) {
+        const auto tokens = random_tokens(rng, T, c.vocab_size);
+        for (int round = 0; round < 3; ++round) {
+            {
+                optimized::Logits stale(std::size_t(T) * std::size_t(c.vocab_size));
+                std::fill(stale.begin(), stale.end(), std::numeric_limits<float>::quiet_NaN());
+                asm volatile("" : : "r"(stale.data()) : "memory");  // the fill is not dropped
+            }
+            const auto logits = dec.forward(tokens);
+            REQUIRE(logits.size() == std::size_t(T) * std::size_t(c.vocab_size));
+            const auto nan = std::find_if(logits.begin(), logits.end(), [](float v) { return std::isnan(v); });
+            INFO("T=" << T << " round " << round << ": first NaN at flat index " << (nan - logits.begin()));
+            CHECK(nan == logits.end());
+        }
+    }
+    // forward_batch's rows of each sequence, copied out of the padded batch, too.
+    const std::vector<std::vector<int>> batch = {random_tokens(rng, 9, c.vocab_size), random_tokens(rng, 4, c.vocab_size)};
+    const auto rows = dec.forward_batch(batch);
+    REQUIRE(rows.size() == 2);
+    for (std::size_t b = 0; b < 2; ++b) {
+        REQUIRE(rows[b].size() == batch[b].size() * std::size_t(c.vocab_size));
+        CHECK(std::none_of(rows[b].begin(), rows[b].end(), [](float v) { return std::isnan(v); }));
+    }
+}
+
 TEST_CASE("results are bitwise the same on 1 and 2 threads", "[optimized][decoder][threads]") {
     const ModelConfig c{.vocab_size = 300, .d_model = 64, .n_heads = 4, .d_ff = 128, .n_layers = 2, .max_len = 200,
                         .norm = Norm::pre, .cross_attention = true, .activation = Activation::gelu};
@@ -434,7 +469,7 @@ TEST_CASE("results are bitwise the same on 1 and 2 threads", "[optimized][decode
     const Decoder dec(model);
     auto run = [&](int threads) {
         ThreadCount t(threads);
-        std::vector<float> out = dec.forward(tokens, mem);
+        auto out = dec.forward(tokens, mem);  // Logits
         Session s(dec, mem);
         const auto p = s.prefill(std::vector<int>(tokens.begin(), tokens.begin() + 150), 50);
         out.insert(out.end(), p.begin(), p.end());
@@ -691,7 +726,7 @@ TEST_CASE("version 2 models: teacher-forced, step-by-step and chunked logits agr
         // A window shorter than the sequence: every row is its own kernel problem in every path.
         const bool windowed = (c.has_window() && c.attn_window < c.max_len - 1) || kernel.fn_v2;
 
-        const std::vector<float> teacher = dec.forward(tokens, mem);
+        const auto teacher = dec.forward(tokens, mem);  // Logits
         require_agrees(teacher, e, 0, V, "teacher-forced " + where);
         Session s(dec, mem);
         std::vector<float> stepped;
@@ -700,12 +735,12 @@ TEST_CASE("version 2 models: teacher-forced, step-by-step and chunked logits agr
             stepped.insert(stepped.end(), row.begin(), row.end());
         }
         require_agrees(stepped, e, 0, V, "steps " + where);
-        if (windowed) CHECK(stepped == teacher);
+        if (windowed) CHECK(std::ranges::equal(stepped, teacher));
         for (int chunk : {0, 1, 2, 5, 12}) {
             s.reset();
             const std::vector<float> chunked = s.prefill(tokens, chunk);
             require_agrees(chunked, e, 0, V, "prefill chunk=" + std::to_string(chunk) + " " + where);
-            if (windowed) CHECK(chunked == teacher);
+            if (windowed) CHECK(std::ranges::equal(chunked, teacher));
         }
         s.reset();
         const std::vector<int> head(tokens.begin(), tokens.begin() + 6);
@@ -845,7 +880,7 @@ TEST_CASE("version 2 results are bitwise the same on 1 and 2 threads", "[optimiz
     const Decoder dec(model);
     auto run = [&](int threads) {
         ThreadCount t(threads);
-        std::vector<float> out = dec.forward(tokens, std::nullopt);
+        auto out = dec.forward(tokens, std::nullopt);  // Logits
         Session s(dec);
         const auto p = s.prefill(std::vector<int>(tokens.begin(), tokens.begin() + 100), 30);
         out.insert(out.end(), p.begin(), p.end());
@@ -889,7 +924,8 @@ TEST_CASE("a version 2 kernel: the paged cache gives the dense cache's bits, and
         // batch session (prefills of different lengths, then steps).
         const auto run_all = [&](const optimized::AttentionKernel& k) {
             const Decoder dec(model, k);
-            std::vector<std::vector<float>> out = dec.forward_batch(tokens, batch_mems);
+            std::vector<std::vector<float>> out;
+            for (const auto& l : dec.forward_batch(tokens, batch_mems)) out.emplace_back(l.begin(), l.end());
             Session s(dec, c.cross_attention ? mems[0] : std::nullopt);
             out.push_back(s.prefill(tokens[0], 5));
             BatchSession bs(dec, B, batch_mems);
