@@ -164,7 +164,8 @@ struct Block {
 
 // Per-thread scratch, grown on demand and kept between calls (a decode step allocates nothing
 // once the largest shape has been seen). 64-byte aligned, like the packed tiles below, so that
-// no vector load of a tile's row crosses a cache line (see attention_kernel.cpp's Scratch).
+// a key tile's rows (64 floats) and, where Dv is a multiple of 16, a value tile's start on cache
+// lines (see attention_kernel.cpp's Scratch).
 struct Scratch {
     AlignedVector<float> q;        // [packed, Dk]   packed query rows
     AlignedVector<float> krows;    // [64, Dk]       a tile's keys as float32, before the transpose
