@@ -351,11 +351,11 @@ void finalize_rows(const Scratch& s, int nr, float* out, std::int64_t out_rs, st
                      std::int64_t(Dv));
 }
 
-// Whether every row of a view at base (strides st, in floats) starts on a 64-byte line.
+// Whether every row of a view at base (strides st, in floats) starts on a cache line.
 bool lines_aligned(const float* base, const std::int64_t (&st)[3]) {
-    constexpr std::int64_t kLine = 64 / std::int64_t(sizeof(float));
-    return reinterpret_cast<std::uintptr_t>(base) % 64 == 0 && st[0] % kLine == 0 && st[1] % kLine == 0 &&
-           st[2] % kLine == 0;
+    constexpr std::int64_t kLine = std::int64_t(kCacheLineBytes / sizeof(float));
+    return reinterpret_cast<std::uintptr_t>(base) % kCacheLineBytes == 0 && st[0] % kLine == 0 &&
+           st[1] % kLine == 0 && st[2] % kLine == 0;
 }
 
 // With several query blocks per head every key tile is used by several tasks: packs each once,

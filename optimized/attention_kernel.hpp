@@ -46,12 +46,16 @@ inline constexpr float kExpFlushBelow = -87.3365402f;
 // std::exp gives the subnormal). exp(0) is exactly 1, exp(-inf) exactly 0, NaN stays NaN.
 void exp_nonpositive(const float* x, float* y, std::size_t n);
 
-// std::allocator with 64-byte alignment: scratch and copies whose vector loads must not cross
-// cache lines (see kVectorAlign in attention_kernel.cpp).
+// A cache line: what the kernels' scratch and copies are aligned to, and what values must be
+// aligned to for a prefill to read them in place (attention_kernel.cpp, pack_all_key_tiles).
+inline constexpr std::size_t kCacheLineBytes = 64;
+
+// std::allocator with cache-line alignment: scratch and copies whose vector loads must not cross
+// a line (see Scratch in attention_kernel.cpp).
 template <class T>
 struct CacheLineAllocator {
     using value_type = T;
-    static constexpr std::align_val_t kAlign{64};
+    static constexpr std::align_val_t kAlign{kCacheLineBytes};
     CacheLineAllocator() = default;
     template <class U>
     CacheLineAllocator(const CacheLineAllocator<U>&) noexcept {}
