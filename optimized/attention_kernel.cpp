@@ -196,8 +196,8 @@ void tile_softmax(const Head& hd, const Shape& sh, std::int64_t i0, int lr0, std
         for (int u = 0; u < kTileVecs; ++u) {
             acc[r][u] = vmul(acc[r][u], vset1(sh.scale));
             // Only a vector the row does not see in full is masked: every vector off the diagonal
-            // tile is seen in full. With the exp's plain conversion (vec16.hpp), 1.03-1.04x as
-            // fast at T = 2048 (AMD EPYC Zen 3, in-process alternation, 20 rounds).
+            // tile is seen in full. Causal T = 2048: 1.01-1.02x as fast (AMD EPYC Zen 3, in-process
+            // alternation, 15-20 rounds).
             if (nvis[r] < (u + 1) * kLanes) acc[r][u] = vmask_after(acc[r][u], nvis[r] - u * kLanes);
             vmx = vmax(vmx, acc[r][u]);
         }
