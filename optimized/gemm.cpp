@@ -371,7 +371,8 @@ int k_block(int /*K*/) {
 }
 #endif
 
-// Per-thread scratch, grown on first use and kept (OpenMP threads persist in the pool).
+// Per-thread scratch, grown on first use and kept (OpenMP threads persist in the pool): `which`
+// 0 a tile's own packed x block, 1 a tile's partial sums, 2 the shared packed x.
 float* thread_scratch(std::size_t n, int which) {
     static thread_local AlignedFloats buffers[3];
     AlignedFloats& b = buffers[which];
@@ -379,20 +380,14 @@ float* thread_scratch(std::size_t n, int which) {
     return b.data();
 }
 
-// x packed once per call, for every tile: row block ib (kMC rows), K block kb (kc_block deep)
-// is micro-panels [kc, kMR] (rows past m zero) at apack + ib * kMC * K + k0 * kMC; micro-panel
-// ip of it at + ip * kc * kMR. Packing it per tile instead would redo it for every column
-// block: 32 times over for the logits (V = 8192 columns), ~8% of a prefill.
-void pack_x_unit(const float* x, int m, int ldx, int K, int kc_block, int ib, int k0, int ip, float* apack) {
-    const int kc = std::min(kc_block, K - k0);
-    float* dst = apack + std::size_t(ib) * kMC * std::size_t(K) + std::size_t(k0) * kMC +
-                 std::size_t(ip) * std::size_t(kc) * kMR;
+// The micro-panel [kc, kMR] of rows i0 .. i0 + kMR of x (rows past m zero), columns k0 .. k0 + kc,
+// at dst.
+void pack_micro_panel(const float* x, int m, int ldx, int i0, int k0, int kc, float* dst) {
 #if defined(__x86_64__) || defined(__i386__)
     // A micro-panel of kMR whole rows goes through 4 x 4 transposes in SSE registers (x86-64's
     // baseline, so on every path): 4 loads, 8 shuffles and 4 stores per 16 floats. One float at
     // a time it took ~9% of a 512-column product with K = 2048 (fc2 of `base`, 1 thread).
     static_assert(kMR % 4 == 0);
-    const int i0 = ib * kMC + ip * kMR;
     if (i0 + kMR <= m) {
         int c = 0;
         for (; c + 4 <= kc; c += 4)
@@ -412,7 +407,7 @@ void pack_x_unit(const float* x, int m, int ldx, int K, int kc_block, int ib, in
     }
 #endif
     for (int r = 0; r < kMR; ++r) {
-        const int i = ib * kMC + ip * kMR + r;
+        const int i = i0 + r;
         if (i < m) {
             const float* src = x + std::size_t(i) * ldx + k0;
             for (int c = 0; c < kc; ++c) dst[c * kMR + r] = src[c];
@@ -420,6 +415,18 @@ void pack_x_unit(const float* x, int m, int ldx, int K, int kc_block, int ib, in
             for (int c = 0; c < kc; ++c) dst[c * kMR + r] = 0.0f;
         }
     }
+}
+
+// x packed once per call, for every tile: row block ib (kMC rows), K block kb (kc_block deep)
+// is micro-panels [kc, kMR] (rows past m zero) at apack + ib * kMC * K + k0 * kMC; micro-panel
+// ip of it at + ip * kc * kMR. Packing it per tile instead would redo it for every column
+// block: 32 times over for the logits (V = 8192 columns), ~8% of a prefill. (Where K has
+// several blocks and there are at most 2 column blocks, each tile does pack its own: see gemm.)
+void pack_x_unit(const float* x, int m, int ldx, int K, int kc_block, int ib, int k0, int ip, float* apack) {
+    const int kc = std::min(kc_block, K - k0);
+    float* dst = apack + std::size_t(ib) * kMC * std::size_t(K) + std::size_t(k0) * kMC +
+                 std::size_t(ip) * std::size_t(kc) * kMR;
+    pack_micro_panel(x, m, ldx, ib * kMC + ip * kMR, k0, kc, dst);
 }
 
 // `threads`: the team the parallel region below will have (1 inside another parallel region).
@@ -433,9 +440,18 @@ void gemm(int threads, const PackedMatrix& W, const float* x, int m, int ldx, fl
     const int k_blocks = (K + kKC - 1) / kKC;
     const int tiles = row_blocks * col_blocks;
     const std::ptrdiff_t panel_stride = std::ptrdiff_t(K) * kNR;
+    // Where K has several blocks and the tiles come in at most 2 column blocks (fc2 of `base`:
+    // K = 2048, 512 columns), each tile packs its own x block, one K block at a time, into a
+    // per-thread buffer [kMC, kc] that the tile's panels then read from L2, rather than reading
+    // the shared packed x (4 MiB at fc2's shape) back from the L3: at most twice the packing,
+    // and the same bits. fc2 alone 1.03x as fast on 1 thread and 1.06x on 2, the prefill
+    // 1.01x on both (AMD EPYC Zen 3, in-process alternation, 10-20 rounds). The o-projection
+    // (one K block, 512 columns) packed per tile measured 1.00x, so a single K block keeps the
+    // shared packing.
+    const bool pack_per_tile = k_blocks > 1 && col_blocks <= 2;
     // The calling thread's buffer (its pointer is shared with the team below).
-    float* apack = thread_scratch(std::size_t(row_blocks) * kMC * std::size_t(K), 2);
-    const int units = row_blocks * k_blocks * (kMC / kMR);  // (row block, K block, micro-panel)
+    float* apack = pack_per_tile ? nullptr : thread_scratch(std::size_t(row_blocks) * kMC * std::size_t(K), 2);
+    const int units = pack_per_tile ? 0 : row_blocks * k_blocks * (kMC / kMR);  // (row block, K block, micro-panel)
 #pragma omp parallel if (tiles > 1)
     {
 #pragma omp for schedule(static)
@@ -461,7 +477,15 @@ void gemm(int threads, const PackedMatrix& W, const float* x, int m, int ldx, fl
             for (int k0 = 0; k0 < K; k0 += kKC) {
                 const int kc = std::min(kKC, K - k0);
                 const bool first = k0 == 0, last = k0 + kc == K;
-                const float* ablock = apack + std::size_t(ib) * kMC * std::size_t(K) + std::size_t(k0) * kMC;
+                const float* ablock;
+                if (pack_per_tile) {
+                    float* own = thread_scratch(std::size_t(kMC) * std::size_t(kKC), 0);
+                    for (int ip = 0; ip < micro_panels; ++ip)
+                        pack_micro_panel(x, m, ldx, i0 + ip * kMR, k0, kc, own + std::size_t(ip) * std::size_t(kc) * kMR);
+                    ablock = own;
+                } else {
+                    ablock = apack + std::size_t(ib) * kMC * std::size_t(K) + std::size_t(k0) * kMC;
+                }
                 for (int p = p0; p < p0 + np; ++p) {
                     const int j0 = p * kNR;
                     const float* bp = W.panels.data() + std::size_t(p) * panel_stride + std::size_t(k0) * kNR;

@@ -68,10 +68,12 @@ TEST_CASE("linear() equals the plain loop bitwise across K blocks", "[optimized]
     // The GEMM splits K into blocks whose partial sums it stores and reloads: 128-256 deep by
     // the L1 rule, equal blocks of at most 512 on the AVX2 path. K one past each edge (a last
     // block of 1), 2-4 blocks, and a depth that does not divide evenly; 150 rows: two row blocks.
+    // Up to 2 column blocks (n <= 512) each tile packs its own x block per K block, beyond that
+    // the tiles share x packed once (1000 columns: 32 panels).
     std::mt19937_64 rng(512);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     for (int m : {13, 150})
-        for (int n : {33, 100})
+        for (int n : {33, 100, 300, 1000})
             for (int k : {129, 193, 257, 513, 1025, 1537, 2000}) {
                 const int ldx = k + 1, ldy = n + 1;
                 std::vector<float> w(std::size_t(n) * k), b(static_cast<std::size_t>(n)), x(std::size_t(m) * ldx),
