@@ -481,7 +481,8 @@ void gemm(int threads, const PackedMatrix& W, const float* x, int m, int ldx, fl
                 if (pack_per_tile) {
                     float* own = thread_scratch(std::size_t(kMC) * std::size_t(kKC), 0);
                     for (int ip = 0; ip < micro_panels; ++ip)
-                        pack_micro_panel(x, m, ldx, i0 + ip * kMR, k0, kc, own + std::size_t(ip) * std::size_t(kc) * kMR);
+                        pack_micro_panel(x, m, ldx, i0 + ip * kMR, k0, kc,
+                                         own + std::size_t(ip) * std::size_t(kc) * kMR);
                     ablock = own;
                 } else {
                     ablock = apack + std::size_t(ib) * kMC * std::size_t(K) + std::size_t(k0) * kMC;
