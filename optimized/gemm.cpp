@@ -473,13 +473,13 @@ void gemm(int threads, const PackedMatrix& W, const float* x, int m, int ldx, fl
             const int p0 = cb * ncp, np = std::min(ncp, P - p0);
             const int micro_panels = (mc + kMR - 1) / kMR;
             float* ctile = thread_scratch(std::size_t(kMC) * kNCP * kNR, 1);  // [kMC, kNCP*32]
+            float* own = pack_per_tile ? thread_scratch(std::size_t(kMC) * std::size_t(kKC), 0) : nullptr;
             constexpr std::ptrdiff_t ldc = kNCP * kNR;
             for (int k0 = 0; k0 < K; k0 += kKC) {
                 const int kc = std::min(kKC, K - k0);
                 const bool first = k0 == 0, last = k0 + kc == K;
                 const float* ablock;
                 if (pack_per_tile) {
-                    float* own = thread_scratch(std::size_t(kMC) * std::size_t(kKC), 0);
                     for (int ip = 0; ip < micro_panels; ++ip)
                         pack_micro_panel(x, m, ldx, i0 + ip * kMR, k0, kc,
                                          own + std::size_t(ip) * std::size_t(kc) * kMR);
