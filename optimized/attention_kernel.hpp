@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "attncheck/kernel_abi.h"
+#include "optimized/aligned.hpp"
 
 namespace attncheck::optimized::attention_detail {
 
@@ -45,27 +46,6 @@ inline constexpr float kExpFlushBelow = -87.3365402f;
 // x >= kExpFlushBelow (results >= 2^-126); below it +0 on the vector paths (the scalar path's
 // std::exp gives the subnormal). exp(0) is exactly 1, exp(-inf) exactly 0, NaN stays NaN.
 void exp_nonpositive(const float* x, float* y, std::size_t n);
-
-// A cache line: what the kernels' scratch and copies are aligned to, and what values must be
-// aligned to for a prefill to read them in place (attention_kernel.cpp, pack_all_key_tiles).
-inline constexpr std::size_t kCacheLineBytes = 64;
-
-// std::allocator with cache-line alignment: scratch and copies whose vector loads must not cross
-// a line (see Scratch in attention_kernel.cpp).
-template <class T>
-struct CacheLineAllocator {
-    using value_type = T;
-    static constexpr std::align_val_t kAlign{kCacheLineBytes};
-    CacheLineAllocator() = default;
-    template <class U>
-    CacheLineAllocator(const CacheLineAllocator<U>&) noexcept {}
-    T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlign)); }
-    void deallocate(T* p, std::size_t) noexcept { ::operator delete(p, kAlign); }
-    template <class U>
-    bool operator==(const CacheLineAllocator<U>&) const noexcept { return true; }
-};
-template <class T>
-using AlignedVector = std::vector<T, CacheLineAllocator<T>>;
 
 // Strides in floats of views of q [B, H, Tq, Dk], k [B, H, Tk, Dk], v [B, H, Tk, Dv] and out
 // [B, H, Tq, Dv], per (sequence, head, row); a row's columns are contiguous.

@@ -17,7 +17,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <new>
 #include <numbers>
 
@@ -372,11 +371,15 @@ int k_block(int /*K*/) {
 #endif
 
 // Per-thread scratch, grown on first use and kept (OpenMP threads persist in the pool): `which`
-// 0 a tile's own packed x block, 1 a tile's partial sums, 2 the shared packed x.
+// 0 a tile's own packed x block, 1 a tile's partial sums, 2 the shared packed x. Throws
+// std::bad_alloc when it cannot grow.
 float* thread_scratch(std::size_t n, int which) {
-    static thread_local AlignedFloats buffers[3];
-    AlignedFloats& b = buffers[which];
-    if (b.size() < n) b = AlignedFloats(n);
+    static thread_local AlignedVector<float> buffers[3];
+    AlignedVector<float>& b = buffers[which];
+    if (b.size() < n) {
+        b = AlignedVector<float>();  // the old buffer goes first: never both at once
+        b.resize(n);
+    }
     return b.data();
 }
 
@@ -452,8 +455,21 @@ void gemm(int threads, const PackedMatrix& W, const float* x, int m, int ldx, fl
     // The calling thread's buffer (its pointer is shared with the team below).
     float* apack = pack_per_tile ? nullptr : thread_scratch(std::size_t(row_blocks) * kMC * std::size_t(K), 2);
     const int units = pack_per_tile ? 0 : row_blocks * k_blocks * (kMC / kMR);  // (row block, K block, micro-panel)
+    bool failed = false;  // a thread's scratch could not be allocated (no exception crosses OpenMP)
 #pragma omp parallel if (tiles > 1)
     {
+        // Every thread of the team sizes its scratch before any tile, whether or not the schedule
+        // then hands it one; a thread without it takes no tile, and the call throws below.
+        float* ctile = nullptr;  // a tile's partial sums [kMC, kNCP*32]
+        float* own = nullptr;    // a tile's own packed x block [kMC, kc]
+        try {
+            ctile = thread_scratch(std::size_t(kMC) * kNCP * kNR, 1);
+            if (pack_per_tile) own = thread_scratch(std::size_t(kMC) * std::size_t(kKC), 0);
+        } catch (const std::bad_alloc&) {
+            ctile = nullptr;
+#pragma omp atomic write
+            failed = true;
+        }
 #pragma omp for schedule(static)
         for (int u = 0; u < units; ++u) {
             const int ip = u % (kMC / kMR), kb = (u / (kMC / kMR)) % k_blocks, ib = u / (kMC / kMR) / k_blocks;
@@ -467,13 +483,12 @@ void gemm(int threads, const PackedMatrix& W, const float* x, int m, int ldx, fl
         // the median, two runs of 25-30 pairs).
 #pragma omp for schedule(dynamic)
         for (int t = 0; t < tiles; ++t) {
+            if (!ctile) continue;
             // Column block outermost: consecutive tiles share a column block of the weights.
             const int cb = t / row_blocks, ib = t % row_blocks;
             const int i0 = ib * kMC, mc = std::min(kMC, m - i0);
             const int p0 = cb * ncp, np = std::min(ncp, P - p0);
             const int micro_panels = (mc + kMR - 1) / kMR;
-            float* ctile = thread_scratch(std::size_t(kMC) * kNCP * kNR, 1);  // [kMC, kNCP*32]
-            float* own = pack_per_tile ? thread_scratch(std::size_t(kMC) * std::size_t(kKC), 0) : nullptr;
             constexpr std::ptrdiff_t ldc = kNCP * kNR;
             for (int k0 = 0; k0 < K; k0 += kKC) {
                 const int kc = std::min(kKC, K - k0);
@@ -537,6 +552,7 @@ void gemm(int threads, const PackedMatrix& W, const float* x, int m, int ldx, fl
             }
         }
     }
+    if (failed) throw std::bad_alloc();
 }
 
 // The GEMV for m <= kSmallM rows: NP panels per tile, full K, x read in place.
@@ -638,15 +654,6 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace attncheck::optimized {
 
-AlignedFloats::AlignedFloats(std::size_t n) : n_(n) {
-    if (n == 0) return;
-    const std::size_t bytes = ((n * sizeof(float) + 63) / 64) * 64;
-    float* p = static_cast<float*>(std::aligned_alloc(64, bytes));
-    if (!p) throw std::bad_alloc();
-    std::memset(p, 0, bytes);
-    p_.reset(p);
-}
-
 PackedMatrix pack_weights(const std::vector<WeightPart>& parts, int k) {
     PackedMatrix pm;
     pm.k = k;
@@ -655,7 +662,7 @@ PackedMatrix pack_weights(const std::vector<WeightPart>& parts, int k) {
         pm.n += part.n;
         any_bias = any_bias || part.bias != nullptr;
     }
-    pm.panels = AlignedFloats(std::size_t(pm.num_panels()) * std::size_t(k) * kNR);  // zeroed
+    pm.panels = AlignedVector<float>(std::size_t(pm.num_panels()) * std::size_t(k) * kNR);  // zeroed
     if (any_bias) pm.bias.assign(std::size_t(pm.n), 0.0f);
     int row0 = 0;  // first output row of this part in the concatenation
     for (const WeightPart& part : parts) {

@@ -28,10 +28,9 @@
 // Dimension legend: M = rows of x, K = reduction (in features), N = out features.
 #pragma once
 
-#include <cstddef>
-#include <cstdlib>
-#include <memory>
 #include <vector>
+
+#include "optimized/aligned.hpp"
 
 namespace attncheck::optimized {
 
@@ -39,29 +38,12 @@ inline constexpr int kNR = 32;     // output columns per packed panel (two 16-fl
 inline constexpr int kMR = 12;     // rows of the GEMM micro-kernel (12 x 32 = 24 accumulators)
 inline constexpr int kSmallM = 4;  // up to this many rows the bandwidth-bound GEMV is used
 
-// 64-byte aligned float storage (a cache line, a 512-bit vector), zero initialised.
-class AlignedFloats {
-public:
-    AlignedFloats() = default;
-    explicit AlignedFloats(std::size_t n);
-    float* data() { return p_.get(); }
-    const float* data() const { return p_.get(); }
-    std::size_t size() const { return n_; }
-
-private:
-    struct Free {
-        void operator()(float* p) const { std::free(p); }
-    };
-    std::unique_ptr<float[], Free> p_;
-    std::size_t n_ = 0;
-};
-
 // W [n, k] (and bias [n], possibly absent) in the panel layout above.
 struct PackedMatrix {
     int n = 0;  // N: out features (rows of W)
     int k = 0;  // K: in features
-    AlignedFloats panels;     // [ceil(n/32), k, 32]
-    std::vector<float> bias;  // [n], or empty for no bias
+    AlignedVector<float> panels;  // [ceil(n/32), k, 32]
+    std::vector<float> bias;      // [n], or empty for no bias
     int num_panels() const { return (n + kNR - 1) / kNR; }
 };
 
@@ -83,7 +65,8 @@ enum class Activation32 { none, relu, gelu, gelu_tanh };
 //   x [m, ldx] (first W.k columns used), y [m, ldy], residual [m, ldr] or nullptr.
 // residual may alias y (an in-place x += F(x)); x must not overlap y. OpenMP inside (runs
 // serially when called from a parallel region). Scratch for packing x is per thread and grown
-// on first use, so a call with m <= kSmallM allocates nothing.
+// on first use, so a call with m <= kSmallM allocates nothing. Throws std::bad_alloc, on the
+// calling thread, when any thread's scratch cannot be allocated (y is then unspecified).
 void linear(const PackedMatrix& W, const float* x, int m, int ldx, float* y, int ldy,
             Activation32 act = Activation32::none, const float* residual = nullptr, int ldr = 0);
 

@@ -32,6 +32,7 @@
 #include "kernels/registry.hpp"
 #include "attncheck/problem.hpp"
 #include "attncheck/tolerance.hpp"
+#include "optimized/aligned.hpp"
 #include "optimized/attention_kernel.hpp"
 #include "optimized/simd_targets.hpp"
 #include "reference/attention.hpp"
@@ -396,12 +397,12 @@ TEST_CASE("values on cache lines (read in place) and off them (copied) give the 
     };
     const auto run_at = [](const Case& c, std::size_t off) {
         const auto placed = [off](const std::vector<float>& x) {
-            detail::AlignedVector<float> a(x.size() + off);
+            attncheck::optimized::AlignedVector<float> a(x.size() + off);
             std::copy(x.begin(), x.end(), a.begin() + std::ptrdiff_t(off));
             return a;
         };
-        const detail::AlignedVector<float> q = placed(c.q), k = placed(c.k), v = placed(c.v);
-        detail::AlignedVector<float> out(c.out_size() + off, std::numeric_limits<float>::quiet_NaN());
+        const attncheck::optimized::AlignedVector<float> q = placed(c.q), k = placed(c.k), v = placed(c.v);
+        attncheck::optimized::AlignedVector<float> out(c.out_size() + off, std::numeric_limits<float>::quiet_NaN());
         const attncheck_problem p = c.problem();
         REQUIRE(attncheck_optimized_kernel(&p, q.data() + off, k.data() + off, v.data() + off, out.data() + off) ==
                 ATTNCHECK_OK);
