@@ -40,6 +40,13 @@ constexpr int kTileVecs = kTileKeys / kLanes;  // 4
 // registers) were 0.64-0.68x of 3-row blocks (BM_AttentionPrefill, T=512 and 2048, 1 and 2
 // threads, alternating processes, 6 pairs); a first try with the same score passes was 30-40%
 // slower too. (The scores go through memory in both: 3 x 64 of them need 24 registers.)
+// A microbenchmark of one tile's loops in plain AVX2 intrinsics (scores of 64 rows against 64
+// keys, then P V over 64 columns, Dk = Dv = 64) puts every blocking at ~0.78 of the FMA peak on
+// Zen 3: 6 x 16 ran 0.98-1.05x and 4 rows in passes of 24 keys or columns (3 registers: 12
+// accumulators, 3 pinned and a broadcast fill the 16) 0.94-1.00x as fast as 3 x 32. Tried in
+// the kernel and dropped: the score and P V loops unrolled 2 or 4 times (1.5-1.6x the time);
+// the key tile stored as two [Dk, 32] strips, so that a pass of 32 keys reads whole lines
+// (0.98-1.00x the time, in-process alternation: within the noise).
 constexpr bool kNarrow = HWY_TARGET == HWY_AVX2;
 constexpr int kRows = kNarrow ? 3 : kMicroRows;
 // Registers of the target, and per 16-float vector: what decides whether a step's keys or
