@@ -88,6 +88,7 @@
 #include "attncheck/kernel_abi.h"
 #include "attncheck/kernels.hpp"
 #include "attncheck/problem.hpp"
+#include "optimized/aligned.hpp"
 #include "optimized/simd_targets.hpp"
 
 #undef HWY_TARGET_INCLUDE

@@ -9,11 +9,8 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <new>
-#include <vector>
 
 #include "attncheck/kernel_abi.h"
-#include "optimized/aligned.hpp"
 
 namespace attncheck::optimized::attention_detail {
 

@@ -76,6 +76,7 @@
 #include "attncheck/kernels.hpp"
 #include "attncheck/problem.hpp"
 #include "attncheck/problem_v2.hpp"
+#include "optimized/aligned.hpp"
 #include "optimized/attention_kernel.hpp"
 #include "optimized/simd_targets.hpp"
 
