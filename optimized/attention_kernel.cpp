@@ -313,6 +313,7 @@ struct Call {
     Head head_at(std::int64_t bh, Shape& sh) const {
         Head hd{q + head_offset(st.q, bh), k + head_offset(st.k, bh), v + head_offset(st.v, bh),
                 out + head_offset(st.out, bh), st.q[2], st.k[2], st.v[2], st.out[2], valid(bh / H)};
+        if (st.k_tiled) hd.kt_packed = hd.k;
         sh = base;
         sh.valid_last = hd.valid - 1;
         return hd;
@@ -389,14 +390,17 @@ bool lines_aligned(const float* base, const std::int64_t (&st)[3]) {
 // The copy reads Tk x Dv floats per head, against the Tq x Tk x (Dk + Dv) FMAs of at least
 // two query blocks. May throw (caught by the caller).
 float* pack_all_key_tiles(const Call& c, std::int64_t n_tiles, std::size_t tile_floats, float*& values) {
-    t_packed.resize(std::size_t(c.B * c.H * n_tiles) * tile_floats);
-    float* packed = t_packed.data();
+    // Keys already tiled (Strides::k_tiled) are read where they are: only the values may move.
+    const bool keys = !c.st.k_tiled;
+    if (keys) t_packed.resize(std::size_t(c.B * c.H * n_tiles) * tile_floats);
+    float* packed = keys ? t_packed.data() : nullptr;
     const std::int64_t Dv = c.base.Dv, v_rs = c.st.v[2];
     values = nullptr;
     if (v_rs != Dv || !lines_aligned(c.v, c.st.v)) {
         t_values.resize(std::size_t(c.B * c.H * c.base.Tk * Dv));
         values = t_values.data();
     }
+    if (!keys && !values) return nullptr;
 #pragma omp parallel for schedule(static)
     for (std::int64_t t = 0; t < c.B * c.H * n_tiles; ++t) {
         const std::int64_t bh = t / n_tiles, t0 = (t % n_tiles) * kTileKeys;
@@ -406,8 +410,9 @@ float* pack_all_key_tiles(const Call& c, std::int64_t n_tiles, std::size_t tile_
         const std::int64_t used = c.base.causal ? std::min(valid, c.base.q_offset + c.base.Tq) : valid;
         const int nk = int(std::clamp<std::int64_t>(used - t0, 0, kTileKeys));
         if (nk <= 0) continue;  // a tile of padding only is never used
-        pack_key_tile(c.k + c.head_offset(c.st.k, bh), c.st.k[2], c.base.Dk, t0, nk,
-                      packed + std::size_t(t) * tile_floats);
+        if (keys)
+            pack_key_tile(c.k + c.head_offset(c.st.k, bh), c.st.k[2], c.base.Dk, t0, nk,
+                          packed + std::size_t(t) * tile_floats);
         if (!values) continue;
         const float* src = c.v + c.head_offset(c.st.v, bh);
         float* dst = values + (bh * c.base.Tk + t0) * Dv;
@@ -429,6 +434,7 @@ int run_query_blocks(const Call& c) {
         const std::int64_t qb = c.n_qblocks - 1 - t % c.n_qblocks;  // long causal blocks first
         Shape sh;
         Head hd = c.head_at(bh, sh);
+        // Else the caller's tiles (Strides::k_tiled, set by head_at), or none: packed per tile.
         if (packed) hd.kt_packed = packed + std::size_t(bh * n_tiles) * tile_floats;
         if (values) {
             hd.v = values + bh * sh.Tk * sh.Dv;
@@ -541,7 +547,13 @@ bool views_fit(const attncheck_problem& p, const Strides& st) {
                (unsigned __int128)(p.heads - 1) * (unsigned __int128)s[1] +
                (unsigned __int128)(rows - 1) * (unsigned __int128)s[2] + (unsigned __int128)(width - 1);
     };
-    return last(st.q, p.q_len, p.head_dim) <= limit && last(st.k, p.kv_len, p.head_dim) <= limit &&
+    // Tiled keys: a head's [ceil(Tk / 64), Dk, 64] floats from its first.
+    const bool k_fits = st.k_tiled ? (unsigned __int128)(p.batch - 1) * (unsigned __int128)st.k[0] +
+                                             (unsigned __int128)(p.heads - 1) * (unsigned __int128)st.k[1] +
+                                             (unsigned __int128)tiled_key_floats(p.kv_len, p.head_dim) <=
+                                         limit
+                                   : last(st.k, p.kv_len, p.head_dim) <= limit;
+    return last(st.q, p.q_len, p.head_dim) <= limit && k_fits &&
            last(st.v, p.kv_len, p.value_dim) <= limit && last(st.out, p.q_len, p.value_dim) <= limit;
 }
 

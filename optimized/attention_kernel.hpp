@@ -46,9 +46,28 @@ void exp_nonpositive(const float* x, float* y, std::size_t n);
 
 // Strides in floats of views of q [B, H, Tq, Dk], k [B, H, Tk, Dk], v [B, H, Tk, Dv] and out
 // [B, H, Tq, Dv], per (sequence, head, row); a row's columns are contiguous.
+//
+// k_tiled: k holds each head's keys already in the kernel's key tiles, as the kernel would pack
+// them: head (b, h) at k + b * k[0] + h * k[1] is [ceil(Tk / 64), Dk, 64], key j's column c at
+// ((j / 64) * Dk + c) * 64 + j % 64 (k[2] unused). The lanes of keys past kv_len, or that no
+// row sees, may hold anything: lanes never mix, and a row's scores of keys it does not see are
+// replaced by -inf (a select) before its softmax. The kernel then reads the keys as they are
+// instead of transposing each tile it uses, as it must for keys in rows: in a decode step,
+// which reads every key once, the transpose took about two thirds of the kernel's time (`base`
+// at ctx 1024, perf, AMD EPYC Zen 5 with AVX-512).
 struct Strides {
     std::int64_t q[3], k[3], v[3], out[3];
+    bool k_tiled = false;
 };
+
+// Floats of one head's keys in the tiled layout of Strides::k_tiled, for Tk keys of width Dk.
+inline std::int64_t tiled_key_floats(std::int64_t Tk, std::int64_t Dk) {
+    return (Tk + kTileKeys - 1) / kTileKeys * kTileKeys * Dk;
+}
+// Where key j's column 0 goes in a head's tiled keys (its column c is c * 64 floats further).
+inline std::int64_t tiled_key_offset(std::int64_t j, std::int64_t Dk) {
+    return (j / kTileKeys) * Dk * kTileKeys + j % kTileKeys;
+}
 
 // attncheck_optimized_kernel on views at any non-negative strides (the version 2 kernel's
 // tensors, read and written in place): the same arithmetic, so the same bits as on contiguous

@@ -226,9 +226,15 @@ SelfAttentionShape self_attention_shape(const ModelConfig& c) {
             .rope = c.positional == Positional::rope};
 }
 
-int cache_rows(const ModelConfig& c) {
+int cache_rows(const ModelConfig& c, bool k_tiled) {
     const SelfAttentionShape shape = self_attention_shape(c);
-    return shape.window >= 0 ? 2 * (shape.window + 1) : c.max_len;
+    const int rows = shape.window >= 0 ? 2 * (shape.window + 1) : c.max_len;
+    constexpr int kTile = attention_detail::kTileKeys;
+    return k_tiled ? (rows + kTile - 1) / kTile * kTile : rows;
+}
+
+bool tiled_key_cache(const ModelConfig& c, const KernelRef& kernel) {
+    return kernel.builtin && !kernel.fn_v2 && self_attention_shape(c).v1();
 }
 
 void rotate_qk(const PackedWeights& P, float* qkv, std::size_t ld, int rows, const int* positions) {
@@ -494,13 +500,13 @@ void TeacherAttention::cross(int l, const float* q, float* att) {
 // A chunk of one sequence
 // ---------------------------------------------------------------------------------------------
 
-CacheView sequence_cache(const ModelConfig& c, float* k, float* v, int batch, int b) {
+CacheView sequence_cache(const ModelConfig& c, float* k, float* v, int batch, int b, bool k_tiled) {
     const SelfAttentionShape shape = self_attention_shape(c);
-    const std::size_t head_stride = std::size_t(cache_rows(c)) * std::size_t(c.head_dim());
+    const std::size_t head_stride = std::size_t(cache_rows(c, k_tiled)) * std::size_t(c.head_dim());
     const std::size_t seq = std::size_t(shape.kv_heads) * head_stride;  // hkv * R * dk
     return {.k = k + std::size_t(b) * seq, .v = v + std::size_t(b) * seq,
             .layer_stride = std::size_t(batch) * seq, .head_stride = head_stride,
-            .ring = shape.window >= 0 ? shape.window + 1 : 0};
+            .ring = shape.window >= 0 ? shape.window + 1 : 0, .k_tiled = k_tiled};
 }
 
 // Version 2 self-attention of a chunk: rows rotated at their positions; with a window each row's
@@ -583,23 +589,31 @@ void ChunkAttention::self(int l, float* qkv, float* att) {
         const float* row = qkv + std::size_t(t) * 3 * std::size_t(d);
         for (int hh = 0; hh < H; ++hh) {
             const std::size_t at = std::size_t(hh) * cache.head_stride + std::size_t(pos + t) * std::size_t(dk);
-            std::memcpy(kl + at, row + d + hh * dk, sizeof(float) * std::size_t(dk));
+            if (cache.k_tiled) {  // column c of the key to lane (pos + t) % 64 of its tile's row c
+                float* kt = kl + std::size_t(hh) * cache.head_stride +
+                            std::size_t(attention_detail::tiled_key_offset(pos + t, dk));
+                const float* key = row + d + hh * dk;
+                for (int col = 0; col < dk; ++col) kt[std::size_t(col) * attention_detail::kTileKeys] = key[col];
+            } else {
+                std::memcpy(kl + at, row + d + hh * dk, sizeof(float) * std::size_t(dk));
+            }
             std::memcpy(vl + at, row + 2 * d + hh * dk, sizeof(float) * std::size_t(dk));
             if (n > 1 && !kernel.builtin)
                 std::memcpy(qh + (std::size_t(hh) * std::size_t(n) + std::size_t(t)) * std::size_t(dk),
                             row + hh * dk, sizeof(float) * std::size_t(dk));
         }
     }
-    if (n > 1 && kernel.builtin) {
+    if (kernel.builtin && (n > 1 || cache.k_tiled)) {
         // q read in place from the rows of qkv, out written into those of att; the whole cache
-        // layer as k and v, as below.
+        // layer as k and v, as below (with tiled keys, a step too).
         const std::int64_t N = std::int64_t(cache.head_stride) / dk, hs = std::int64_t(cache.head_stride);
         const attncheck_problem p = make_problem(P, 1, H, n, int(N), pos, true, nullptr);
         const attention_detail::Strides st{.q = {0, dk, 3 * std::int64_t(d)},
                                            .k = {0, hs, dk},
                                            .v = {0, hs, dk},
-                                           .out = {0, dk, d}};
-        call_builtin(p, st, qkv, kl, vl, att, "self-attention chunk");
+                                           .out = {0, dk, d},
+                                           .k_tiled = cache.k_tiled};
+        call_builtin(p, st, qkv, kl, vl, att, n > 1 ? "self-attention chunk" : "self-attention step");
         return;
     }
     // With one row, q [d] already is [H, 1, dk] and att [d] is out [H, 1, dk].

@@ -17,8 +17,10 @@
 //                         (batch 1, heads 1), q_len n, kv_len pos+n, q_offset pos, causal, each
 //                         head's cache being a contiguous [pos+n, dk] prefix (the exact
 //                         incremental problem of KERNEL_ABI.md, with no work on unused rows).
-//                         The built-in kernel reads a chunk's q in the rows of qkv and writes
-//                         its out into those of att.
+//                         The built-in kernel reads a chunk's (or a step's) q in the rows of
+//                         qkv and writes its out into those of att, and a Session keeps its
+//                         keys in that kernel's tiles [H, N/64, dk, 64] (tiled_key_cache), so
+//                         that no call transposes them again.
 //   batch step            caches [B, H, N, dk]; one call for all: q_len 1, kv_len N, no causal
 //                         flag, kv_valid_len = pos_b + 1 (the rows past a sequence's position
 //                         are padding: zero at start, stale but finite after a truncate/reset).
@@ -83,8 +85,9 @@ struct SelfAttentionShape {
     bool v1() const { return group == 1 && window < 0; }  // one call for all heads, as in v1
 };
 SelfAttentionShape self_attention_shape(const ModelConfig& c);
-// Rows per kv head of a session's cache: N, or 2(w+1) for the rolling cache of a window.
-int cache_rows(const ModelConfig& c);
+// Rows per kv head of a session's cache: N, or 2(w+1) for the rolling cache of a window; with
+// tiled keys (tiled_key_cache) N rounded up to whole key tiles of the built-in kernel.
+int cache_rows(const ModelConfig& c, bool k_tiled = false);
 
 // Rotary positions (MODEL.md "Version 2 additions") in place on q (h heads at column 0) and k
 // (hkv heads at column d) of the rows of qkv [rows, ld], row r at position positions[r], with
@@ -186,6 +189,9 @@ private:
 
 // One sequence's cache: K and V of every layer, [L, hkv, R, dk] at a layer stride (a BatchSession
 // puts B of them side by side, so its layer stride is B * hkv * R * dk); R = cache_rows().
+// k_tiled: each head's keys in the built-in kernel's key tiles instead, [R / 64, dk, 64]
+// (attention_detail::Strides::k_tiled; R then a multiple of 64): key p's column c at
+// tiled_key_offset(p, dk) + 64 c of its head.
 struct CacheView {
     float* k = nullptr;
     float* v = nullptr;
@@ -195,11 +201,17 @@ struct CacheView {
     // A version 2 kernel's cache (k, v, the strides and ring unused): sequence `seq` of it.
     PagedCache* pool = nullptr;
     int seq = 0;
+    bool k_tiled = false;
 };
 // Sequence b of a version 2 kernel's cache.
 CacheView sequence_cache(PagedCache& pool, int b);
-// Sequence b of caches k, v [L, batch, hkv, R, dk].
-CacheView sequence_cache(const ModelConfig& c, float* k, float* v, int batch, int b);
+// Sequence b of caches k, v [L, batch, hkv, R, dk], R = cache_rows(c, k_tiled).
+CacheView sequence_cache(const ModelConfig& c, float* k, float* v, int batch, int b, bool k_tiled = false);
+// Whether a Session keeps its keys tiled (CacheView::k_tiled): with the built-in kernel on the
+// self-attention of version 1 (all heads in one call, as ChunkAttention::self makes it), whose
+// every call then reads the cache's tiles as they are. A decode step of `base` at ctx 1024
+// otherwise spent about a fifth of its time transposing each key tile it read.
+bool tiled_key_cache(const ModelConfig& c, const KernelRef& kernel);
 
 // n rows of one sequence at cache positions pos .. pos+n-1 (a chunk of a prefill, or a step).
 struct ChunkAttention {

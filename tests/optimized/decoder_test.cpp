@@ -981,3 +981,27 @@ TEST_CASE("a decoder around a version 2 kernel: a null kernel, both versions, or
                     InputError);
     CHECK_THROWS_AS(Decoder(model, {.fn_v2 = attncheck_optimized_kernel_v2, .block_size = -1}), InputError);
 }
+
+TEST_CASE("a session keeps its keys in the built-in kernel's tiles only where every call reads them so",
+          "[optimized][session]") {
+    // The tiled cache (CacheView::k_tiled) is only readable by the built-in version 1 kernel
+    // through one call for all heads: a kernel under test, a version 2 kernel and the
+    // self-attention of version 2 (per-head and per-row calls on rows of the cache) get rows.
+    const ModelConfig c = small_config();
+    const Model model = init_model(c, 5);
+    const optimized::AttentionKernel declared{.fn = forwarding_kernel, .reads_only_visible_keys = true};
+    CHECK(optimized::tiled_key_cache(c, optimized::kernel_of(Decoder(model))));
+    CHECK_FALSE(optimized::tiled_key_cache(c, optimized::kernel_of(Decoder(model, declared))));
+    CHECK_FALSE(optimized::tiled_key_cache(
+        c, optimized::kernel_of(Decoder(model, {.fn_v2 = attncheck_optimized_kernel_v2}))));
+    for (const ModelConfig& v2 : v2_configs()) {
+        INFO(describe_v2(v2));
+        const bool v1_shape = optimized::self_attention_shape(v2).v1();
+        CHECK(optimized::tiled_key_cache(v2, optimized::kernel_of(Decoder(init_model(v2, 5)))) == v1_shape);
+    }
+    // Rows of the cache: max_len rounded up to whole tiles with tiled keys.
+    ModelConfig odd = c;
+    odd.max_len = 70;
+    CHECK(optimized::cache_rows(odd, true) == 128);
+    CHECK(optimized::cache_rows(odd, false) == 70);
+}

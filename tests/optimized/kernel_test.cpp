@@ -630,3 +630,66 @@ TEST_CASE("the kernel on strided views refuses what it cannot index", "[kernel][
     CHECK(detail::strided_kernel(p, views.st, views.q.data(), views.k.data(), views.v.data(), nullptr) ==
           ATTNCHECK_UNSUPPORTED);
 }
+
+TEST_CASE("the kernel on keys already in its tiles gives the bits of the kernel on keys in rows",
+          "[kernel][strided][tiled]") {
+    // Strides::k_tiled is how a Session's cache hands the built-in kernel its keys. Every key a
+    // row can see is in its lane of its tile; the lanes of keys no row sees (padding, the
+    // future of a causal call, past kv_len) hold NaN and inf, which must not reach any output.
+    // Several query blocks (values copied beside the tiles), decode steps with and without the
+    // chunk split, kv_len and widths that are not a multiple of a tile or a vector.
+    ThreadCountGuard guard;
+    std::vector<Case> cases = {
+        make_case(1, 3, 200, 200, 64, 64, 0, true, 81),
+        make_case(2, 2, 1, 1300, 64, 64, 1299, true, 82),
+        make_case(1, 8, 1, 1025, 64, 64, 1000, true, 83),
+        make_case(1, 2, 5, 700, 24, 40, 695, true, 84),
+        make_case(2, 2, 130, 130, 17, 9, 0, false, 85),
+        make_case(2, 1, 70, 600, 16, 16, 530, true, 86),
+    };
+    Case padded = make_case(2, 2, 150, 150, 32, 32, 0, true, 87);
+    padded.padded = true;
+    padded.valid = {150, 97};
+    cases.push_back(padded);
+    for (const Case& c : cases) {
+        const std::int64_t per_head = detail::tiled_key_floats(c.Tk, c.Dk);
+        std::vector<float> tiles(std::size_t(c.B * c.H * per_head));
+        for (std::size_t i = 0; i < tiles.size(); ++i)
+            tiles[i] = i % 2 ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
+        for (int b = 0; b < c.B; ++b) {
+            const int valid = c.padded ? c.valid[std::size_t(b)] : c.Tk;
+            const int seen = c.causal ? std::min(valid, c.q_offset + c.Tq) : valid;  // keys some row sees
+            for (int h = 0; h < c.H; ++h)
+                for (int j = 0; j < seen; ++j)
+                    for (int col = 0; col < c.Dk; ++col)
+                        tiles[std::size_t((b * c.H + h) * per_head + detail::tiled_key_offset(j, c.Dk) +
+                                          col * detail::kTileKeys)] =
+                            c.k[((std::size_t(b) * c.H + h) * c.Tk + j) * c.Dk + col];
+        }
+        const std::int64_t Tq = c.Tq, Tk = c.Tk, H = c.H, Dk = c.Dk, Dv = c.Dv;
+        const detail::Strides st{.q = {H * Tq * Dk, Tq * Dk, Dk},
+                                 .k = {H * per_head, per_head, 0},
+                                 .v = {H * Tk * Dv, Tk * Dv, Dv},
+                                 .out = {H * Tq * Dv, Tq * Dv, Dv},
+                                 .k_tiled = true};
+        for (const int threads : {1, 3}) {
+            INFO(c.describe() << " threads=" << threads);
+            omp_set_num_threads(threads);
+            const std::vector<float> want = run_optimized(c);
+            std::vector<float> got(c.out_size(), -1.0f);
+            REQUIRE(detail::strided_kernel(c.problem(), st, c.q.data(), tiles.data(), c.v.data(), got.data()) ==
+                    ATTNCHECK_OK);
+            INFO("first differing element " << first_difference(want.data(), got.data(), want.size()));
+            CHECK(bitwise_equal(want, got));
+        }
+    }
+    // A head's tiles past what int64 indexes are refused, as a view of rows would be.
+    const Case c = make_case(2, 2, 8, 8, 8, 8, 0, true, 88);
+    std::vector<float> tiles(std::size_t(4 * detail::tiled_key_floats(8, 8))), out(c.out_size());
+    detail::Strides st{.q = {16 * 8, 8 * 8, 8}, .k = {2 * 512, 512, 0}, .v = {16 * 8, 8 * 8, 8},
+                       .out = {16 * 8, 8 * 8, 8}, .k_tiled = true};
+    REQUIRE(detail::strided_kernel(c.problem(), st, c.q.data(), tiles.data(), c.v.data(), out.data()) == ATTNCHECK_OK);
+    st.k[0] = std::numeric_limits<std::int64_t>::max() / 2;
+    CHECK(detail::strided_kernel(c.problem(), st, c.q.data(), tiles.data(), c.v.data(), out.data()) ==
+          ATTNCHECK_UNSUPPORTED);
+}
