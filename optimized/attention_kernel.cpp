@@ -41,7 +41,9 @@
 // parallel, into a buffer the size of k. When there is only one query block (decode: q_len
 // small), more than one chunk, and fewer than 2 (sequence, head) pairs per thread, the tasks
 // are (sequence, head, chunk) instead: each packs its tiles as it goes, writes its partial to a
-// scratch buffer, and a second loop merges the partials in chunk order.
+// scratch buffer, and a second loop merges the partials in chunk order. Keys handed over
+// already in tiles (Strides::k_tiled: a Session's cache) are read where they are, and neither
+// split packs them.
 //
 // Cost (Zen 5 core, measured by bench/kernel_bench.cpp): causal prefill T=2048, 8 heads,
 // Dk=Dv=64 runs at ~65-80% of the measured FMA peak; the rest is the exp (~13 vector ops per 16

@@ -572,26 +572,33 @@ struct Views {
     }
 };
 
+// The shapes the kernel is given as views, seeds from seed0: several query blocks (values and
+// query rows copied beside the packed keys), decode steps (on 2 heads of 1300 keys the chunks go
+// across threads; on 8 heads of 1025 not), one block of a few rows, non-causal, padding, widths
+// that are not a multiple of a vector, kv_len not a multiple of a tile.
+std::vector<Case> view_cases(std::uint64_t seed0) {
+    std::vector<Case> cases = {
+        make_case(1, 3, 200, 200, 64, 64, 0, true, seed0),
+        make_case(2, 2, 1, 1300, 64, 64, 1299, true, seed0 + 1),
+        make_case(1, 8, 1, 1025, 64, 64, 1000, true, seed0 + 2),
+        make_case(1, 2, 5, 700, 24, 40, 695, true, seed0 + 3),
+        make_case(2, 2, 130, 130, 17, 9, 0, false, seed0 + 4),
+        make_case(2, 1, 70, 600, 16, 16, 530, true, seed0 + 5),
+    };
+    Case padded = make_case(2, 2, 150, 150, 32, 32, 0, true, seed0 + 6);
+    padded.padded = true;
+    padded.valid = {150, 97};
+    cases.push_back(padded);
+    return cases;
+}
+
 }  // namespace
 
 TEST_CASE("the kernel on strided views gives the bits of the kernel on contiguous copies", "[kernel][strided]") {
     // strided_kernel is what the version 2 kernel's fast path and the decoder's in-place
-    // prefill call. Views of the prefill's shapes: several query blocks (values and query rows
-    // copied beside the packed keys), a decode step (chunks across threads), one block of a few
-    // rows, padding, non-causal, widths that are not a multiple of a vector.
+    // prefill call (view_cases).
     ThreadCountGuard guard;
-    std::vector<Case> cases = {
-        make_case(1, 3, 200, 200, 64, 64, 0, true, 71),
-        make_case(2, 2, 1, 1300, 64, 64, 1299, true, 72),
-        make_case(1, 2, 5, 700, 24, 40, 695, true, 73),
-        make_case(2, 2, 130, 130, 17, 9, 0, false, 74),
-        make_case(2, 1, 70, 600, 16, 16, 530, true, 75),
-    };
-    Case padded = make_case(2, 2, 150, 150, 32, 32, 0, true, 76);
-    padded.padded = true;
-    padded.valid = {150, 97};
-    cases.push_back(padded);
-    for (const Case& c : cases)
+    for (const Case& c : view_cases(71))
         for (const std::int64_t gap : {0, 5})
             for (const int threads : {1, 3}) {
                 INFO(c.describe() << " gap=" << gap << " threads=" << threads);
@@ -636,22 +643,9 @@ TEST_CASE("the kernel on keys already in its tiles gives the bits of the kernel 
     // Strides::k_tiled is how a Session's cache hands the built-in kernel its keys. Every key a
     // row can see is in its lane of its tile; the lanes of keys no row sees (padding, the
     // future of a causal call, past kv_len) hold NaN and inf, which must not reach any output.
-    // Several query blocks (values copied beside the tiles), decode steps with and without the
-    // chunk split, kv_len and widths that are not a multiple of a tile or a vector.
+    // The shapes of view_cases.
     ThreadCountGuard guard;
-    std::vector<Case> cases = {
-        make_case(1, 3, 200, 200, 64, 64, 0, true, 81),
-        make_case(2, 2, 1, 1300, 64, 64, 1299, true, 82),
-        make_case(1, 8, 1, 1025, 64, 64, 1000, true, 83),
-        make_case(1, 2, 5, 700, 24, 40, 695, true, 84),
-        make_case(2, 2, 130, 130, 17, 9, 0, false, 85),
-        make_case(2, 1, 70, 600, 16, 16, 530, true, 86),
-    };
-    Case padded = make_case(2, 2, 150, 150, 32, 32, 0, true, 87);
-    padded.padded = true;
-    padded.valid = {150, 97};
-    cases.push_back(padded);
-    for (const Case& c : cases) {
+    for (const Case& c : view_cases(81)) {
         const std::int64_t per_head = detail::tiled_key_floats(c.Tk, c.Dk);
         std::vector<float> tiles(std::size_t(c.B * c.H * per_head));
         for (std::size_t i = 0; i < tiles.size(); ++i)
