@@ -713,20 +713,36 @@ void BatchStepAttention::self(int l, float* qkv, float* att) {
         }
         return;
     }
-    const int H = c.n_heads, dk = c.head_dim(), d = c.d_model, N = c.max_len;
-    const std::size_t seq = std::size_t(H) * std::size_t(N) * std::size_t(dk);
+    const int H = c.n_heads, dk = c.head_dim(), d = c.d_model, N = cache_rows(c, k_tiled);
+    const std::size_t hs = std::size_t(N) * std::size_t(dk), seq = std::size_t(H) * hs;
     float* kl = k_cache + std::size_t(l) * std::size_t(B) * seq;
     float* vl = v_cache + std::size_t(l) * std::size_t(B) * seq;
     for (int b = 0; b < B; ++b) {
         const float* row = qkv + std::size_t(b) * 3 * std::size_t(d);
         std::memcpy(qh + std::size_t(b) * std::size_t(d), row, sizeof(float) * std::size_t(d));
         for (int hh = 0; hh < H; ++hh) {
-            const std::size_t at = std::size_t(b) * seq + (std::size_t(hh) * std::size_t(N) + std::size_t(pos[b])) * std::size_t(dk);
-            std::memcpy(kl + at, row + d + hh * dk, sizeof(float) * std::size_t(dk));
+            const std::size_t head = std::size_t(b) * seq + std::size_t(hh) * hs;
+            const std::size_t at = head + std::size_t(pos[b]) * std::size_t(dk);
+            if (k_tiled) {
+                float* kt = kl + head + std::size_t(attention_detail::tiled_key_offset(pos[b], dk));
+                for (int col = 0; col < dk; ++col) kt[std::size_t(col) * attention_detail::kTileKeys] = row[d + hh * dk + col];
+            } else {
+                std::memcpy(kl + at, row + d + hh * dk, sizeof(float) * std::size_t(dk));
+            }
             std::memcpy(vl + at, row + 2 * d + hh * dk, sizeof(float) * std::size_t(dk));
         }
     }
     const attncheck_problem p = make_problem(P, B, H, 1, N, 0, false, valid);
+    if (k_tiled) {
+        const std::int64_t sq = std::int64_t(seq), hsi = std::int64_t(hs);
+        const attention_detail::Strides st{.q = {H * std::int64_t(dk), dk, dk},
+                                           .k = {sq, hsi, 0},
+                                           .v = {sq, hsi, dk},
+                                           .out = {H * std::int64_t(dk), dk, dk},
+                                           .k_tiled = true};
+        call_builtin(p, st, qh, kl, vl, att, "batch self-attention step");
+        return;
+    }
     call_kernel(kernel, p, qh, kl, vl, att, "batch self-attention step");
 }
 

@@ -24,6 +24,7 @@
 //   batch step            caches [B, H, N, dk]; one call for all: q_len 1, kv_len N, no causal
 //                         flag, kv_valid_len = pos_b + 1 (the rows past a sequence's position
 //                         are padding: zero at start, stale but finite after a truncate/reset).
+//                         With the built-in kernel the keys are tiled, as in a session.
 //   cross-attention       memory K/V computed once per call or session into [B, H, S, dk];
 //                         causal 0, kv_valid_len = the memory's valid_len.
 //
@@ -247,6 +248,7 @@ struct BatchStepAttention {
     int B;
     float* qh;  // [B, H, 1, dk] = [B, d]
     PagedCache* pool = nullptr;  // a version 2 kernel's cache (k_cache, v_cache then unused)
+    bool k_tiled = false;        // k_cache holds tiles (CacheView::k_tiled): the built-in kernel's call
 
     void self(int l, float* qkv, float* att);
     void cross(int l, const float* q, float* att);

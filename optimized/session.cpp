@@ -174,7 +174,10 @@ struct BatchSession::State {
     int B = 0;
     std::vector<int> pos;            // [B]
     std::vector<int32_t> valid;      // [B] pos + 1 during a step
-    std::vector<float> k_cache, v_cache;  // [L, B, hkv, R, dk], R = cache_rows(); empty with a v2 kernel
+    // [L, B, hkv, R, dk], R = cache_rows(); the keys tiled with the built-in kernel (tiled_key_cache);
+    // empty with a v2 kernel
+    std::vector<float> k_cache, v_cache;
+    bool k_tiled = false;
     PagedCache pool;                      // a version 2 kernel's cache instead
     MemoryCache mem;                 // [L, B, H, S, dk]
     RowBuffers step_rows;            // B rows
@@ -198,8 +201,9 @@ BatchSession::BatchSession(const Decoder& decoder, int batch, const std::vector<
     if (kernel.fn_v2) {
         s.pool.build(c, batch, kernel.block_size);
     } else {
+        s.k_tiled = tiled_key_cache(c, kernel_of(decoder));
         const std::size_t cache = std::size_t(c.n_layers) * std::size_t(batch) * std::size_t(c.kv_heads()) *
-                                  std::size_t(cache_rows(c)) * std::size_t(c.head_dim());
+                                  std::size_t(cache_rows(c, s.k_tiled)) * std::size_t(c.head_dim());
         s.k_cache.assign(cache, 0.0f);  // zero: rows past a position are padding the kernel may touch
         s.v_cache.assign(cache, 0.0f);
     }
@@ -236,7 +240,7 @@ std::vector<float> BatchSession::prefill(int b, const std::vector<int>& tokens) 
     const KernelRef kernel = kernel_of(*s.decoder);
     ChunkAttention a{.P = P, .kernel = kernel,
                      .cache = kernel.fn_v2 ? sequence_cache(s.pool, b)
-                                           : sequence_cache(c, s.k_cache.data(), s.v_cache.data(), s.B, b),
+                                           : sequence_cache(c, s.k_cache.data(), s.v_cache.data(), s.B, b, s.k_tiled),
                      .mem = s.mem.sequence(b), .pos = p0, .n = n, .qh = s.qh_chunk.data(), .oh = s.oh_chunk.data()};
     run_layers(P, n, s.chunk_x.data(), s.chunk_rows, a);
     std::vector<float> out(std::size_t(n) * V);
@@ -264,7 +268,7 @@ std::span<const float> BatchSession::step(const std::vector<int>& tokens) {
     }
     BatchStepAttention a{.P = P, .kernel = kernel_of(*s.decoder), .k_cache = s.k_cache.data(),
                          .v_cache = s.v_cache.data(), .mem = s.mem, .valid = s.valid.data(),
-                         .pos = s.pos.data(), .B = s.B, .qh = s.qh.data(), .pool = &s.pool};
+                         .pos = s.pos.data(), .B = s.B, .qh = s.qh.data(), .pool = &s.pool, .k_tiled = s.k_tiled};
     run_layers(P, s.B, s.x.data(), s.step_rows, a);
     linear(P.lm_head, s.x.data(), s.B, c.d_model, s.logits.data(), c.vocab_size);
     for (int& p : s.pos) ++p;

@@ -1005,3 +1005,55 @@ TEST_CASE("a session keeps its keys in the built-in kernel's tiles only where ev
     CHECK(optimized::cache_rows(odd, true) == 128);
     CHECK(optimized::cache_rows(odd, false) == 70);
 }
+
+TEST_CASE("a BatchSession's tiled keys give the bits of its keys in rows", "[optimized][batch][threads]") {
+    // With the built-in kernel a BatchSession keeps its keys tiled (tiled_key_cache), its prefill
+    // and its steps calling the kernel on the tiles; a kernel that forwards to the same built-in
+    // kernel through the ABI gets rows. Sequences at different positions (kv_valid_len), max_len
+    // not a multiple of a tile, and a reset that leaves stale keys in the lanes past each position.
+    ModelConfig c = small_config();
+    c.cross_attention = GENERATE(false, true);
+    c.max_len = 100;
+    const Model model = init_model(c, 21);
+    std::mt19937_64 rng(21);
+    const int B = 3;
+    std::vector<std::vector<int>> prompts;
+    std::vector<std::optional<Memory>> mems;
+    for (int b = 0; b < B; ++b) {
+        prompts.push_back(random_tokens(rng, 20 + 17 * b, c.vocab_size));
+        mems.push_back(c.cross_attention ? random_memory(rng, c, 3 + b, b + 1) : std::nullopt);
+    }
+    if (!c.cross_attention) mems.clear();
+    const auto steps = random_tokens(rng, 3 * 12, c.vocab_size);
+    auto run = [&](optimized::AttentionKernel kernel, int threads) {
+        ThreadCount t(threads);
+        const Decoder dec(model, kernel);
+        BatchSession bs(dec, B, mems);
+        std::vector<float> out;
+        for (int round = 0; round < 2; ++round) {  // the second after a reset, over stale keys
+            for (int b = 0; b < B; ++b) {
+                const auto p = bs.prefill(b, prompts[std::size_t((b + round) % B)]);
+                out.insert(out.end(), p.begin(), p.end());
+            }
+            for (int s = 0; s < 12; ++s) {
+                const std::vector<int> next(steps.begin() + 3 * s, steps.begin() + 3 * s + 3);
+                const auto r = bs.step(next);
+                out.insert(out.end(), r.begin(), r.end());
+            }
+            bs.reset();
+        }
+        return out;
+    };
+    const optimized::AttentionKernel rows{.fn = forwarding_kernel, .reads_only_visible_keys = true};
+    REQUIRE(optimized::tiled_key_cache(c, optimized::kernel_of(Decoder(model))));
+    REQUIRE_FALSE(optimized::tiled_key_cache(c, optimized::kernel_of(Decoder(model, rows))));
+    for (const int threads : {1, 2}) {
+        INFO(describe(c) << ", " << threads << " threads");
+        const auto want = run(rows, threads);
+        const auto got = run(optimized::kBuiltinAttentionKernel, threads);
+        REQUIRE(got.size() == want.size());
+        std::size_t differ = 0;
+        for (std::size_t i = 0; i < got.size(); ++i) differ += got[i] != want[i];
+        CHECK(differ == 0);
+    }
+}
