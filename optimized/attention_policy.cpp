@@ -177,6 +177,13 @@ int window_first(int p, int w) { return p > w ? p - w : 0; }
 // The cache row of position p: p itself, or its first copy in the rolling cache.
 std::size_t cache_row(const CacheView& cache, int p) { return std::size_t(cache.ring ? p % cache.ring : p); }
 
+// The key [dk] at position p into a head's tiled keys (CacheView::k_tiled): its column c to
+// lane p % 64 of row c of tile p / 64.
+void store_tiled_key(float* head_tiles, int p, const float* key, int dk) {
+    float* kt = head_tiles + std::size_t(attention_detail::tiled_key_offset(p, dk));
+    for (int c = 0; c < dk; ++c) kt[std::size_t(c) * attention_detail::kTileKeys] = key[c];
+}
+
 // k, v of one row (hkv heads at columns d and d + hkv dk of qkv_row) into layer l's cache at
 // position p: one row, or with a rolling cache both copies of its slot.
 void store_kv(const CacheView& cache, float* kl, float* vl, const float* qkv_row, int d, int hkv, int dk, int p) {
@@ -589,11 +596,8 @@ void ChunkAttention::self(int l, float* qkv, float* att) {
         const float* row = qkv + std::size_t(t) * 3 * std::size_t(d);
         for (int hh = 0; hh < H; ++hh) {
             const std::size_t at = std::size_t(hh) * cache.head_stride + std::size_t(pos + t) * std::size_t(dk);
-            if (cache.k_tiled) {  // column c of the key to lane (pos + t) % 64 of its tile's row c
-                float* kt = kl + std::size_t(hh) * cache.head_stride +
-                            std::size_t(attention_detail::tiled_key_offset(pos + t, dk));
-                const float* key = row + d + hh * dk;
-                for (int col = 0; col < dk; ++col) kt[std::size_t(col) * attention_detail::kTileKeys] = key[col];
+            if (cache.k_tiled) {
+                store_tiled_key(kl + std::size_t(hh) * cache.head_stride, pos + t, row + d + hh * dk, dk);
             } else {
                 std::memcpy(kl + at, row + d + hh * dk, sizeof(float) * std::size_t(dk));
             }
@@ -724,8 +728,7 @@ void BatchStepAttention::self(int l, float* qkv, float* att) {
             const std::size_t head = std::size_t(b) * seq + std::size_t(hh) * hs;
             const std::size_t at = head + std::size_t(pos[b]) * std::size_t(dk);
             if (k_tiled) {
-                float* kt = kl + head + std::size_t(attention_detail::tiled_key_offset(pos[b], dk));
-                for (int col = 0; col < dk; ++col) kt[std::size_t(col) * attention_detail::kTileKeys] = row[d + hh * dk + col];
+                store_tiled_key(kl + head, pos[b], row + d + hh * dk, dk);
             } else {
                 std::memcpy(kl + at, row + d + hh * dk, sizeof(float) * std::size_t(dk));
             }

@@ -208,9 +208,10 @@ struct CacheView {
 CacheView sequence_cache(PagedCache& pool, int b);
 // Sequence b of caches k, v [L, batch, hkv, R, dk], R = cache_rows(c, k_tiled).
 CacheView sequence_cache(const ModelConfig& c, float* k, float* v, int batch, int b, bool k_tiled = false);
-// Whether a Session keeps its keys tiled (CacheView::k_tiled): with the built-in kernel on the
-// self-attention of version 1 (all heads in one call, as ChunkAttention::self makes it), whose
-// every call then reads the cache's tiles as they are. A decode step of `base` at ctx 1024
+// Whether a Session or a BatchSession keeps its keys tiled (CacheView::k_tiled): with the
+// built-in kernel on the self-attention of version 1 (one call for all heads, as
+// ChunkAttention::self and BatchStepAttention::self make it), whose every call then reads the
+// cache's tiles as they are. A decode step of `base` at ctx 1024
 // otherwise spent about a fifth of its time transposing each key tile it read.
 bool tiled_key_cache(const ModelConfig& c, const KernelRef& kernel);
 
