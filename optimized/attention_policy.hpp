@@ -211,8 +211,8 @@ CacheView sequence_cache(const ModelConfig& c, float* k, float* v, int batch, in
 // Whether a Session or a BatchSession keeps its keys tiled (CacheView::k_tiled): with the
 // built-in kernel on the self-attention of version 1 (one call for all heads, as
 // ChunkAttention::self and BatchStepAttention::self make it), whose every call then reads the
-// cache's tiles as they are. A decode step of `base` at ctx 1024
-// otherwise spent about a fifth of its time transposing each key tile it read.
+// cache's tiles as they are. A decode step of `base` at ctx 1024 otherwise spent about a fifth
+// of its time transposing each key tile it read.
 bool tiled_key_cache(const ModelConfig& c, const KernelRef& kernel);
 
 // n rows of one sequence at cache positions pos .. pos+n-1 (a chunk of a prefill, or a step).

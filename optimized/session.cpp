@@ -45,6 +45,7 @@ struct Session::State {
     // [L, hkv, R, dk], R = cache_rows(); the keys tiled with the built-in kernel (tiled_key_cache);
     // empty with a v2 kernel
     std::vector<float> k_cache, v_cache;
+    bool k_tiled = false;
     PagedCache pool;                      // a version 2 kernel's cache instead
     // The positions pos .. pos+n-1 were just written.
     void advance(int n) {
@@ -66,8 +67,7 @@ struct Session::State {
         const KernelRef kernel = kernel_of(*decoder);
         return ChunkAttention{.P = P, .kernel = kernel,
                               .cache = kernel.fn_v2 ? sequence_cache(pool, 0)
-                                                    : sequence_cache(P.config, k_cache.data(), v_cache.data(), 1, 0,
-                                                                     tiled_key_cache(P.config, kernel)),
+                                                    : sequence_cache(P.config, k_cache.data(), v_cache.data(), 1, 0, k_tiled),
                               .mem = mem.sequence(0), .pos = pos, .n = n, .qh = qhp, .oh = ohp};
     }
 };
@@ -82,9 +82,9 @@ Session::Session(const Decoder& decoder, const std::optional<Memory>& memory) : 
     if (kernel.fn_v2) {
         s_->pool.build(c, 1, kernel.block_size);  // every position keeps its keys: no rolling cache
     } else {
-        const bool k_tiled = tiled_key_cache(c, kernel_of(decoder));
+        s_->k_tiled = tiled_key_cache(c, kernel_of(decoder));
         const std::size_t cache = std::size_t(c.n_layers) * std::size_t(c.kv_heads()) *
-                                  std::size_t(cache_rows(c, k_tiled)) * std::size_t(c.head_dim());
+                                  std::size_t(cache_rows(c, s_->k_tiled)) * std::size_t(c.head_dim());
         s_->k_cache.assign(cache, 0.0f);
         s_->v_cache.assign(cache, 0.0f);
         const int window = self_attention_shape(c).window;
