@@ -14,7 +14,8 @@
 //                           the last-level cache and it outruns DRAM (calibration.hpp);
 //                           frac_read_process against that rate measured once before them
 //   BM_Linear/n/k/threads   one linear() of the `base` prefill (M = 512 rows, W [n, k]): gflops,
-//                           frac_peak: what the GEMM alone reaches, against BM_Prefill's whole
+//                           frac_peak: what the GEMM alone reaches, against BM_Prefill's whole;
+//                           threads:0 (every thread) where there are more than 2
 //   BM_VsReference          preset small, T = 64: reference::Decoder<float>::forward against the
 //                           optimized forward on the same tokens: speedup
 //
@@ -185,7 +186,8 @@ BENCHMARK(BM_DecodeStep)->ArgName("ctx")->Arg(128)->Arg(1024)->Arg(2047)
     ->Iterations(40)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_Linear(benchmark::State& state) {
-    const int n = int(state.range(0)), k = int(state.range(1)), threads = int(state.range(2));
+    const int n = int(state.range(0)), k = int(state.range(1));
+    const int threads = state.range(2) > 0 ? int(state.range(2)) : omp_get_max_threads();
     const int m = 512;
     std::mt19937_64 rng(46);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -221,6 +223,17 @@ BENCHMARK(BM_Linear)
     ->Args({1536, 512, 1})->Args({1536, 512, 2})->Args({512, 512, 2})->Args({2048, 512, 2})
     ->Args({512, 2048, 2})->Args({8192, 512, 2})
     ->Iterations(20)->Unit(benchmark::kMillisecond)->UseRealTime();
+// On a machine of more than 2 threads, the same products on all of them (threads:0): beside
+// BM_Prefill/T:512/threads:0, they tell whether the products or the rest hold a many-core prefill
+// back.
+const bool linear_all_threads = [] {
+    if (omp_get_max_threads() > 2)
+        benchmark::RegisterBenchmark("BM_Linear", BM_Linear)
+            ->ArgNames({"n", "k", "threads"})
+            ->Args({1536, 512, 0})->Args({512, 512, 0})->Args({2048, 512, 0})->Args({512, 2048, 0})->Args({8192, 512, 0})
+            ->Iterations(20)->Unit(benchmark::kMillisecond)->UseRealTime();
+    return true;
+}();
 
 void BM_VsReference(benchmark::State& state) {
     const ModelConfig c = preset_config("small");
