@@ -48,7 +48,8 @@
 // Cost (Zen 5 core, measured by bench/kernel_bench.cpp): causal prefill T=2048, 8 heads,
 // Dk=Dv=64 runs at ~65-80% of the measured FMA peak; the rest is the exp (~13 vector ops per 16
 // scores), the per-row max/rescale and the half-masked diagonal tiles. A decode step at
-// kv_len 4096 streams K and V at ~65-70% of the measured DRAM read bandwidth. On an AMD EPYC
+// kv_len 4096, K and V from DRAM, reads them at ~0.5 of the rate of reading the same bytes on 1
+// thread and ~0.6-0.75 on 2 (BM_AttentionDecode's frac_read, AVX2 and AVX-512). On an AMD EPYC
 // Zen 3 core (AVX2) the same prefill runs at ~0.51-0.59 of the FMA peak: the score and P V loops
 // take ~74% of the time (perf, 1 thread), and a whole tile's loops alone (scores then P V over
 // 64 rows, in a microbenchmark) reach ~0.78 of the peak with 3-, 4- or 6-row blocking alike
@@ -263,7 +264,11 @@ void process_chunk(const Head& hd, const Shape& sh, std::int64_t i0, int nr, std
         // that. A software prefetch of the whole next tile (512 lines of K and V) made the step
         // slower: kernel decode at kv 4096, alternating calls, 0.79x with K/V in the L3 and 0.90x
         // streaming 670 MB from DRAM; the `base` decode step at ctx 1024 0.94x (Xeon, AVX-512).
-        if (!hd.kt_packed) pack_key_tile(hd.k, hd.k_rs, sh.Dk, t0, nk, s.kt.data());
+        // pack_key_tile prefetches one block of keys ahead instead (16 on AVX-512, 8 on AVX2),
+        // into the next tile up to c_end, the end of what this chunk reads.
+        if (!hd.kt_packed)
+            pack_key_tile(hd.k, hd.k_rs, sh.Dk, t0, nk, int(std::min<std::int64_t>(kTileKeys, c_end - t0 - nk)),
+                          s.kt.data());
         for_micro_blocks(
             nr, sh.Dv, [&](std::int64_t lr0, int R) { return sh.last_key(i0 + lr0 + R - 1) >= t0; },
             [&]<int R>(int lr0) { tile_softmax<R>(hd, sh, i0, lr0, t0, nk, kt, s); },
@@ -414,6 +419,7 @@ float* pack_all_key_tiles(const Call& c, std::int64_t n_tiles, std::size_t tile_
         if (nk <= 0) continue;  // a tile of padding only is never used
         if (keys)
             pack_key_tile(c.k + c.head_offset(c.st.k, bh), c.st.k[2], c.base.Dk, t0, nk,
+                          int(std::clamp<std::int64_t>(used - t0 - nk, 0, kTileKeys)),
                           packed + std::size_t(t) * tile_floats);
         if (!values) continue;
         const float* src = c.v + c.head_offset(c.st.v, bh);

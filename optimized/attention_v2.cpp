@@ -226,7 +226,7 @@ void load_tile(const attncheck_problem_v2& p, int b, int hk, std::int64_t t0, st
         load_row(p.dtype, p.k.data, kv_offset_v2(p, p.k, b, hk, int(j), 0), p.k.stride[3], Dk, krows + (j - t0) * Dk);
         load_row(p.dtype, p.v.data, kv_offset_v2(p, p.v, b, hk, int(j), 0), p.v.stride[3], Dv, vt + (j - t0) * Dv);
     }
-    pack_key_tile(krows, Dk, Dk, 0, int(jhi - t0 + 1), kt);
+    pack_key_tile(krows, Dk, Dk, 0, int(jhi - t0 + 1), 0, kt);  // krows is scratch in the L1: nothing to prefetch
 }
 
 // The key index of each lane of a tile, for ALiBi's distances.
