@@ -622,13 +622,18 @@ void linear_target(const PackedMatrix& W, const float* x, int m, int ldx, float*
     // Panels per GEMV tile at most: enough independent FMA chains to hide the latency while the
     // weights stream, few enough for the registers (AVX2: 8 to 12 accumulators of 8 floats;
     // tile_rows splits 4 rows into tiles of 3 and 1, the second reading the panel again from
-    // cache). Fewer when that leaves threads idle (panels_per_tile).
+    // cache). Fewer when that leaves threads idle (panels_per_tile). One row on AVX2 takes 4
+    // panels, 16 accumulators: g++ 12 keeps two of them on the stack (a load and a store each per
+    // step), and still the four weight streams at once ran faster than two. The `base` decode
+    // step at ctx 1024, in-process alternation against 2 panels (30 rounds of 15 steps): 1.03-1.06x
+    // on an AMD EPYC Zen 5 (2 threads, 4 runs), 0.99-1.02x on an Emerald Rapids Xeon (1, 2 and 16
+    // threads); 3 panels gave 1.01-1.02x on the Zen 5. Not measured on a Zen 3.
     constexpr bool narrow = HWY_TARGET == HWY_AVX2;
     // The team of the product's parallel region (run serially inside another one): the GEMV's
     // and the GEMM's tile widths are chosen for it.
     const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
     switch (m) {
-        case 1: gemv<1, narrow ? 2 : 8>(threads, W, x, ldx, y, ldy, relu, res, ldr); break;
+        case 1: gemv<1, narrow ? 4 : 8>(threads, W, x, ldx, y, ldy, relu, res, ldr); break;
         case 2: gemv<2, narrow ? 1 : 4>(threads, W, x, ldx, y, ldy, relu, res, ldr); break;
         case 3: gemv<3, narrow ? 1 : 3>(threads, W, x, ldx, y, ldy, relu, res, ldr); break;
         case 4: gemv<4, narrow ? 1 : 3>(threads, W, x, ldx, y, ldy, relu, res, ldr); break;
