@@ -28,6 +28,7 @@
 #include <chrono>
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include <benchmark/benchmark.h>
@@ -216,12 +217,16 @@ void BM_Linear(benchmark::State& state) {
     state.counters["gflops"] = gflops;
     bench::report_peak(state, pw, gflops, threads);
 }
-// The prefill's shapes: q/k/v together, the output projection, the two feed-forward layers, the
-// logits (tied embedding).
+// The prefill's products [n, k]: q/k/v together, the output projection, the two feed-forward
+// layers, the logits (tied embedding); each on `threads` threads (0: every thread).
+template <int Threads>
+void prefill_products(benchmark::internal::Benchmark* b) {
+    for (const auto& [n, k] : {std::pair{1536, 512}, {512, 512}, {2048, 512}, {512, 2048}, {8192, 512}})
+        b->Args({n, k, Threads});
+}
 BENCHMARK(BM_Linear)
     ->ArgNames({"n", "k", "threads"})
-    ->Args({1536, 512, 1})->Args({1536, 512, 2})->Args({512, 512, 2})->Args({2048, 512, 2})
-    ->Args({512, 2048, 2})->Args({8192, 512, 2})
+    ->Args({1536, 512, 1})->Apply(prefill_products<2>)
     ->Iterations(20)->Unit(benchmark::kMillisecond)->UseRealTime();
 // On a machine of more than 2 threads, the same products on all of them (threads:0): beside
 // BM_Prefill/T:512/threads:0, they tell whether the products or the rest hold a many-core prefill
@@ -229,8 +234,7 @@ BENCHMARK(BM_Linear)
 const bool linear_all_threads = [] {
     if (omp_get_max_threads() > 2)
         benchmark::RegisterBenchmark("BM_Linear", BM_Linear)
-            ->ArgNames({"n", "k", "threads"})
-            ->Args({1536, 512, 0})->Args({512, 512, 0})->Args({2048, 512, 0})->Args({512, 2048, 0})->Args({8192, 512, 0})
+            ->ArgNames({"n", "k", "threads"})->Apply(prefill_products<0>)
             ->Iterations(20)->Unit(benchmark::kMillisecond)->UseRealTime();
     return true;
 }();
