@@ -123,6 +123,19 @@ void call_kernel_v2(const KernelRef& kernel, const attncheck_problem_v2& p, cons
     if (rc != 0)
         throw KernelError(std::string("attention kernel (ABI version 2) returned ") + std::to_string(rc) +
                           " (unsupported) for the " + where + " problem: " + describe_v2(p));
+    // As call_kernel: the decoder's problems are dense float32 ones whose rows all see key 0 of
+    // their sequence unless it has none (kv_lens[b] = 0, a cross-attention memory of length 0),
+    // so such a sequence's rows, of every head, are the empty ones.
+    if (!kernel.zero_empty_rows || !p.kv_lens) return;
+    float* out = static_cast<float*>(p.out.data);
+    for (int b = 0; b < p.batch; ++b) {
+        if (p.kv_lens[b] != 0) continue;
+        for (int h = 0; h < p.q_heads; ++h)
+            for (int t = 0; t < p.q_len; ++t) {
+                float* row = out + b * p.out.stride[0] + h * p.out.stride[1] + t * p.out.stride[2];
+                for (int c = 0; c < p.value_dim; ++c) row[c * p.out.stride[3]] = 0.0f;
+            }
+    }
 }
 
 // k, v of one row (hkv heads at columns d and d + hkv dk of qkv_row) into layer l of a

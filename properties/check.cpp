@@ -89,7 +89,7 @@ CheckReport check(KernelUnderTest kernel, const CheckOptions& options) {
     report.seed = options.seed != 0 ? options.seed : kDefaultCheckSeed;
     std::vector<PropertyResult> results;
     std::vector<int> budgets;
-    std::string not_applicable_lines;  // version 2 properties outside the declaration
+    std::string not_applicable_lines;  // properties outside the declaration
     // An outside kernel may block differently per batch size: within tolerance is enough.
     KernelDeclaration declaration;
     try {
@@ -111,12 +111,16 @@ CheckReport check(KernelUnderTest kernel, const CheckOptions& options) {
     } else {
         for (const KernelProperty& prop : kernel_properties()) {
             if (!selected(prop.name)) continue;
+            if (const std::string why = not_applicable(prop, declaration); !why.empty()) {
+                not_applicable_lines += "  " + prop.name + ": not applicable (" + why + ")\n";
+                continue;
+            }
             results.push_back(run_kernel_property(prop, kernel, RunParams{report.seed, options.cases}));
             budgets.push_back(options.cases);
         }
     }
-    // A version 2 kernel runs in the decoder when its declaration lets the decoder call it.
-    const std::string no_decoder = v2 ? decoder_unavailable_v2(declaration) : "";
+    // The kernel runs in the decoder when its declaration lets the decoder call it.
+    const std::string no_decoder = decoder_unavailable(declaration, v2);
     const bool decoder_level = options.decoder && no_decoder.empty();
     if (options.decoder && !no_decoder.empty())
         not_applicable_lines += "  decoder-level properties: not run (" + no_decoder + ")\n";
@@ -125,6 +129,10 @@ CheckReport check(KernelUnderTest kernel, const CheckOptions& options) {
                                             : DecoderUnderTest{"optimized[" + name + "]", kernel.fn, declaration};
         for (const DecoderProperty& prop : decoder_properties()) {
             if (!selected(prop.name)) continue;
+            if (const std::string why = decoder_not_applicable(prop, declaration, v2); !why.empty()) {
+                not_applicable_lines += "  " + prop.name + ": not applicable (" + why + ")\n";
+                continue;
+            }
             results.push_back(run_decoder_property(prop, decoder, RunParams{report.seed, options.decoder_cases}));
             budgets.push_back(options.decoder_cases);
         }

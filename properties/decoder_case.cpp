@@ -52,7 +52,41 @@ std::string describe(const DecoderCase& c) {
 void showValue(const DecoderCase& c, std::ostream& os) { os << describe(c); }
 
 rc::Gen<DecoderCase> gen_decoder_case(const DecoderCaseOptions& o) {
-    return rc::gen::exec([o] {
+    return gen_decoder_case(o, KernelDeclaration{}, false);
+}
+
+namespace {
+
+// The head width of a model for a kernel that declares d: `drawn` when d allows it (as the key
+// and the value width), else one of the allowed widths up to 128 (the smallest allowed one when
+// none is that small), drawn.
+int fit_head_dim(int drawn, const KernelDeclaration& d) {
+    const auto allowed = [&](int w) { return d.allows_head_dim(w) && d.allows_value_dim(w, w); };
+    if (allowed(drawn)) return drawn;
+    std::vector<int> widths;
+    for (int w = 1; w <= 128; ++w)
+        if (allowed(w)) widths.push_back(w);
+    if (widths.empty()) {
+        for (int w = 129; w <= 4096 && widths.empty(); ++w)
+            if (allowed(w)) widths.push_back(w);
+    }
+    if (widths.empty()) return drawn;  // decoder_unavailable() rules such a declaration out
+    return *rc::gen::elementOf(widths).as("declared head_dim");
+}
+
+}  // namespace
+
+bool decoder_can_cross(const KernelDeclaration& d) { return d.non_causal && d.padding; }
+
+int decoder_max_len(const KernelDeclaration& d) {
+    int n = 1 << 30;
+    if (d.max_q_len) n = std::min(n, d.max_q_len);
+    if (d.max_kv_len) n = std::min(n, d.max_kv_len);
+    return n;
+}
+
+rc::Gen<DecoderCase> gen_decoder_case(const DecoderCaseOptions& o, const KernelDeclaration& decl, bool v2) {
+    return rc::gen::exec([o, decl, v2] {
         using namespace rc;
         DecoderCase c;
         ModelConfig& m = c.config;
@@ -83,8 +117,18 @@ rc::Gen<DecoderCase> gen_decoder_case(const DecoderCaseOptions& o) {
             m.n_layers = *gen::inRange(1, 3).as("n_layers");
             m.max_len = *gen::inRange(std::max(min_t, 2), 25).as("max_len");
         }
+        // Within the declaration (the draws above unchanged, so a default declaration's cases
+        // are the same): heads, head width, lengths.
+        if (decl.max_heads && m.n_heads > decl.max_heads) {
+            const int hd = m.head_dim();
+            m.n_heads = decl.max_heads;
+            m.d_model = m.n_heads * hd;
+        }
+        if (const int hd = fit_head_dim(m.head_dim(), decl); hd != m.head_dim()) m.d_model = m.n_heads * hd;
+        m.max_len = std::max(std::min(m.max_len, decoder_max_len(decl)), min_t);
         m.norm = *gen::element(Norm::post, Norm::pre).as("norm");
         m.cross_attention = o.need_cross || *gen::arbitrary<bool>().as("cross_attention");
+        if (!decoder_can_cross(decl)) m.cross_attention = o.need_cross;
         m.positional = *gen::element(Positional::sinusoidal, Positional::learned).as("positional");
         m.activation = *gen::element(Activation::relu, Activation::gelu, Activation::gelu_tanh).as("activation");
         m.embed_scale_sqrt_d = *gen::arbitrary<bool>().as("embed_scale_sqrt_d");
@@ -98,6 +142,7 @@ rc::Gen<DecoderCase> gen_decoder_case(const DecoderCaseOptions& o) {
         if (m.cross_attention) {
             // The large tier's memory crosses a 64-key tile of the cross-attention call.
             c.memory_rows = *gen::inRange(o.need_memory_padding ? 2 : 1, large ? 71 : 9).as("S");
+            if (decl.max_kv_len) c.memory_rows = std::max(std::min(c.memory_rows, decl.max_kv_len), o.need_memory_padding ? 2 : 1);
             c.memory_valid = o.need_memory_padding ? *gen::inRange(0, c.memory_rows).as("memory_valid_len < S")
                                                    : *gen::inRange(0, c.memory_rows + 1).as("memory_valid_len");
         }
@@ -121,6 +166,10 @@ rc::Gen<DecoderCase> gen_decoder_case(const DecoderCaseOptions& o) {
                 m.positional = Positional::rope;
                 m.rope_theta = *gen::element(10000.0, 100.0, 1e6).as("rope_theta");
             }
+            // A version 1 kernel sees windows and grouped heads as plain per-row, per-head
+            // problems (attention_policy.hpp); a version 2 kernel sees them as such.
+            if (v2 && !decl.window) m.attn_window = -1;
+            if (v2 && !decl.gqa && m.n_kv_heads != 0) m.n_kv_heads = m.n_heads;
         }
         return c;
     });

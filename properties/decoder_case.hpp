@@ -16,6 +16,7 @@
 
 #include <rapidcheck.h>
 
+#include "attncheck/declaration.hpp"
 #include "attncheck/model.hpp"
 
 namespace attncheck::properties {
@@ -47,5 +48,19 @@ struct DecoderCaseOptions {
 };
 
 rc::Gen<DecoderCase> gen_decoder_case(const DecoderCaseOptions& options = {});
+// Cases whose every attention call is within what the kernel declares (v2: a version 2 kernel):
+// head widths drawn from the declared ones (value_dim = head_dim in a model), heads and lengths
+// within the declared maxima, cross-attention only for a kernel that takes non-causal problems
+// with a valid length, and for a version 2 kernel windows and grouped heads only when declared.
+// For the default declaration the cases are those of gen_decoder_case(options), draw for draw.
+// The declaration must leave the decoder a way to run (decoder_unavailable() empty).
+rc::Gen<DecoderCase> gen_decoder_case(const DecoderCaseOptions& options, const KernelDeclaration& declaration, bool v2);
+
+// Whether a model may have cross-attention for a kernel that declares d: the memory's calls are
+// not causal and pass the memory's valid length (kv_valid_len, or kv_lens of a dense memory).
+bool decoder_can_cross(const KernelDeclaration& d);
+// The longest sequence (max_len) a model may have for a kernel that declares d: a teacher-forced
+// forward makes calls of T query rows over T keys.
+int decoder_max_len(const KernelDeclaration& d);
 
 }  // namespace attncheck::properties

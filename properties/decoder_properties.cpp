@@ -31,12 +31,37 @@
 
 namespace attncheck::properties {
 
-std::string decoder_unavailable_v2(const KernelDeclaration& d) {
-    if (!d.allows_dtype(ATTNCHECK_DTYPE_F32))
+std::string decoder_unavailable(const KernelDeclaration& d, bool v2) {
+    if (v2 && !d.allows_dtype(ATTNCHECK_DTYPE_F32))
         return "it does not declare dtype f32 (the decoder's tensors are float32)";
-    if (!d.positions_any)
+    if (v2 && !d.positions_any)
         return "it declares positions=bottom_right (a padded batch and the cross-attention have query rows "
                "that are not the last rows of their sequence)";
+    if (!d.causal) return "it declares mask=none (the decoder's self-attention is causal)";
+    if (decoder_max_len(d) < 2)
+        return "it declares " + std::string(d.max_q_len == 1 ? "max_q_len=1" : "max_kv_len=1") +
+               " (a teacher-forced forward of T tokens makes calls of T query rows over T keys, and the "
+               "decoder properties need T >= 2)";
+    bool width = false;
+    for (int w = 1; w <= 4096 && !width; ++w) width = d.allows_head_dim(w) && d.allows_value_dim(w, w);
+    if (!width) return "no declared head_dim is also a declared value_dim (a model's values are as wide as its keys)";
+    if (v2 && !d.padding && !d.paged)
+        return "it declares padding=no and paged=no (the decoder's dense K/V cache holds more rows than a "
+               "sequence's keys, passed as kv_lens)";
+    return "";
+}
+
+std::string decoder_not_applicable(const DecoderProperty& prop, const KernelDeclaration& d, bool v2) {
+    if (prop.options.need_cross && !decoder_can_cross(d))
+        return d.non_causal ? "declared padding=no: the cross-attention passes the memory's valid length"
+                            : "declared mask=causal: the cross-attention is not causal";
+    if (prop.batches && !d.padding)
+        return "declared padding=no: the sequences of a batch have different lengths, passed as valid lengths";
+    if (prop.batches && d.max_batch == 1) return "declared max_batch=1: a batch has 2 or 3 sequences";
+    // A version 1 kernel gets a batched step as one non-causal call over each sequence's valid
+    // keys (the cache's rows past them are padding).
+    if (prop.name == "batch_session" && !v2 && !d.non_causal)
+        return "declared mask=causal: a batched step is a non-causal call over each sequence's valid keys";
     return "";
 }
 
@@ -301,7 +326,7 @@ Verdict batch(const DecoderUnderTest& d, const DecoderCase& c) {
     return guarded([&] {
         const Built b(d, c);
         Stream rng(std::uint64_t(c.data_seed) + 0xBA7Cull);
-        const int B = rng.integer(2, 3);
+        const int B = std::min(rng.integer(2, 3), d.declaration.max_batch ? d.declaration.max_batch : 3);
         std::vector<std::vector<int>> seqs;
         std::vector<std::optional<Memory>> mems;
         for (int i = 0; i < B; ++i) {
@@ -340,7 +365,7 @@ Verdict batch_session(const DecoderUnderTest& d, const DecoderCase& c) {
         const Built b(d, c);
         Stream rng(std::uint64_t(c.data_seed) + 0xB5E55ull);
         const int N = c.config.max_len;
-        const int B = rng.integer(2, 3);
+        const int B = std::min(rng.integer(2, 3), d.declaration.max_batch ? d.declaration.max_batch : 3);
         std::vector<int> prompt_len(static_cast<std::size_t>(B));
         int longest = 0;
         for (int& p : prompt_len) {
@@ -414,9 +439,9 @@ const std::vector<DecoderProperty>& decoder_properties() {
         {"memory_padding", "replacing padded cross-attention memory rows changes nothing, bitwise",
          {.need_cross = true, .need_memory_padding = true}, memory_padding},
         {"decoder_batch", "each sequence of forward_batch agrees with the reference (and is compared with forward alone)",
-         {}, batch, true},
+         {}, batch, true, true},
         {"batch_session", "B sequences at different positions stepping together in a BatchSession each agree with the reference alone",
-         {}, batch_session, true},
+         {}, batch_session, true, true},
     };
     return all;
 }

@@ -55,11 +55,16 @@ struct DecoderUnderTest {
     static int decoder_block_size(const KernelDeclaration& d, int preferred);
 };
 
-// Why the optimized decoder cannot run around a version 2 kernel that declares d, or "" when it
-// can: its calls are float32, and a padded batch or a cross-attention has query rows that are
-// not the last rows of their sequence (positions=bottom_right cannot express them). Such a
-// kernel has no decoder-level run (`attncheck fuzz` says so in a line).
-std::string decoder_unavailable_v2(const KernelDeclaration& d);
+// Why the optimized decoder cannot run around a kernel that declares d (v2: of ABI version 2),
+// or "" when it can. Its self-attention is causal, a teacher-forced forward of T tokens makes
+// calls of T query rows over T keys (T >= 2 for the properties), and a model's values are as
+// wide as its keys; a version 2 kernel's calls are also float32, a padded batch or a
+// cross-attention has query rows that are not the last rows of their sequence (positions=
+// bottom_right cannot express them), and a dense cache passes kv_lens. Such a kernel has no
+// decoder-level run (`attncheck fuzz` and check_kernel say so in a line); otherwise the cases
+// are drawn within its declaration (gen_decoder_case), and a property that no such case can
+// serve is not applicable (decoder_not_applicable).
+std::string decoder_unavailable(const KernelDeclaration& d, bool v2);
 
 // The optimized decoder that the decoder properties run for d (d.optimized()): d's kernel with
 // what it declares, empty rows zeroed after each call when its declaration says empty_rows=nan.
@@ -71,7 +76,12 @@ struct DecoderProperty {
     DecoderCaseOptions options;
     Verdict (*check)(const DecoderUnderTest& decoder, const DecoderCase& c);
     bool optimized_only = false;  // uses the KV-cache Session / forward_batch API
+    bool batches = false;         // runs batches of sequences of different lengths
 };
+
+// Why no case of the property can be within declaration d of a kernel (v2: of ABI version 2),
+// as "declared ...: why", or "" when its cases are drawn within d.
+std::string decoder_not_applicable(const DecoderProperty& prop, const KernelDeclaration& d, bool v2);
 
 // logits_causality, decoder_agreement, incremental, generation, memory_padding, decoder_batch,
 // batch_session

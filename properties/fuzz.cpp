@@ -38,8 +38,8 @@ KernelUnderTest under_test(const KernelEntry& e) {
     return k;
 }
 
-// Whether the optimized decoder runs around k (a version 2 kernel: when its declaration allows).
-bool has_decoder_level(const KernelUnderTest& k) { return !k.fn_v2 || decoder_unavailable_v2(k.declaration).empty(); }
+// Whether the optimized decoder runs around k (when its declaration allows: decoder_unavailable).
+bool has_decoder_level(const KernelUnderTest& k) { return decoder_unavailable(k.declaration, k.fn_v2 != nullptr).empty(); }
 
 // A registry kernel that reads outside its inputs (KernelEntry::reads_out_of_bounds) runs in a
 // worker process per property, like a --kernel-lib kernel: its reads may fault.
@@ -151,7 +151,7 @@ int run_subjects(const FuzzOptions& o, std::uint64_t seed, const std::vector<Ker
         if (!has_decoder_level(k)) {
             if (o.level != Level::kernel)
                 std::cout << "optimized[" << k.name << "]: no decoder-level run: "
-                          << decoder_unavailable_v2(k.declaration) << "\n";
+                          << decoder_unavailable(k.declaration, k.fn_v2 != nullptr) << "\n";
             continue;
         }
         int capped_from = 0;
@@ -205,22 +205,19 @@ int finish(const FuzzOptions& o, std::uint64_t seed, double seconds, const std::
 std::vector<KernelUnderTest> prepare(const FuzzOptions& o, bool everything, std::string& declared) {
     std::vector<KernelUnderTest> kernels = selected_kernels(o, everything);
     declared = KernelDeclaration::parse(o.declare).to_string();
-    int v1 = 0, decoders = 0;  // decoders: the optimized decoder around each kernel
-    std::vector<KernelDeclaration> v2;
+    std::vector<PlannedKernel> planned_kernels;
     for (const auto& k : kernels) {
-        k.fn_v2 ? v2.push_back(k.declaration) : void(++v1);
         const KernelEntry* e = find_kernel(k.name);
-        decoders += (e && e->reads_out_of_bounds) || !has_decoder_level(k) ? 0 : 1;
+        planned_kernels.push_back({k.fn_v2 != nullptr, k.declaration, !(e && e->reads_out_of_bounds) && has_decoder_level(k)});
     }
     if (!o.kernel_lib.empty()) {
         const LoadedKernel lk = load_kernel_library(o.kernel_lib, o.symbol);
         const KernelDeclaration d = declaration_of(lk, o);
         declared = d.to_string();
-        lk.fn_v2 ? v2.push_back(d) : void(++v1);
-        decoders += !lk.fn_v2 || decoder_unavailable_v2(d).empty() ? 1 : 0;
+        planned_kernels.push_back({lk.fn_v2 != nullptr, d, decoder_unavailable(d, lk.fn_v2 != nullptr).empty()});
     }
-    const int planned = o.mutants ? planned_runs(o, 1, {KernelDeclaration{}}, false, 0)
-                                  : planned_runs(o, v1, v2, everything || o.reference_decoder, decoders);
+    const int planned = o.mutants ? planned_runs(o, {{false, {}, false}, {true, {}, false}}, false)
+                                  : planned_runs(o, planned_kernels, everything || o.reference_decoder);
     if (planned == 0) throw InputError(nothing_selected(o));
     for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--json", o.json}, {"--junit", o.junit}}) {
         if (path.empty()) continue;
@@ -259,12 +256,19 @@ int run_fuzz(const FuzzOptions& o) {
 }
 
 void print_property_list(std::ostream& os) {
+    // One name column for the three lists: the longest name and two spaces.
+    std::size_t width = 0;
+    const auto fit = [&width](const std::string& name) { width = name.size() > width ? name.size() : width; };
+    for (const auto& p : kernel_properties()) fit(p.name);
+    for (const auto& p : kernel_properties_v2()) fit(p.name);
+    for (const auto& p : decoder_properties()) fit(p.name);
+    const int column = int(width + 2);
     os << "kernel-level properties:\n";
-    for (const auto& p : kernel_properties()) os << "  " << std::left << std::setw(18) << p.name << p.summary << "\n";
+    for (const auto& p : kernel_properties()) os << "  " << std::left << std::setw(column) << p.name << p.summary << "\n";
     os << "kernel-level properties of a version 2 kernel (attncheck/kernel_abi_v2.h):\n";
-    for (const auto& p : kernel_properties_v2()) os << "  " << std::left << std::setw(18) << p.name << p.summary << "\n";
+    for (const auto& p : kernel_properties_v2()) os << "  " << std::left << std::setw(column) << p.name << p.summary << "\n";
     os << "decoder-level properties:\n";
-    for (const auto& p : decoder_properties()) os << "  " << std::left << std::setw(18) << p.name << p.summary << "\n";
+    for (const auto& p : decoder_properties()) os << "  " << std::left << std::setw(column) << p.name << p.summary << "\n";
 }
 
 

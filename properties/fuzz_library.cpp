@@ -126,8 +126,8 @@ void print_verdicts(const std::vector<Row>& rows, std::size_t first_new, const s
 }  // namespace
 
 void run_library_isolated(const FuzzOptions& o, std::uint64_t seed, std::vector<Row>& rows) {
-    // A version 2 kernel has the version 2 kernel-level properties, and the decoder level when its
-    // declaration lets the optimized decoder call it (decoder_unavailable_v2).
+    // A version 2 kernel has the version 2 kernel-level properties; either has the decoder level
+    // when its declaration lets the optimized decoder call it (decoder_unavailable).
     const LoadedKernel lk = load_kernel_library(o.kernel_lib, o.symbol);
     IsolatedSubject s;
     s.name = o.symbol;
@@ -135,7 +135,7 @@ void run_library_isolated(const FuzzOptions& o, std::uint64_t seed, std::vector<
     s.flag = "--kernel-lib " + o.kernel_lib + " --symbol " + o.symbol + declare_flag(o);
     s.v2 = lk.fn_v2 != nullptr;
     s.declaration = declaration_of(lk, o);
-    const std::string unavailable = s.v2 ? decoder_unavailable_v2(s.declaration) : "";
+    const std::string unavailable = decoder_unavailable(s.declaration, s.v2);
     s.decoder_level = unavailable.empty();
     if (!unavailable.empty() && o.level != Level::kernel)
         std::cout << "optimized[" << s.name << "]: no decoder-level run: " << unavailable << "\n";
@@ -149,11 +149,23 @@ void run_isolated(const FuzzOptions& o, std::uint64_t seed, const IsolatedSubjec
         for (const auto& p : kernel_properties_v2())
             if (const std::string why = not_applicable(p, s.declaration); !why.empty() && selected(o, p.name))
                 std::cout << progress_label(s.kind, name, p.name) << ": not applicable (" << why << ")\n";
+    if (!v2 && o.level != Level::decoder && s.verdict_lines)
+        for (const auto& p : kernel_properties())
+            if (const std::string why = not_applicable(p, s.declaration); !why.empty() && selected(o, p.name))
+                std::cout << progress_label(s.kind, name, p.name) << ": not applicable (" << why << ")\n";
     std::vector<std::pair<std::string, bool>> props;  // name, is decoder-level
     for (const std::string& p : kernel_property_names(v2, s.declaration))
         if (selected(o, p) && o.level != Level::decoder) props.push_back({p, false});
-    for (const auto& p : decoder_properties())
-        if (selected(o, p.name) && o.level != Level::kernel && s.decoder_level) props.push_back({p.name, true});
+    for (const auto& p : decoder_properties()) {
+        if (!selected(o, p.name) || o.level == Level::kernel || !s.decoder_level) continue;
+        if (const std::string why = decoder_not_applicable(p, s.declaration, v2); !why.empty()) {
+            if (s.verdict_lines)
+                std::cout << progress_label(RowKind::decoder, "optimized[" + name + "]", p.name) << ": not applicable ("
+                          << why << ")\n";
+            continue;
+        }
+        props.push_back({p.name, true});
+    }
     const WorkerOutFile out_file;
     const std::string& flag = s.flag;
     ProgressLine line(o.progress);
@@ -231,7 +243,7 @@ int run_fuzz_worker(const FuzzOptions& o) {
         KernelUnderTest k{o.symbol, lk.fn, false, declaration};
         k.fn_v2 = lk.fn_v2;
         run_kernel_subject(o, seed, k, RowKind::kernel, rows, line, &channel);
-        if (!lk.fn_v2 || decoder_unavailable_v2(declaration).empty())
+        if (decoder_unavailable(declaration, lk.fn_v2 != nullptr).empty())
             run_decoder_subject(o, run_params(o, seed, decoder_cases(o)), 0,
                                 lk.fn_v2 ? DecoderUnderTest{"optimized[" + o.symbol + "]", lk.fn_v2, declaration}
                                          : DecoderUnderTest{"optimized[" + o.symbol + "]", lk.fn, declaration},

@@ -93,7 +93,8 @@ std::vector<std::string> kernel_property_names(bool v2, const KernelDeclaration&
         for (const auto& p : kernel_properties_v2())
             if (not_applicable(p, declaration).empty()) names.push_back(p.name);
     } else {
-        for (const auto& p : kernel_properties()) names.push_back(p.name);
+        for (const auto& p : kernel_properties())
+            if (not_applicable(p, declaration).empty()) names.push_back(p.name);
     }
     return names;
 }
@@ -122,10 +123,16 @@ void run_kernel_subject(const FuzzOptions& o, std::uint64_t seed, const KernelUn
         }
         return;
     }
-    for (const KernelProperty& prop : kernel_properties())
+    for (const KernelProperty& prop : kernel_properties()) {
+        if (const std::string why = not_applicable(prop, k.declaration); !why.empty()) {
+            if (selected(o, prop.name))
+                std::cout << progress_label(kind, k.name, prop.name) << ": not applicable (" << why << ")\n";
+            continue;
+        }
         run(prop.name, [&](const RunParams& params, const Progress& progress) {
             return run_kernel_property(prop, k, params, progress, channel);
         });
+    }
 }
 
 void run_decoder_subject(const FuzzOptions& o, const RunParams& params, int capped_from, const DecoderUnderTest& d,
@@ -134,6 +141,10 @@ void run_decoder_subject(const FuzzOptions& o, const RunParams& params, int capp
     if (o.level == Level::kernel) return;
     for (const DecoderProperty& prop : decoder_properties()) {
         if (!selected(o, prop.name) || (prop.optimized_only && !d.optimized())) continue;
+        if (const std::string why = decoder_not_applicable(prop, d.declaration, d.kernel.fn_v2 != nullptr); !why.empty()) {
+            std::cout << progress_label(RowKind::decoder, d.name, prop.name) << ": not applicable (" << why << ")\n";
+            continue;
+        }
         Row row{RowKind::decoder, d.name, flag, params, {}};
         row.capped_from = capped_from;
         row.result = run_decoder_property(prop, d, params, line.track(progress_label(RowKind::decoder, d.name, prop.name), params.cases),
@@ -149,17 +160,17 @@ bool kernel_failed(const std::vector<Row>& rows, const std::string& kernel) {
     return false;
 }
 
-int planned_runs(const FuzzOptions& o, int v1_kernels, const std::vector<KernelDeclaration>& v2_kernels,
-                 bool reference_decoder, int optimized_decoders) {
+int planned_runs(const FuzzOptions& o, const std::vector<PlannedKernel>& kernels, bool reference_decoder) {
     int n = 0;
-    if (o.level != Level::decoder) {
-        for (const std::string& name : kernel_property_names(false, {})) n += selected(o, name) ? v1_kernels : 0;
-        for (const KernelDeclaration& d : v2_kernels)
-            for (const std::string& name : kernel_property_names(true, d)) n += selected(o, name) ? 1 : 0;
+    for (const PlannedKernel& k : kernels) {
+        if (o.level != Level::decoder)
+            for (const std::string& name : kernel_property_names(k.v2, k.declaration)) n += selected(o, name) ? 1 : 0;
+        if (o.level != Level::kernel && k.decoder)
+            for (const auto& p : decoder_properties())
+                n += selected(o, p.name) && decoder_not_applicable(p, k.declaration, k.v2).empty() ? 1 : 0;
     }
-    if (o.level != Level::kernel)
-        for (const auto& p : decoder_properties())
-            if (selected(o, p.name)) n += optimized_decoders + (reference_decoder && !p.optimized_only ? 1 : 0);
+    if (o.level != Level::kernel && reference_decoder)
+        for (const auto& p : decoder_properties()) n += selected(o, p.name) && !p.optimized_only ? 1 : 0;
     return n;
 }
 

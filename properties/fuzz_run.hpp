@@ -71,11 +71,16 @@ void run_decoder_subject(const FuzzOptions& o, const RunParams& params, int capp
                          const WorkerChannel* channel = nullptr);
 // Whether `kernel` failed (or was not checked on) some kernel-level property in rows.
 bool kernel_failed(const std::vector<Row>& rows, const std::string& kernel);
-// How many property runs the options select: 0 is bad usage (a run that checks nothing must not
-// say "all passed"). optimized_decoders: the kernels the optimized decoder runs around (a
-// version 2 kernel when its declaration allows, decoder_unavailable_v2).
-int planned_runs(const FuzzOptions& o, int v1_kernels, const std::vector<KernelDeclaration>& v2_kernels,
-                 bool reference_decoder, int optimized_decoders);
+// A kernel of the run, as planned_runs() counts it: its version, its declaration, and whether the
+// optimized decoder runs around it (its declaration allows, decoder_unavailable).
+struct PlannedKernel {
+    bool v2 = false;
+    KernelDeclaration declaration;
+    bool decoder = false;
+};
+// How many property runs the options select, those not applicable to a kernel's declaration
+// left out: 0 is bad usage (a run that checks nothing must not say "all passed").
+int planned_runs(const FuzzOptions& o, const std::vector<PlannedKernel>& kernels, bool reference_decoder);
 
 // A kernel run in a worker process per property (properties/fuzz_library.cpp): a crash or hang
 // costs that property only.

@@ -284,8 +284,8 @@ std::vector<int> declared_widths(const std::vector<KernelDeclaration::Range>& ra
 
 // Brings a drawn shape within the declaration: widths redrawn from the declared ones, sizes
 // clamped, the mask as declared. A property whose cases cannot be supported (it needs padding
-// from a kernel that declares padding=no) keeps what it needs: the kernel refuses those cases
-// and the run reports the property "not checked".
+// from a kernel that declares padding=no) keeps what it needs, but is not run on such a kernel:
+// not_applicable() (kernel_properties.hpp) says why, and the run reports it "not applicable".
 void fit_shape(KernelCase& c, const CaseOptions& o, const KernelDeclaration& d) {
     using namespace rc;
     if (d.max_batch) c.batch = std::max(std::min(c.batch, d.max_batch), std::min(o.min_batch, c.batch));

@@ -31,6 +31,7 @@
 #include "properties/kernel_properties.hpp"
 
 #include <omp.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <bit>
@@ -106,6 +107,20 @@ std::string first_change(const char* name, const std::vector<float>& before,
     return {};
 }
 
+// The first float of the guard regions [out - guard, out) and [out + out_n, out + out_n + guard)
+// that is not the canary any more, described; "" when both are intact.
+std::string guard_violation(const float* out, std::size_t out_n, std::size_t guard) {
+    for (std::size_t i = 0; i < guard; ++i)
+        if (bits(out[-std::ptrdiff_t(i + 1)]) != kCanary)
+            return "wrote " + fmt(out[-std::ptrdiff_t(i + 1)]) + " at out[-" + std::to_string(i + 1) + "] (" +
+                   std::to_string(i + 1) + " floats before out)";
+    for (std::size_t i = 0; i < guard; ++i)
+        if (bits(out[out_n + i]) != kCanary)
+            return "wrote " + fmt(out[out_n + i]) + " at out[" + std::to_string(out_n + i) + "] (" +
+                   std::to_string(i + 1) + " floats past the end of out, which has " + std::to_string(out_n) + ")";
+    return {};
+}
+
 Call call_kernel(const KernelUnderTest& kernel, const attncheck_problem& p, const KernelInputs& in,
                  std::size_t out_n, std::uint32_t fill = kUnwritten) {
     // Guards as long as out itself (at least 64 floats): an off-by-one row or a whole extra
@@ -117,26 +132,60 @@ Call call_kernel(const KernelUnderTest& kernel, const attncheck_problem& p, cons
     Call r;
     r.rc = kernel.fn(&p, copy.q.data(), copy.k.data(), copy.v.data(), buffer.data() + guard);
     r.out.assign(buffer.begin() + std::ptrdiff_t(guard), buffer.begin() + std::ptrdiff_t(guard + out_n));
-    for (std::size_t i = 0; i < guard; ++i)
-        if (bits(buffer[guard - 1 - i]) != kCanary) {
-            r.guard_violation = "wrote " + fmt(buffer[guard - 1 - i]) + " at out[-" + std::to_string(i + 1) +
-                                "] (" + std::to_string(i + 1) + " floats before out)";
-            break;
-        }
-    if (r.guard_violation.empty())
-        for (std::size_t i = 0; i < guard; ++i)
-            if (bits(buffer[guard + out_n + i]) != kCanary) {
-                r.guard_violation = "wrote " + fmt(buffer[guard + out_n + i]) + " at out[" +
-                                    std::to_string(out_n + i) + "] (" + std::to_string(i + 1) +
-                                    " floats past the end of out, which has " +
-                                    std::to_string(out_n) + ")";
-                break;
-            }
+    r.guard_violation = guard_violation(buffer.data() + guard, out_n, guard);
     const int B = p.batch, H = p.heads;
     r.input_change = first_change("q", in.q, copy.q, B, H, p.q_len, p.head_dim);
     if (r.input_change.empty()) r.input_change = first_change("k", in.k, copy.k, B, H, p.kv_len, p.head_dim);
     if (r.input_change.empty()) r.input_change = first_change("v", in.v, copy.v, B, H, p.kv_len, p.value_dim);
     if (r.rc == 0 && kernel.declaration.empty_rows_nan) read_nan_convention(p, r);
+    return r;
+}
+
+// Zeroed anonymous memory of `floats` floats. The OS maps its pages on first touch (a read maps
+// the shared zero page): a buffer of any size costs nothing until it is written. data() is null
+// when the mapping failed.
+class LazyZeros {
+public:
+    explicit LazyZeros(std::size_t floats) : bytes_(std::max<std::size_t>(floats, 1) * sizeof(float)) {
+        void* m = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (m != MAP_FAILED) data_ = static_cast<float*>(m);
+    }
+    ~LazyZeros() {
+        if (data_) munmap(data_, bytes_);
+    }
+    LazyZeros(const LazyZeros&) = delete;
+    LazyZeros& operator=(const LazyZeros&) = delete;
+    float* data() const { return data_; }
+
+private:
+    std::size_t bytes_;
+    float* data_ = nullptr;
+};
+
+// The longest guard region of call_kernel_lazily (floats, each side).
+constexpr std::size_t kLazyGuard = std::size_t(1) << 20;
+
+// The kernel's call on a problem that may be huge (a size limit broken: kv_len = max_kv_len + 1
+// for max_kv_len = 1000000), made without filling it: q, k, v and out are LazyZeros the suite
+// never writes, out between guard regions of canaries as in call_kernel (as long as out, at
+// least 64 and at most kLazyGuard floats). A kernel that refuses at once costs nothing; one that
+// accepts computes on zeros in valid memory. Only rc and guard_violation are set (out is not
+// read); nullopt when the memory could not be mapped.
+std::optional<Call> call_kernel_lazily(const KernelUnderTest& kernel, const attncheck_problem& p) {
+    const std::size_t bh = std::size_t(p.batch) * std::size_t(p.heads);
+    const std::size_t out_n = bh * std::size_t(p.q_len) * std::size_t(p.value_dim);
+    const std::size_t guard = std::clamp<std::size_t>(out_n, 64, kLazyGuard);
+    const LazyZeros q(bh * std::size_t(p.q_len) * std::size_t(p.head_dim));
+    const LazyZeros k(bh * std::size_t(p.kv_len) * std::size_t(p.head_dim));
+    const LazyZeros v(bh * std::size_t(p.kv_len) * std::size_t(p.value_dim));
+    const LazyZeros buffer(guard + out_n + guard);
+    if (!q.data() || !k.data() || !v.data() || !buffer.data()) return std::nullopt;
+    float* const out = buffer.data() + guard;
+    std::fill_n(buffer.data(), guard, from_bits(kCanary));
+    std::fill_n(out + out_n, guard, from_bits(kCanary));
+    Call r;
+    r.rc = kernel.fn(&p, q.data(), k.data(), v.data(), out);
+    r.guard_violation = guard_violation(out, out_n, guard);
     return r;
 }
 
@@ -295,17 +344,48 @@ Verdict row_sums(const KernelUnderTest& kernel, const KernelCase& c) {
                          std::to_string(visible_count(c, b, int(i))) + " keys): " + a.describe());
 }
 
+// The value width of the calls that read the probabilities through identity values: Tk itself
+// when the declaration allows it (one call, v = the identity [Tk, Tk]), else the widest declared
+// width below Tk (value_dim=same: the case's head_dim), else the case's own (declared) width.
+int identity_width(const KernelDeclaration& d, const KernelCase& c) {
+    for (int w = c.kv_len; w >= 1; --w)
+        if (d.allows_value_dim(w, c.head_dim)) return w;
+    return c.value_dim;  // within the declaration (fit_shape), and wider than Tk
+}
+
 Verdict probabilities(const KernelUnderTest& kernel, const KernelCase& c0) {
-    KernelCase c = c0;
-    c.value_dim = c.kv_len;  // v = identity [Tk, Tk]: out[i, j] = p_ij
+    // v = identity [Tk, Tk]: out[i, j] = p_ij. When the kernel does not declare value_dim = Tk,
+    // the matrix is read in ceil(Tk / Dv) calls of a declared width Dv: call m has
+    // v[j, col] = 1 iff j = m Dv + col, so its out[i, col] is p_{i, m Dv + col}.
+    const int Tk = c0.kv_len;
+    KernelCase one = c0;  // the case of each call
+    one.value_dim = identity_width(kernel.declaration, c0);
+    const int Dv = one.value_dim, calls = (Tk + Dv - 1) / Dv;
+    KernelCase c = c0;  // the assembled matrix [B, H, Tq, Tk]
+    c.value_dim = Tk;
     KernelInputs in = fill_inputs(c0);
-    in.v.assign(c.v_size(), 0.0f);
-    for (std::size_t bh = 0; bh < std::size_t(c.batch) * c.heads; ++bh)
-        for (int j = 0; j < c.kv_len; ++j) in.v[(bh * c.kv_len + j) * c.kv_len + j] = 1.0f;
+    std::vector<float> out(c.out_size());
+    reference::BoundedOutput oracle{std::vector<double>(c.out_size()), std::vector<double>(c.out_size())};
+    const std::size_t rows = std::size_t(c.batch) * c.heads * c.q_len;
+    for (int m = 0; m < calls; ++m) {
+        in.v.assign(one.v_size(), 0.0f);
+        for (std::size_t bh = 0; bh < std::size_t(c.batch) * c.heads; ++bh)
+            for (int col = 0; col < Dv && m * Dv + col < Tk; ++col)
+                in.v[(bh * std::size_t(Tk) + std::size_t(m * Dv + col)) * std::size_t(Dv) + std::size_t(col)] = 1.0f;
+        const attncheck_problem pm = one.problem();
+        const Call r = call_kernel(kernel, pm, in, one.out_size());
+        if (r.rc != 0) return unsupported(r.rc);
+        const reference::BoundedOutput part = reference::attention_bounded(pm, in.q.data(), in.k.data(), in.v.data());
+        for (std::size_t row = 0; row < rows; ++row)
+            for (int col = 0; col < Dv && m * Dv + col < Tk; ++col) {
+                const std::size_t from = row * std::size_t(Dv) + std::size_t(col),
+                                  to = row * std::size_t(Tk) + std::size_t(m * Dv + col);
+                out[to] = r.out[from];
+                oracle.value[to] = part.value[from];
+                oracle.bound[to] = part.bound[from];
+            }
+    }
     const attncheck_problem p = c.problem();
-    const Call r = call_kernel(kernel, p, in, c.out_size());
-    if (r.rc != 0) return unsupported(r.rc);
-    const reference::BoundedOutput oracle = reference::attention_bounded(p, in.q.data(), in.k.data(), in.v.data());
     for (int b = 0; b < c.batch; ++b)
         for (int h = 0; h < c.heads; ++h)
             for (int i = 0; i < c.q_len; ++i) {
@@ -313,7 +393,7 @@ Verdict probabilities(const KernelUnderTest& kernel, const KernelCase& c0) {
                 const std::string at = "p[" + std::to_string(b) + "," + std::to_string(h) + "," + std::to_string(i) + ",";
                 double sum = 0;
                 for (int j = 0; j < c.kv_len; ++j) {
-                    const float x = r.out[row + j];
+                    const float x = out[row + j];
                     if (!c.visible(b, i, j) && x != 0.0f)
                         return Verdict::fail(at + std::to_string(j) + "] (read through identity values) is " + fmt(x) +
                                              " but key " + std::to_string(j) + " is masked for this row: must be exactly 0");
@@ -330,7 +410,7 @@ Verdict probabilities(const KernelUnderTest& kernel, const KernelCase& c0) {
                     return Verdict::fail(at + ":] sums to " + fmt(sum) + ", expected 1 within " + fmt(bound) +
                                          ", the sum of its elements' bounds (" + std::to_string(n) + " visible keys)");
             }
-    return agree("p (read through identity values) ", r.out, p, oracle);
+    return agree("p (read through identity values) ", out, p, oracle);
 }
 
 Verdict empty_rows(const KernelUnderTest& kernel, const KernelCase& c) {
@@ -456,10 +536,17 @@ Verdict inputs_unchanged(const KernelUnderTest& kernel, const KernelCase& c) {
 
 // A supported case with one declared restriction broken (which one: by the case's data seed, so
 // that every restriction is exercised); the kernel must refuse it. Vacuous for a kernel that
-// declares no restriction (every problem is then supported).
+// declares no restriction (every problem is then supported). A size limit (max_kv_len,
+// max_q_len, max_batch, max_heads) is broken on one sequence and one head with every other
+// length 1 (the kv_len break a decode step) and sent through call_kernel_lazily: probing
+// max_kv_len=1000000 costs no more than max_kv_len=64, however large the problem.
 Verdict refuses_undeclared(const KernelUnderTest& kernel, const KernelCase& c) {
     const KernelDeclaration& d = kernel.declaration;
-    std::vector<std::function<void(KernelCase&)>> breaks;
+    struct Break {
+        bool lazily;  // a size limit: call_kernel_lazily
+        std::function<void(KernelCase&)> apply;
+    };
+    std::vector<Break> breaks;
     auto first_outside = [](int from, auto allowed) {
         for (int w = from + 1; w < from + 4096; ++w)
             if (!allowed(w)) return w;
@@ -468,38 +555,61 @@ Verdict refuses_undeclared(const KernelUnderTest& kernel, const KernelCase& c) {
         return 0;
     };
     if (const int w = first_outside(c.head_dim, [&](int x) { return d.allows_head_dim(x); }); w > 0)
-        breaks.push_back([w](KernelCase& u) { u.head_dim = w; });
+        breaks.push_back({false, [w](KernelCase& u) { u.head_dim = w; }});
     if (const int w = first_outside(c.value_dim, [&](int x) { return d.allows_value_dim(x, c.head_dim); }); w > 0)
-        breaks.push_back([w](KernelCase& u) { u.value_dim = w; });
+        breaks.push_back({false, [w](KernelCase& u) { u.value_dim = w; }});
+    // The declared widths, the mask and the scale stay; no padding (kv_valid_len = null).
+    const auto minimal = [](KernelCase& u) {
+        u.batch = u.heads = u.q_len = u.kv_len = 1;
+        u.q_offset = 0;
+        u.mode = OffsetMode::general;
+        u.kv_valid_len.clear();
+    };
     if (d.max_kv_len)
-        breaks.push_back([&d](KernelCase& u) {
-            if (u.mode == OffsetMode::prefill) u.q_len = d.max_kv_len + 1;
-            u.kv_len = d.max_kv_len + 1;
-        });
+        breaks.push_back({true, [&d, minimal](KernelCase& u) {
+                              minimal(u);
+                              u.kv_len = d.max_kv_len + 1;
+                              u.mode = OffsetMode::decode;
+                              u.q_offset = u.kv_len - 1;
+                          }});
     if (d.max_q_len)
-        breaks.push_back([&d](KernelCase& u) {
-            u.q_len = d.max_q_len + 1;
-            u.kv_len = std::max(u.kv_len, u.q_len);
-        });
+        breaks.push_back({true, [&d, minimal](KernelCase& u) {
+                              minimal(u);
+                              u.q_len = d.max_q_len + 1;
+                          }});
     if (d.max_batch)
-        breaks.push_back([&d](KernelCase& u) {
-            if (!u.kv_valid_len.empty()) u.kv_valid_len.resize(std::size_t(d.max_batch + 1), u.kv_valid_len.back());
-            u.batch = d.max_batch + 1;
-        });
-    if (d.max_heads) breaks.push_back([&d](KernelCase& u) { u.heads = d.max_heads + 1; });
-    if (!d.causal) breaks.push_back([](KernelCase& u) { u.causal = true; });
-    if (!d.non_causal) breaks.push_back([](KernelCase& u) { u.causal = false; });
+        breaks.push_back({true, [&d, minimal](KernelCase& u) {
+                              minimal(u);
+                              u.batch = d.max_batch + 1;
+                          }});
+    if (d.max_heads)
+        breaks.push_back({true, [&d, minimal](KernelCase& u) {
+                              minimal(u);
+                              u.heads = d.max_heads + 1;
+                          }});
+    if (!d.causal) breaks.push_back({false, [](KernelCase& u) { u.causal = true; }});
+    if (!d.non_causal) breaks.push_back({false, [](KernelCase& u) { u.causal = false; }});
     if (!d.padding)
-        breaks.push_back([](KernelCase& u) { u.kv_valid_len.assign(std::size_t(u.batch), std::int32_t(u.kv_len)); });
+        breaks.push_back({false, [](KernelCase& u) { u.kv_valid_len.assign(std::size_t(u.batch), std::int32_t(u.kv_len)); }});
     if (breaks.empty()) return Verdict::pass();
+    const Break& broken = breaks[c.data_seed % breaks.size()];
     KernelCase u = c;
-    breaks[c.data_seed % breaks.size()](u);
+    broken.apply(u);
     const attncheck_problem p = u.problem();
     const std::string reason = d.unsupported_reason(p);
     if (reason.empty()) return Verdict::pass();  // the case could not be moved outside (cannot happen for a valid declaration)
-    const Call r = call_kernel(kernel, p, fill_inputs(u), u.out_size());
-    if (!r.guard_violation.empty()) return Verdict::fail("on a problem outside its declaration (" + reason + "), kernel " + r.guard_violation);
-    if (r.rc == 0)
+    std::optional<Call> r;
+    if (broken.lazily) {
+        r = call_kernel_lazily(kernel, p);
+        if (!r)
+            return Verdict::pass_with_note("a problem outside the declaration (" + reason +
+                                           ") was not sent: its memory could not be mapped");
+    } else {
+        r = call_kernel(kernel, p, fill_inputs(u), u.out_size());
+    }
+    if (!r->guard_violation.empty())
+        return Verdict::fail("on a problem outside its declaration (" + reason + "), kernel " + r->guard_violation);
+    if (r->rc == 0)
         return Verdict::fail("the kernel accepted (returned 0) a problem outside its declaration: " + reason +
                              "; a kernel refuses (returns nonzero) what it does not declare, or declares it (" +
                              d.to_string() + ")");
@@ -544,6 +654,21 @@ const std::vector<KernelProperty>& kernel_properties() {
          {}, refuses_undeclared},
     };
     return all;
+}
+
+std::string not_applicable(const KernelProperty& prop, const KernelDeclaration& d) {
+    const CaseOptions& o = prop.options;
+    // In version 1 a row is empty only through kv_valid_len[b] = 0 (key 0 is visible to every
+    // row otherwise): without padding, no row is.
+    if (o.need_padding && !d.padding) return "declared padding=no: no sequence has padded keys";
+    if (o.need_empty && !d.padding) return "declared padding=no: no row is ever empty";
+    if (o.need_future && !d.causal) return "declared mask=none";
+    // A key in the future of row 0 needs Tk >= 2 (q_offset >= 0: key 0 is always visible).
+    if (o.need_future && d.max_kv_len == 1) return "declared max_kv_len=1: no key is ever in a row's future";
+    if (d.max_batch && d.max_batch < o.min_batch)
+        return "declared max_batch=" + std::to_string(d.max_batch) + ": the property needs a batch of " +
+               std::to_string(o.min_batch) + " sequences";
+    return {};
 }
 
 }  // namespace attncheck::properties

@@ -52,4 +52,10 @@ struct KernelProperty {
 // no_oob_write, inputs_unchanged, abi_version, refuses_undeclared — in that order.
 const std::vector<KernelProperty>& kernel_properties();
 
+// Why `prop` cannot run within what a kernel declares, e.g. "declared mask=none" ("" when it
+// can): its cases need something the declaration excludes (padding, a causal mask, a batch of
+// two). Such a property is not run (the run says "not applicable"), as for version 2
+// (kernel_properties_v2.hpp): a kernel that honestly declares less is not reported "not checked".
+std::string not_applicable(const KernelProperty& prop, const KernelDeclaration& declaration);
+
 }  // namespace attncheck::properties

@@ -85,7 +85,7 @@ PropertyResult run_kernel_property_v2(const KernelPropertyV2& prop, const Kernel
 
 PropertyResult run_decoder_property(const DecoderProperty& prop, const DecoderUnderTest& d, const RunParams& params,
                                     const Progress& progress, const WorkerChannel* channel) {
-    const rc::Gen<DecoderCase> gen = gen_decoder_case(prop.options);
+    const rc::Gen<DecoderCase> gen = gen_decoder_case(prop.options, d.declaration, d.kernel.fn_v2 != nullptr);
     return run_property(
         prop.name,
         [&](const CaseInfo& at) {

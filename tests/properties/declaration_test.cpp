@@ -3,6 +3,8 @@
 // declaring them (NUMERICS.md "What a kernel may declare").
 #include <catch2/catch.hpp>
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -190,4 +192,122 @@ TEST_CASE("deterministic=no: bitwise repeatability is not demanded, agreement st
     INFO(undeclared.text);
     CHECK(failed(undeclared, "determinism"));
     CHECK(undeclared.text.find("declares deterministic=no") != std::string::npos);
+}
+
+namespace {
+
+// The reference kernel without padding: refuses every problem with kv_valid_len (declared
+// padding=no, it is correct).
+int no_padding_kernel(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
+    if (p->kv_valid_len != nullptr) return 1;
+    return attncheck_reference_kernel(p, q, k, v, out);
+}
+
+// Non-causal problems of one sequence, no padding: declared "padding=no; mask=none; max_batch=1".
+int plain_kernel(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
+    if (p->kv_valid_len != nullptr || p->causal || p->batch > 1) return 1;
+    return attncheck_reference_kernel(p, q, k, v, out);
+}
+
+// head_dim 8 or 16 and value_dim = head_dim only: declared "head_dim=8,16; value_dim=same".
+int same_dims_kernel(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
+    if ((p->head_dim != 8 && p->head_dim != 16) || p->value_dim != p->head_dim) return 1;
+    return attncheck_reference_kernel(p, q, k, v, out);
+}
+
+// The same, but a causal row also sees the key just after its position: a one-key peek into
+// the future, which the probabilities show as a masked key with a nonzero weight.
+int same_dims_peek_kernel(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
+    if ((p->head_dim != 8 && p->head_dim != 16) || p->value_dim != p->head_dim) return 1;
+    attncheck_problem peek = *p;
+    if (peek.causal) peek.q_offset += 1;
+    return attncheck_reference_kernel(&peek, q, k, v, out);
+}
+
+// Declared "max_kv_len=1000000; max_q_len=1000000; max_batch=100000; max_heads=100000", and
+// refuses past those at once (without reading its inputs).
+int large_limits_kernel(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
+    if (p->kv_len > 1000000 || p->q_len > 1000000 || p->batch > 100000 || p->heads > 100000) return 1;
+    return attncheck_reference_kernel(p, q, k, v, out);
+}
+
+// The peak resident memory of this process so far, in MiB.
+double peak_rss_mib() {
+    struct rusage u {};
+    getrusage(RUSAGE_SELF, &u);
+    return double(u.ru_maxrss) / 1024.0;  // Linux: KiB
+}
+
+}  // namespace
+
+TEST_CASE("padding=no, mask=none, max_batch=1: the properties that need them are not applicable, not unchecked",
+          "[declaration]") {
+    CheckOptions o = options("padding=no");
+    o.decoder = false;
+    const CheckReport r = check_kernel(no_padding_kernel, "no_padding", o);
+    INFO(r.text);
+    CHECK(r.passed);
+    CHECK(r.text.find("NOT CHECKED") == std::string::npos);
+    CHECK(r.text.find("  empty_rows: not applicable (declared padding=no: no row is ever empty)\n") != std::string::npos);
+    CHECK(r.text.find("  padding: not applicable (declared padding=no: no sequence has padded keys)\n") != std::string::npos);
+    CHECK_FALSE(failed(r, "empty_rows"));
+    CHECK_FALSE(failed(r, "padding"));
+
+    o.declaration = "padding=no; mask=none; max_batch=1";
+    const CheckReport plain = check_kernel(plain_kernel, "plain", o);
+    INFO(plain.text);
+    CHECK(plain.passed);
+    CHECK(plain.text.find("NOT CHECKED") == std::string::npos);
+    CHECK(plain.text.find("  causality: not applicable (declared mask=none)\n") != std::string::npos);
+    CHECK(plain.text.find("  batch: not applicable (declared max_batch=1: the property needs a batch of 2 sequences)\n") !=
+          std::string::npos);
+
+    // Selected alone, a property that is not applicable runs nothing: the check says so.
+    o.only = {"padding"};
+    o.declaration = "padding=no";
+    const CheckReport alone = check_kernel(no_padding_kernel, "no_padding", o);
+    INFO(alone.text);
+    CHECK_FALSE(alone.passed);
+    CHECK(alone.text.find("padding: not applicable") != std::string::npos);
+    CHECK(alone.text.find("no property selected: nothing was checked") != std::string::npos);
+}
+
+TEST_CASE("probabilities: read within a declared value_dim (value_dim=same) in several calls", "[declaration]") {
+    CheckOptions o = options("head_dim=8,16; value_dim=same");
+    o.decoder = false;
+    o.only = {"probabilities"};
+    const CheckReport r = check_kernel(same_dims_kernel, "same_dims", o);
+    INFO(r.text);
+    CHECK(r.passed);
+    CHECK(r.text.find("unsup") == std::string::npos);  // every case within the declaration
+
+    // Read in pieces, the matrix still shows a weight on a masked key.
+    const CheckReport peek = check_kernel(same_dims_peek_kernel, "same_dims_peek", o);
+    INFO(peek.text);
+    CHECK(failed(peek, "probabilities"));
+    CHECK(peek.text.find("is masked for this row: must be exactly 0") != std::string::npos);
+}
+
+TEST_CASE("refuses_undeclared: a large declared limit is probed without filling a problem of that size",
+          "[declaration]") {
+    CheckOptions o = options("max_kv_len=1000000; max_q_len=1000000; max_batch=100000; max_heads=100000");
+    o.decoder = false;
+    o.only = {"refuses_undeclared"};
+    // Filled, the problems past these limits would take GBs (kv_len 1000001 with Dk, Dv up to 128,
+    // q_len 1000001 in prefill): sent as unwritten memory, a kernel that refuses costs nothing.
+    const double before = peak_rss_mib();
+    const CheckReport r = check_kernel(large_limits_kernel, "large_limits", o);
+    const double grown = peak_rss_mib() - before;
+    INFO(r.text);
+    INFO("peak resident memory grew by " << grown << " MiB");
+    CHECK(r.passed);
+    CHECK(grown < 256.0);
+
+    // A kernel that declares max_kv_len=1000000 and accepts more still fails, on a problem past it.
+    o.declaration = "max_kv_len=1000000";
+    const CheckReport liar = check_kernel(attncheck_reference_kernel, "reference", o);
+    INFO(liar.text);
+    CHECK(failed(liar, "refuses_undeclared"));
+    CHECK(liar.text.find("accepted (returned 0) a problem outside its declaration: kv_len 1000001 > max_kv_len=1000000") !=
+          std::string::npos);
 }
