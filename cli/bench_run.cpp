@@ -158,6 +158,7 @@ HeadOracle oracle_v2(ProblemV2& v2, perf::KernelProblem& pr, int h, const Kernel
     one.q_heads = one.kv_heads = 1;
     reference::OracleV2Options options;
     options.probabilities_rounded = d.rounds_probabilities;
+    options.tanh_ulps = d.tanh_ulps;
     reference::OracleV2 o = reference::attention_v2_oracle(one, options);
     return {std::move(o.out), std::move(o.out_bound)};
 }
@@ -211,7 +212,8 @@ std::vector<HeadOracle> oracles_of(Subject& sub, const std::vector<int>& heads) 
 bool same_oracle(const Subject& a, const Subject& b) {
     if (bool(a.v2) != bool(b.v2)) return false;
     return !a.v2 || (a.v2->dtype == b.v2->dtype &&
-                     a.kernel->declaration.rounds_probabilities == b.kernel->declaration.rounds_probabilities);
+                     a.kernel->declaration.rounds_probabilities == b.kernel->declaration.rounds_probabilities &&
+                     a.kernel->declaration.tanh_ulps == b.kernel->declaration.tanh_ulps);
 }
 
 // One call on copy 0 compared with the oracle of each checked head (oracles[i] of heads[i]);

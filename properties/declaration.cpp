@@ -150,11 +150,13 @@ void KernelDeclaration::apply(const std::string& text) {
             lse = parse_yes_no(item, value);
         } else if (key == "rounds_probabilities") {
             rounds_probabilities = parse_yes_no(item, value);
+        } else if (key == "tanh_ulps") {
+            tanh_ulps = parse_positive(item, value);
         } else {
             bad(item, "unknown key '" + key +
                           "' (known: head_dim, value_dim, max_kv_len, max_q_len, max_batch, max_heads, mask, padding, "
                           "empty_rows, deterministic, dtype, gqa, layout, positions, varlen, paged, block_size, window, "
-                          "softcap, alibi, lse, rounds_probabilities)");
+                          "softcap, alibi, lse, rounds_probabilities, tanh_ulps)");
         }
     }
     // Contradictions between items, whatever their order.
@@ -201,6 +203,7 @@ std::string KernelDeclaration::to_string() const {
     if (!alibi) items.push_back("alibi=no");
     if (!lse) items.push_back("lse=no");
     if (rounds_probabilities) items.push_back("rounds_probabilities=yes");
+    if (tanh_ulps != kDefaultTanhUlps) items.push_back("tanh_ulps=" + std::to_string(tanh_ulps));
     std::string s;
     for (const auto& i : items) s += (s.empty() ? "" : "; ") + i;
     return s;

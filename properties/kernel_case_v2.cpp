@@ -84,6 +84,8 @@ std::string describe(const KernelCaseV2& c) {
           << (c.layout.blocks_bthd ? " [blk,row,h,d]" : " [blk,h,row,d]") << ")";
     else if (c.layout.kind != LayoutKind::varlen)
         s << "(kv_capacity=" << c.layout.kv_capacity << ")";
+    else if (c.layout.varlen_contiguous)
+        s << "(contiguous [H,T,D])";
     s << " filler=" << to_string(c.filler);
     if (c.poison_invisible) s << " poison_invisible";
     return s.str();
@@ -276,9 +278,12 @@ void dense_strides(LayoutKind kind, std::int64_t heads, std::int64_t rows, std::
     }
 }
 
-// Varlen: [total rows, heads, width] with a gap of one element after each head's row.
-void varlen_strides(std::int64_t heads, std::int64_t width, std::int64_t* s) {
-    s[0] = 0, s[3] = 1, s[1] = width + 1, s[2] = heads * (width + 1);
+// Varlen: [total rows, heads, width] with a gap of one element after each head's row; or, for a
+// kernel that declares layout=contiguous, densely packed [heads, total rows, width] (the outer
+// stride is not read for a varlen tensor).
+void varlen_strides(bool contiguous, std::int64_t heads, std::int64_t rows, std::int64_t width, std::int64_t* s) {
+    if (contiguous) s[0] = 0, s[3] = 1, s[2] = width, s[1] = rows * width;
+    else s[0] = 0, s[3] = 1, s[1] = width + 1, s[2] = heads * (width + 1);
 }
 
 float filler_value(Filler f, Stream& rng) {
@@ -357,11 +362,14 @@ BuiltV2 build_v2(const KernelCaseV2& c, const LogicalInputsV2& in, const BuildOp
         p.cu_seqlens_k = r.cu_k.data();
         p.q_len = max_q;
         p.kv_len = max_k;
-        varlen_strides(c.q_heads, c.head_dim, p.q.stride);
-        varlen_strides(c.q_heads, c.value_dim, p.out.stride);
-        varlen_strides(c.kv_heads, c.head_dim, p.k.stride);
-        varlen_strides(c.kv_heads, c.value_dim, p.v.stride);
-        p.lse_stride[0] = 0, p.lse_stride[1] = 1, p.lse_stride[2] = c.q_heads;
+        const bool packed = c.layout.varlen_contiguous;
+        const std::int64_t q_rows = r.cu_q[Bz], k_rows = r.cu_k[Bz];
+        varlen_strides(packed, c.q_heads, q_rows, c.head_dim, p.q.stride);
+        varlen_strides(packed, c.q_heads, q_rows, c.value_dim, p.out.stride);
+        varlen_strides(packed, c.kv_heads, k_rows, c.head_dim, p.k.stride);
+        varlen_strides(packed, c.kv_heads, k_rows, c.value_dim, p.v.stride);
+        if (packed) p.lse_stride[0] = 0, p.lse_stride[1] = q_rows, p.lse_stride[2] = 1;
+        else p.lse_stride[0] = 0, p.lse_stride[1] = 1, p.lse_stride[2] = c.q_heads;
     } else {
         p.q_len = c.q_lens[0];
         const LayoutKind qkind = kind == LayoutKind::paged ? LayoutKind::bhtd : kind;
@@ -827,10 +835,14 @@ KernelCaseV2 draw_case(const CaseOptionsV2& o, const KernelDeclaration& d, bool 
     // Lengths and positions.
     const int hi_kv = clamp_to(d.max_kv_len ? d.max_kv_len : 1 << 30, 1, large ? 260 : 64);
     const int hi_q = clamp_to(d.max_q_len ? d.max_q_len : 1 << 30, 1, large ? 160 : 64);
+    // One query row at most (max_q_len=1): a key after the row is one past its position in the
+    // cache, q_pos[b] < Tk(b) - 1 (needs positions=any; not_applicable() says so otherwise).
+    const bool decode_future = o.need_causal_future && hi_q < 2;
     std::vector<std::pair<int, OffsetMode>> modes = {{1, OffsetMode::prefill}, {1, OffsetMode::decode}, {1, OffsetMode::chunk}};
     if (d.positions_any || o.need_empty) modes.push_back({1, OffsetMode::general});
     if (o.need_prefill) modes = {{1, OffsetMode::prefill}};
     else if (o.need_empty) modes = {{1, OffsetMode::general}};
+    else if (decode_future) modes = {{1, OffsetMode::general}};
     else if (o.need_causal_future) modes = {{1, OffsetMode::prefill}, {1, OffsetMode::chunk}};
     else if (o.need_invisible) modes = {{1, OffsetMode::decode}, {1, OffsetMode::chunk}};
     {
@@ -874,6 +886,10 @@ KernelCaseV2 draw_case(const CaseOptionsV2& o, const KernelDeclaration& d, bool 
                 break;
             }
             case OffsetMode::general:
+                if (decode_future) {  // Tk >= lo_kv = 2: a decode row with keys after it
+                    c.q_lens[b] = 1, c.q_pos[b] = *gen::inRange(0, Tk - 1).as("q_pos(b) < Tk(b) - 1");
+                    break;
+                }
                 c.q_lens[b] = dense ? common_tq : *gen::inRange(1, hi_q + 1).as("Tq(b)");
                 c.q_pos[b] = *gen::inRange(0, Tk + 5).as("q_pos(b)");
                 if (d.padding || !dense || c.layout.kind == LayoutKind::paged)
@@ -943,6 +959,8 @@ KernelCaseV2 draw_case(const CaseOptionsV2& o, const KernelDeclaration& d, bool 
         c.layout.table_slack = *gen::inRange(0, 3).as("table_slack");
         c.layout.block_seed = *gen::arbitrary<std::uint32_t>().as("block_seed");
         c.layout.blocks_bthd = d.layout_any && pick<bool>({{1, true}, {1, false}}, "blocks [blk,row,h,d]");
+    } else if (c.layout.kind == LayoutKind::varlen) {
+        c.layout.varlen_contiguous = !d.layout_any;
     } else if (dense && d.padding) {
         c.layout.kv_capacity = c.max_kv_len() + pick<int>({{3, 0}, {1, 1}, {1, 7}}, "kv_capacity extra");
     }

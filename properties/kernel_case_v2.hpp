@@ -37,6 +37,7 @@ enum class LayoutKind {
     bthd,    // contiguous [B, T, H, D] (FlashAttention's layout)
     gapped,  // [B, H, T, D] with gaps between rows, heads and sequences (a view into a larger tensor)
     varlen,  // packed rows (cu_seqlens_q / cu_seqlens_k), [T, H, D] with a gap after each head
+             // (or densely packed [H, T, D]: LayoutV2::varlen_contiguous)
     paged,   // q/out as bhtd, k/v in blocks [num_blocks, block_size, Hk, D] through a block table
 };
 const char* to_string(LayoutKind l);
@@ -49,6 +50,9 @@ struct LayoutV2 {
     int table_slack = 0;         // paged: extra block-table entries per sequence (never read)
     std::uint32_t block_seed = 0;  // paged: the permutation of blocks in the cache
     bool blocks_bthd = true;     // paged k/v: [num_blocks, block_size, Hk, D] (else [.., Hk, block_size, D])
+    // varlen: every tensor densely packed [H, total rows, D] and lse [H, total rows], what
+    // layout=contiguous declares (else [total rows, H, D] with a gap after each head's row).
+    bool varlen_contiguous = false;
 };
 
 // What fills the input elements outside the logical problem (gaps, padding, unused blocks).

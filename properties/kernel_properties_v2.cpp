@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <numeric>
 #include <sstream>
 
 #include "attncheck/problem_v2.hpp"
@@ -99,7 +100,8 @@ reference::OracleV2 oracle_of(const KernelUnderTest& kernel, const KernelCaseV2&
     KernelCaseV2 clean = c;
     clean.poison_invisible = false;
     const BuiltV2 b = build_v2(clean, in);
-    return reference::attention_v2_oracle(b.problem, {.probabilities_rounded = kernel.declaration.rounds_probabilities});
+    return reference::attention_v2_oracle(b.problem, {.probabilities_rounded = kernel.declaration.rounds_probabilities,
+                                                      .tanh_ulps = double(kernel.declaration.tanh_ulps)});
 }
 
 // out against the oracle, every element within its bound.
@@ -130,6 +132,23 @@ Verdict agree_lse(const std::string& what, const CallV2& r, const reference::Ora
     return Verdict::fail(msg);
 }
 
+// How far two results x (the candidate) and y (the same problem posed otherwise, `how_y`) are
+// apart, for a failure message: "the difference 0.2 is 3.1x <what the bound is> 0.06", or, when
+// one of them is NaN or infinite, which one ("the candidate is NaN where the float64 oracle is
+// finite"): a ratio of NaN or Inf says nothing.
+std::string difference_text(double x, double y, double oracle, const std::string& how_y, double bound,
+                            const std::string& bound_is) {
+    const auto kind = [](double v) { return std::isnan(v) ? std::string("NaN") : std::string(v > 0 ? "+Inf" : "-Inf"); };
+    const std::string where = std::isfinite(oracle) ? " where the float64 oracle is finite (" + fmt(oracle) + ")" : "";
+    if (!std::isfinite(x) && !std::isfinite(y))
+        return "both results are non-finite (the candidate " + kind(x) + ", " + how_y + " " + kind(y) + ")" + where;
+    if (!std::isfinite(x)) return "the candidate is non-finite (" + kind(x) + ")" + where;
+    if (!std::isfinite(y)) return "the result " + how_y + " is non-finite (" + kind(y) + ")" + where;
+    const double diff = std::abs(x - y);
+    if (!(bound > 0)) return "they differ by " + fmt(diff) + " where both must be exact (bound 0)";
+    return "the difference " + fmt(diff) + " is " + fmt(diff / bound) + "x " + bound_is + " " + fmt(bound);
+}
+
 // Two results of the same logical problem: every element within the sum of both calls' bounds.
 // note_bitwise: a bitwise difference within the bounds is noted (the run counts it).
 Verdict same_within(const std::string& what, const CallV2& a, const reference::OracleV2& oa, const CallV2& b,
@@ -142,8 +161,8 @@ Verdict same_within(const std::string& what, const CallV2& a, const reference::O
         std::ostringstream s;
         s.precision(9);
         s << what << a.built.element(ag.worst_index / Dv, int(ag.worst_index % Dv)) << " [b,h,i,c] is " << ag.candidate
-          << ", " << how_b << " " << ag.oracle << " (float64 oracle " << oa.out[ag.worst_index] << "): the difference "
-          << ag.error << " is " << ag.worst_ratio << "x the sum of the two calls' bounds " << ag.bound;
+          << ", " << how_b << " " << ag.oracle << " (float64 oracle " << oa.out[ag.worst_index] << "): "
+          << difference_text(ag.candidate, ag.oracle, oa.out[ag.worst_index], how_b, ag.bound, "the sum of the two calls' bounds");
         return Verdict::fail(s.str());
     }
     if (!a.lse.empty() && !b.lse.empty())
@@ -152,7 +171,10 @@ Verdict same_within(const std::string& what, const CallV2& a, const reference::O
             if (std::isinf(x) && std::isinf(y) && x == y) continue;
             if (!(std::abs(x - y) <= oa.lse_bound[row] + ob.lse_bound[row]))
                 return Verdict::fail(what + std::string("lse row ") + a.built.element(row, 0) + " is " + fmt(x) + ", " + how_b +
-                                     " " + fmt(y) + ": beyond the sum of the bounds " + fmt(oa.lse_bound[row] + ob.lse_bound[row]));
+                                     " " + fmt(y) + ": " +
+                                     (!std::isfinite(x) || !std::isfinite(y)
+                                          ? difference_text(x, y, oa.lse[row], how_b, 0, "")
+                                          : "beyond the sum of the bounds " + fmt(oa.lse_bound[row] + ob.lse_bound[row])));
         }
     for (std::size_t i = 0; i < a.out.size(); ++i)
         if (std::bit_cast<std::uint32_t>(a.out[i]) != std::bit_cast<std::uint32_t>(b.out[i]))
@@ -455,52 +477,91 @@ Verdict split_agreement(const KernelUnderTest& kernel, const KernelCaseV2& c) {
                                              fmt(f.call.out[whole]) + ", but " + fmt(r.out[mine]) + " when rows [" +
                                              std::to_string(from) + ", " + std::to_string(to) + ") are called alone " +
                                              (to - from == 1 ? "(a decode step" : "(a chunk") + " over " +
-                                             std::to_string(part.kv_lens[0]) + " keys): the difference " + fmt(diff) + " is " +
-                                             fmt(diff / bound) + "x the sum of the two bounds " + fmt(bound));
+                                             std::to_string(part.kv_lens[0]) + " keys): " +
+                                             difference_text(f.call.out[whole], r.out[mine], o.out[whole], "called alone",
+                                                             bound, "the sum of the two bounds"));
                 }
     }
     return Verdict::pass();
 }
 
+// The width of the identity values softcap_bound reads `keys` probabilities through: `keys` when
+// the declaration allows that value_dim, else the narrowest allowed one above it (one call), else
+// the widest allowed one below it (several calls), else `fallback` (the case's own, declared).
+int identity_width(const KernelDeclaration& d, int head_dim, int keys, int fallback) {
+    if (d.allows_value_dim(keys, head_dim)) return keys;
+    if (d.value_dim_same) return head_dim;
+    int above = 0, below = 0;
+    for (const KernelDeclaration::Range& r : d.value_dims) {
+        if (r.hi >= keys) above = above ? std::min(above, std::max(r.lo, keys)) : std::max(r.lo, keys);
+        if (r.lo < keys) below = std::max(below, std::min(r.hi, keys - 1));
+    }
+    return above ? above : below ? below : fallback;
+}
+
 Verdict softcap_bound(const KernelUnderTest& kernel, const KernelCaseV2& c0) {
-    // Identity values (Dv = the longest Tk, v[j] = e_j) expose the probabilities; with scores
-    // in [-cap, cap] two visible keys' probabilities differ by a factor of at most e^(2 cap).
+    // Identity values (v[j] = e_j) expose the probabilities; with scores in [-cap, cap] two
+    // visible keys' probabilities differ by a factor of at most e^(2 cap). Dv is the longest Tk,
+    // or a value_dim the kernel declares: then the keys are read Dv at a time, one call each
+    // (v[j] = e_(j - first) for the keys first .. first + Dv - 1, zero for the others).
     KernelCaseV2 c = c0;
     c.alibi_slopes.clear();
-    c.value_dim = std::max(1, c.max_kv_len());
-    LogicalInputsV2 base = fill_inputs_v2(c0);
-    LogicalInputsV2 in = empty_inputs_v2(c);
-    in.q = base.q;
-    in.k = base.k;
-    for (int b = 0; b < c.batch; ++b)
-        for (int h = 0; h < c.kv_heads; ++h)
-            for (int j = 0; j < c.kv_lens[std::size_t(b)]; ++j) in.v_at(b, h, j, j, c) = 1.0f;
-    const CallV2 r = call_v2(kernel, c, in);
-    if (r.rc != 0) return unsupported(r.rc);
-    const reference::OracleV2 o = oracle_of(kernel, c, in);
-    const double limit = std::exp(2.0 * double(c.softcap));
+    const int keys = std::max(1, c.max_kv_len());
+    c.value_dim = identity_width(kernel.declaration, c.head_dim, keys, c0.value_dim);
     const std::size_t Dv = std::size_t(c.value_dim);
+    const LogicalInputsV2 base = fill_inputs_v2(c0);
+    const std::size_t rows = std::size_t(std::accumulate(c.q_lens.begin(), c.q_lens.end(), 0)) * std::size_t(c.q_heads);
+    // Per logical row and key: the probability read back and its bound (NaN: not read yet).
+    std::vector<double> prob(rows * std::size_t(keys), std::nan("")), bound(prob.size(), 0.0);
+    std::vector<std::size_t> first_row;
+    for (int first = 0; first < keys; first += c.value_dim) {
+        LogicalInputsV2 in = empty_inputs_v2(c);
+        in.q = base.q;
+        in.k = base.k;
+        for (int b = 0; b < c.batch; ++b)
+            for (int h = 0; h < c.kv_heads; ++h)
+                for (int j = first; j < std::min(c.kv_lens[std::size_t(b)], first + c.value_dim); ++j)
+                    in.v_at(b, h, j, j - first, c) = 1.0f;
+        const CallV2 r = call_v2(kernel, c, in);
+        if (r.rc != 0) return unsupported(r.rc);
+        const reference::OracleV2 o = oracle_of(kernel, c, in);
+        first_row = r.built.first_row;
+        for (std::size_t row = 0; row < rows; ++row)
+            for (int j = first; j < std::min(keys, first + c.value_dim); ++j) {
+                const std::size_t e = row * Dv + std::size_t(j - first);
+                prob[row * std::size_t(keys) + std::size_t(j)] = r.out[e];
+                bound[row * std::size_t(keys) + std::size_t(j)] = o.out_bound[e];
+            }
+    }
+    const double limit = std::exp(2.0 * double(c.softcap));
+    const std::string how = Dv >= std::size_t(keys) ? "(read through identity values)"
+                                                     : "(read through identity values, " + std::to_string(Dv) + " keys per call)";
     for (int b = 0; b < c.batch; ++b)
         for (int h = 0; h < c.q_heads; ++h)
             for (int i = 0; i < c.q_lens[std::size_t(b)]; ++i) {
-                const std::size_t row = r.built.first_row[std::size_t(b)] + std::size_t(h) * std::size_t(c.q_lens[std::size_t(b)]) + std::size_t(i);
+                const std::size_t row = first_row[std::size_t(b)] + std::size_t(h) * std::size_t(c.q_lens[std::size_t(b)]) + std::size_t(i);
                 double hi = 0, lo = std::numeric_limits<double>::infinity();
                 int at_hi = -1, at_lo = -1;
                 for (int j = 0; j < c.kv_lens[std::size_t(b)]; ++j) {
                     if (!c.visible(b, i, j)) continue;
-                    const std::size_t e = row * Dv + std::size_t(j);
-                    const double up = double(r.out[e]) + o.out_bound[e], down = double(r.out[e]) - o.out_bound[e];
+                    const std::size_t e = row * std::size_t(keys) + std::size_t(j);
+                    const double up = prob[e] + bound[e], down = prob[e] - bound[e];
                     if (down > hi) hi = down, at_hi = j;
                     if (up < lo) lo = up, at_lo = j;
                 }
                 if (at_hi < 0 || at_lo < 0 || !(lo > 0)) continue;
-                if (hi / lo > limit)
-                    return Verdict::fail("row " + r.built.element(row, 0) + " (read through identity values): key " +
-                                         std::to_string(at_hi) + " has probability " + fmt(r.out[row * Dv + std::size_t(at_hi)]) +
-                                         ", key " + std::to_string(at_lo) + " " + fmt(r.out[row * Dv + std::size_t(at_lo)]) +
+                if (hi / lo > limit) {
+                    // The row's name from a case of the first call's layout (its first_row).
+                    BuiltV2 named;
+                    named.first_row = first_row;
+                    named.q_lens = c.q_lens;
+                    return Verdict::fail("row " + named.element(row, 0) + " " + how + ": key " + std::to_string(at_hi) +
+                                         " has probability " + fmt(prob[row * std::size_t(keys) + std::size_t(at_hi)]) + ", key " +
+                                         std::to_string(at_lo) + " " + fmt(prob[row * std::size_t(keys) + std::size_t(at_lo)]) +
                                          ": a ratio of at least " + fmt(hi / lo) + " > e^(2 softcap) = " + fmt(limit) +
                                          ", so some score is outside [-softcap, softcap] = [-" + fmt(c.softcap) + ", " +
                                          fmt(c.softcap) + "]");
+                }
             }
     return Verdict::pass();
 }
@@ -551,6 +612,7 @@ Verdict refuses_undeclared_v2(const KernelUnderTest& kernel, const KernelCaseV2&
     if (!d.allows_dtype(ATTNCHECK_DTYPE_BF16)) breaks.push_back([](KernelCaseV2& u) { u.dtype = ATTNCHECK_DTYPE_BF16; });
     if (!d.gqa && (!d.max_heads || d.max_heads >= 2)) breaks.push_back([](KernelCaseV2& u) { u.kv_heads = 1, u.q_heads = 2; });
     if (!d.layout_any && c.dense()) breaks.push_back([](KernelCaseV2& u) { u.layout.kind = LayoutKind::gapped; });
+    if (!d.layout_any && !c.dense()) breaks.push_back([](KernelCaseV2& u) { u.layout.varlen_contiguous = false; });
     if (!d.varlen) breaks.push_back([](KernelCaseV2& u) { u.layout.kind = LayoutKind::varlen; });
     if (!d.paged) breaks.push_back([](KernelCaseV2& u) { u.layout.kind = LayoutKind::paged, u.layout.block_size = 4; });
     if (!d.window) breaks.push_back([](KernelCaseV2& u) { u.window_left = 1; });
@@ -689,6 +751,9 @@ std::string not_applicable(const KernelPropertyV2& prop, const KernelDeclaration
     if (o.need_gqa && !d.gqa) return "declared gqa=no";
     if (o.need_softcap && !d.softcap) return "declared softcap=no";
     if ((o.need_causal_future || o.need_prefill) && !d.causal) return "declared mask=none";
+    // A single query row with a key after it in the cache needs q_pos[b] < Tk(b) - 1.
+    if (o.need_causal_future && d.max_q_len == 1 && !d.positions_any)
+        return "declared max_q_len=1 with positions=bottom_right: the one query row is the sequence's last, no key is after it";
     // Under bottom-right positions a row's own position is always a visible key.
     if (o.need_empty && !d.positions_any) return "declared positions=bottom_right: no row is ever empty";
     // Without a window, a key no row sees needs a causal horizon short of the keys, which

@@ -22,7 +22,7 @@ struct OracleV2Options {
     bool probabilities_rounded = false;
     // Accuracy of the kernel's float32 tanh (softcap), in ulps. 2 covers glibc's tanhf and
     // correctly rounded ones; a GPU kernel on tanh.approx.f32 (relative error 2^-11) declares
-    // 4096.
+    // 4096 (the declaration item tanh_ulps=4096, attncheck/declaration.hpp, sets this).
     double tanh_ulps = 2.0;
 };
 

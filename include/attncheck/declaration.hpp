@@ -34,6 +34,10 @@
 //   rounds_probabilities `no` (default) or `yes`: the kernel rounds the probabilities to the
 //                        problem's dtype before multiplying them by v (FlashAttention does for
 //                        f16 / bf16); the agreement bound then includes that rounding
+//   tanh_ulps            a positive integer: the accuracy, in float32 ulps, of the tanh the
+//                        kernel's softcap uses (default 2: glibc's tanhf, a correctly rounded
+//                        tanh). A GPU kernel on tanh.approx.f32 (relative error up to 2^-11)
+//                        declares 4096; the agreement bound then allows that tanh's error
 //
 // A declaration that contradicts itself (block_size with paged=no, an empty dtype list) is
 // rejected as malformed. mask=none with positions=bottom_right is accepted: positions still
@@ -76,6 +80,9 @@ struct KernelDeclaration {
     std::vector<Range> block_sizes;  // empty: any
     bool window = true, softcap = true, alibi = true, lse = true;
     bool rounds_probabilities = false;
+    // The float32 ulps of the softcap's tanh (reference::OracleV2Options::tanh_ulps).
+    static constexpr int kDefaultTanhUlps = 2;
+    int tanh_ulps = kDefaultTanhUlps;
 
     // True when the declaration says nothing beyond the ABI's defaults.
     bool is_default() const;

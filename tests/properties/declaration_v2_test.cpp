@@ -76,6 +76,28 @@ TEST_CASE("malformed or contradictory v2 declarations are rejected, naming the i
     CHECK_THROWS_WITH(d.apply("paged=no"), Catch::Contains("paged=no"));
 }
 
+TEST_CASE("tanh_ulps: the softcap tanh's accuracy, parsed, printed back and validated", "[declaration][v2]") {
+    CHECK(KernelDeclaration{}.tanh_ulps == 2);
+    const KernelDeclaration d = KernelDeclaration::parse("softcap=yes; tanh_ulps=4096");
+    CHECK(d.tanh_ulps == 4096);
+    CHECK_FALSE(d.is_default());
+    CHECK(d.to_string() == "tanh_ulps=4096");
+    CHECK(KernelDeclaration::parse(d.to_string()).tanh_ulps == 4096);
+    CHECK(KernelDeclaration::parse("tanh_ulps=2").is_default());  // the default says nothing
+    const auto message = [](const std::string& text) {
+        try {
+            KernelDeclaration::parse(text);
+        } catch (const std::invalid_argument& e) {
+            return std::string(e.what());
+        }
+        return std::string("(accepted)");
+    };
+    CHECK_THAT(message("tanh_ulps=0"), Catch::Contains("'tanh_ulps=0'") && Catch::Contains("not a positive integer"));
+    CHECK_THAT(message("tanh_ulps=abc"), Catch::Contains("'tanh_ulps=abc'") && Catch::Contains("not a positive integer"));
+    CHECK_THAT(message("tanh_ulps=-4"), Catch::Contains("'tanh_ulps=-4'"));
+    CHECK_THAT(message("tanh_ulp=4"), Catch::Contains("unknown key") && Catch::Contains("tanh_ulps"));
+}
+
 TEST_CASE("unsupported_reason names the v2 feature a problem uses and the kernel does not declare", "[declaration][v2]") {
     const KernelCaseV2 c = small_case();
     CHECK(reason(KernelDeclaration{}, c).empty());
@@ -91,6 +113,12 @@ TEST_CASE("unsupported_reason names the v2 feature a problem uses and the kernel
     general.q_pos = {0, 2};
     CHECK_THAT(reason(KernelDeclaration::parse("positions=bottom_right"), general), Catch::Contains("q_pos[0] = 0"));
     CHECK_THAT(reason(KernelDeclaration::parse("varlen=no"), with_layout(c, LayoutKind::varlen)), Catch::Contains("varlen=no"));
+    // varlen: [T,H,D] with gaps is not contiguous, densely packed [H,T,D] (lse [H,T]) is.
+    KernelCaseV2 packed = with_layout(c, LayoutKind::varlen);
+    packed.want_lse = true;
+    CHECK_THAT(reason(KernelDeclaration::parse("layout=contiguous"), packed), Catch::Contains("layout=contiguous"));
+    packed.layout.varlen_contiguous = true;
+    CHECK(reason(KernelDeclaration::parse("layout=contiguous"), packed).empty());
     CHECK_THAT(reason(KernelDeclaration::parse("paged=no"), with_pages(c, 4, 1, 0, 0)), Catch::Contains("paged=no"));
     CHECK_THAT(reason(KernelDeclaration::parse("block_size=16"), with_pages(c, 4, 1, 0, 0)), Catch::Contains("block_size 4"));
     CHECK(reason(KernelDeclaration::parse("block_size=4"), with_pages(c, 4, 1, 0, 0)).empty());

@@ -99,6 +99,35 @@ TEST_CASE("generated v2 cases are well formed, and within a declaration", "[case
     well_formed({.need_invisible = true}, any);
     well_formed({.need_softcap = true}, any);
     well_formed({.need_causal_future = true}, any);
+    // layout=contiguous with varlen: the packed batch densely packed [H,T,D], not refused.
+    const KernelDeclaration contiguous = KernelDeclaration::parse("layout=contiguous");
+    well_formed({.need_varlen = true}, contiguous);
+    well_formed({.need_varlen = true, .need_lse = true}, contiguous);
+    well_formed({}, contiguous);
+    well_formed({.need_paged = true}, contiguous);
+    // A decode-only kernel (max_q_len=1): causality's cases are single query rows.
+    well_formed({.need_causal_future = true}, KernelDeclaration::parse("max_q_len=1"));
+    // value_dim declared: softcap's cases within it.
+    well_formed({.need_softcap = true}, KernelDeclaration::parse("value_dim=4..8"));
+}
+
+TEST_CASE("causality's cases of a decode-only kernel have keys after the query row", "[case_v2]") {
+    const rc::Gen<KernelCaseV2> gen = gen_kernel_case_v2({.need_causal_future = true}, KernelDeclaration::parse("max_q_len=1"));
+    const PropertyResult r = run_property(
+        "decode cases with future keys",
+        [&] {
+            const KernelCaseV2 c = *gen.as("case");
+            if (!c.causal) return Verdict::fail("not causal");
+            bool future = false;
+            for (int b = 0; b < c.batch; ++b) {
+                if (c.q_lens[std::size_t(b)] != 1) return Verdict::fail("Tq(b) != 1");
+                future = future || c.q_pos[std::size_t(b)] < c.kv_lens[std::size_t(b)] - 1;
+            }
+            return future ? Verdict::pass() : Verdict::fail("no key after the query row");
+        },
+        test::ci_params(200));
+    INFO(r.counterexample + "\n" + r.message);
+    CHECK(r.status == Status::pass);
 }
 
 TEST_CASE("every layout holds the same logical numbers, and unread elements are poison", "[case_v2]") {
@@ -119,6 +148,43 @@ TEST_CASE("every layout holds the same logical numbers, and unread elements are 
         CHECK(b.write_outside().empty());
         CHECK(b.input_change().empty());
     }
+}
+
+TEST_CASE("a contiguous varlen batch is densely packed [H,T,D], lse [H,T], and holds the same numbers", "[case_v2]") {
+    KernelCaseV2 c = small_case(LayoutKind::varlen);
+    c.layout.varlen_contiguous = true;
+    const LogicalInputsV2 in = fill_inputs_v2(c);
+    BuiltV2 b = build_v2(c, in);
+    attncheck_problem_v2& p = b.problem;
+    REQUIRE(problem_v2_error(p) == "");
+    require_same_logical(c, in, b);
+    const std::int64_t q_rows = 2 + 2, k_rows = 6 + 3;
+    CHECK(p.q.stride[3] == 1);
+    CHECK(p.q.stride[2] == 5);
+    CHECK(p.q.stride[1] == q_rows * 5);
+    CHECK(p.out.stride[2] == 3);
+    CHECK(p.out.stride[1] == q_rows * 3);
+    CHECK(p.k.stride[2] == 5);
+    CHECK(p.k.stride[1] == k_rows * 5);
+    CHECK(p.v.stride[1] == k_rows * 3);
+    CHECK(p.lse_stride[2] == 1);
+    CHECK(p.lse_stride[1] == q_rows);
+    CHECK(b.k_bytes.size() / 2 == std::size_t(2 * k_rows * 5));  // no gap, nothing unaddressed
+    CHECK(b.out_span == std::size_t(4 * q_rows * 3));
+    CHECK(KernelDeclaration::parse("layout=contiguous").unsupported_reason(p).empty());
+    for (int s = 0; s < p.batch; ++s)
+        for (int h = 0; h < p.q_heads; ++h)
+            for (int i = 0; i < q_len_of(p, s); ++i) {
+                for (int col = 0; col < p.value_dim; ++col)
+                    store_element(p.dtype, p.out.data, q_offset_v2(p, p.out, s, h, i, col), float(100 * s + 10 * h + i + col));
+                p.lse[lse_offset_v2(p, s, h, i)] = float(-(100 * s + 10 * h + i));
+            }
+    CHECK(b.unwritten().empty());
+    CHECK(b.write_outside().empty());
+    const std::size_t row = b.first_row[1] + 5;  // (b=1, h=2, i=1)
+    CHECK(b.out_logical()[row * 3 + 2] == 100 + 20 + 1 + 2);
+    CHECK(b.lse_logical()[row] == -(100 + 20 + 1));
+    CHECK_THAT(describe(c), Catch::Contains("layout=varlen(contiguous [H,T,D])"));
 }
 
 TEST_CASE("out and lse read back in logical order, and writes outside them are named", "[case_v2]") {

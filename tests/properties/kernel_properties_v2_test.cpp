@@ -3,12 +3,18 @@
 // one planted bug each (the bug classes of KERNEL_ABI.md version 2) fail the property meant for it.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "attncheck/problem_v2.hpp"
+#include "properties/decoder_properties.hpp"
+#include "properties/fuzz.hpp"
 #include "properties/kernel_properties_v2.hpp"
 #include "properties/property_runs.hpp"
 #include "reference/attention_v2.hpp"
@@ -32,7 +38,17 @@ enum class Bug {
     softcap_skipped,  // computes without the softcap
     contiguous_only,  // refuses (returns 2) any q other than contiguous [B,H,T,D]
     no_checks,     // checks nothing: accepts a malformed problem (the property keeps its reads in bounds)
+    tanh_12_bits,  // the softcap's tanhf rounded to 12 significant bits (relative error <= 2^-12, a GPU tanh.approx)
+    sees_future,   // ignores the causal mask: a row sees the keys after its position (within Tk(b))
+    nan_in_varlen, // writes NaN into out[0] of a packed variable-length batch (correct when called per sequence)
 };
+
+// tanhf with the low 12 of the 23 mantissa bits rounded away (to nearest): 12 significant bits.
+float tanh_12_bits(float x) {
+    std::uint32_t u = std::bit_cast<std::uint32_t>(std::tanh(x));
+    u = (u + 0x800u) & ~0xFFFu;
+    return std::bit_cast<float>(u);
+}
 
 // Attention in float32 with the row max subtracted, row by row through the ABI's addressing.
 template <Bug bug>
@@ -59,6 +75,8 @@ int plain_kernel(const attncheck_problem_v2* pp) {
                     if (bug == Bug::window_2w && j < Tk && p.window_left >= 0)
                         v = (!p.causal || j <= a) && j >= a - 2 * p.window_left &&
                             (p.causal || p.window_right < 0 || j <= a + p.window_right);
+                    if (bug == Bug::sees_future && j < Tk)
+                        v = (p.window_left < 0 || j >= a - p.window_left) && (p.causal || p.window_right < 0 || j <= a + p.window_right);
                     if (!v && !(bug == Bug::padding_read && j >= Tk)) continue;
                     float dot = 0;
                     for (int c = 0; c < p.head_dim; ++c) {
@@ -71,7 +89,8 @@ int plain_kernel(const attncheck_problem_v2* pp) {
                         dot += load_element(p.dtype, p.q.data, qo) * load_element(p.dtype, p.k.data, ko);
                     }
                     float x = p.scale * dot;
-                    if (p.softcap > 0 && bug != Bug::softcap_skipped) x = p.softcap * std::tanh(x / p.softcap);
+                    if (p.softcap > 0 && bug != Bug::softcap_skipped)
+                        x = p.softcap * (bug == Bug::tanh_12_bits ? tanh_12_bits(x / p.softcap) : std::tanh(x / p.softcap));
                     if (p.alibi_slopes) x -= p.alibi_slopes[h] * float(a - j);
                     s[std::size_t(j)] = x;
                     vis[std::size_t(j)] = v ? 1 : 0;
@@ -97,7 +116,19 @@ int plain_kernel(const attncheck_problem_v2* pp) {
         }
     }
     if (bug == Bug::write_before) store_element(p.dtype, p.out.data, -1, 0.0f);
+    if (bug == Bug::nan_in_varlen && p.cu_seqlens_q && p.batch > 1)
+        store_element(p.dtype, p.out.data, q_offset_v2(p, p.out, 0, 0, 0, 0), std::numeric_limits<float>::quiet_NaN());
     return 0;
+}
+
+// A kernel (the reference kernel by default) refusing (returning 2) every problem outside
+// declaration `which` of kRefusing, as a kernel that declares honestly does.
+constexpr const char* kRefusing[] = {"layout=contiguous", "max_q_len=1", "value_dim=4..8", "value_dim=3"};
+template <int which, int (*fn)(const attncheck_problem_v2*) = attncheck_reference_kernel_v2>
+int refusing_reference(const attncheck_problem_v2* p) {
+    static const KernelDeclaration d = KernelDeclaration::parse(kRefusing[which]);
+    if (!problem_v2_error(*p).empty() || !d.unsupported_reason(*p).empty()) return 2;
+    return fn(p);
 }
 
 const KernelPropertyV2& property(const std::string& name) {
@@ -219,4 +250,103 @@ TEST_CASE("a kernel that refuses a layout fails layout_invariance unless it decl
     INFO(report(declared, "contiguous_only, declared"));
     CHECK(declared.status == Status::pass);
     CHECK(declared.unsupported == 0);
+}
+
+TEST_CASE("layout=contiguous: varlen cases are densely packed [H,T,D], and no property's case is refused", "[properties_v2]") {
+    const RunParams p = params(60);
+    const KernelUnderTest k = v2_kernel("reference_v2 (contiguous only)", refusing_reference<0>, kRefusing[0]);
+    for (const KernelPropertyV2& prop : kernel_properties_v2()) {
+        if (!not_applicable(prop, k.declaration).empty()) continue;  // layout_invariance
+        const PropertyResult r = run_kernel_property_v2(prop, k, p);
+        INFO(report(r, k.name));
+        CHECK(r.status == Status::pass);
+        CHECK(r.unsupported == 0);
+    }
+    const PropertyResult varlen = run_kernel_property_v2(property("varlen_equals_separate"), k, p);
+    INFO(report(varlen, k.name));
+    CHECK(varlen.status == Status::pass);
+    CHECK(varlen.cases == 60);
+    CHECK(varlen.unsupported == 0);
+}
+
+TEST_CASE("tanh_ulps=4096 lets a softcap tanh of 12 significant bits pass agreement_v2 - undeclared, it fails", "[properties_v2]") {
+    const RunParams p = params(100);
+    const PropertyResult undeclared = run_kernel_property_v2(property("agreement_v2"), v2_kernel("tanh_12_bits", plain_kernel<Bug::tanh_12_bits>), p);
+    INFO(report(undeclared, "tanh_12_bits"));
+    CHECK(undeclared.status == Status::fail);
+    CHECK_THAT(undeclared.counterexample, Catch::Contains("softcap="));
+    for (const char* name : {"agreement_v2", "softcap_bound", "split_agreement", "varlen_equals_separate"}) {
+        const PropertyResult declared =
+            run_kernel_property_v2(property(name), v2_kernel("tanh_12_bits", plain_kernel<Bug::tanh_12_bits>, "tanh_ulps=4096"), p);
+        INFO(report(declared, "tanh_12_bits, declared tanh_ulps=4096"));
+        CHECK(declared.status == Status::pass);
+    }
+}
+
+TEST_CASE("a decode-only kernel (max_q_len=1): causality_v2 checks single rows with keys after them", "[properties_v2]") {
+    const RunParams p = params(60);
+    const KernelUnderTest ok = v2_kernel("reference_v2 (max_q_len=1)", refusing_reference<1>, kRefusing[1]);
+    const PropertyResult r = run_kernel_property_v2(property("causality_v2"), ok, p);
+    INFO(report(r, ok.name));
+    CHECK(r.status == Status::pass);
+    CHECK(r.unsupported == 0);
+    // A decode kernel that lets a row see the keys after its position fails it.
+    const PropertyResult bad = run_kernel_property_v2(
+        property("causality_v2"), v2_kernel("sees_future", refusing_reference<1, plain_kernel<Bug::sees_future>>, kRefusing[1]), p);
+    INFO(report(bad, "sees_future, max_q_len=1"));
+    CHECK(bad.status == Status::fail);
+    CHECK_THAT(bad.message, Catch::Contains("was") && Catch::Contains("now"));
+    // Bottom-right positions leave no key after a single row: not applicable.
+    CHECK_THAT(not_applicable(property("causality_v2"), KernelDeclaration::parse("max_q_len=1; positions=bottom_right")),
+               Catch::Contains("max_q_len=1"));
+    CHECK(not_applicable(property("causality_v2"), KernelDeclaration::parse("max_q_len=1")).empty());
+}
+
+TEST_CASE("softcap_bound stays within a declared value_dim, reading the keys over several calls", "[properties_v2]") {
+    const RunParams p = params(60);
+    for (const KernelUnderTest& k : {v2_kernel("reference_v2 (value_dim=4..8)", refusing_reference<2>, kRefusing[2]),
+                                     v2_kernel("reference_v2 (value_dim=3)", refusing_reference<3>, kRefusing[3])}) {
+        const PropertyResult r = run_kernel_property_v2(property("softcap_bound"), k, p);
+        INFO(report(r, k.name));
+        CHECK(r.status == Status::pass);
+        CHECK(r.unsupported == 0);
+    }
+    const PropertyResult bad = run_kernel_property_v2(
+        property("softcap_bound"), v2_kernel("softcap_skipped", refusing_reference<3, plain_kernel<Bug::softcap_skipped>>, kRefusing[3]),
+        params(100));
+    INFO(report(bad, "softcap_skipped, value_dim=3"));
+    CHECK(bad.status == Status::fail);
+    CHECK_THAT(bad.message, Catch::Contains("outside [-softcap, softcap]"));
+}
+
+TEST_CASE("a NaN where the other call is finite is named as such, not as a nan or inf ratio", "[properties_v2]") {
+    const PropertyResult r = run_kernel_property_v2(property("varlen_equals_separate"),
+                                                    v2_kernel("nan_in_varlen", plain_kernel<Bug::nan_in_varlen>), params(30));
+    INFO(report(r, "nan_in_varlen"));
+    CHECK(r.status == Status::fail);
+    CHECK_THAT(r.message, Catch::Contains("the candidate is non-finite (NaN) where the float64 oracle is finite"));
+    CHECK_THAT(r.message, !Catch::Contains("nanx") && !Catch::Contains("infx") && !Catch::Contains("difference nan"));
+}
+
+TEST_CASE("fuzz --list: every property name is followed by at least two spaces", "[properties_v2]") {
+    std::ostringstream os;
+    print_property_list(os);
+    const std::string text = os.str();
+    std::vector<std::string> names;
+    for (const auto& prop : kernel_properties_v2()) names.push_back(prop.name);
+    for (const auto& prop : kernel_properties()) names.push_back(prop.name);
+    for (const auto& prop : decoder_properties()) names.push_back(prop.name);
+    std::istringstream lines(text);
+    std::string line;
+    std::size_t listed = 0;
+    while (std::getline(lines, line)) {
+        if (line.rfind("  ", 0) != 0) continue;
+        ++listed;
+        const std::size_t end = line.find(' ', 2);
+        INFO(line);
+        REQUIRE(end != std::string::npos);
+        CHECK(std::find(names.begin(), names.end(), line.substr(2, end - 2)) != names.end());
+        CHECK(line.compare(end, 2, "  ") == 0);
+    }
+    CHECK(listed == names.size());
 }
