@@ -34,6 +34,16 @@ std::string reason(const KernelDeclaration& d, const KernelCaseV2& c) {
     return d.unsupported_reason(b.problem);
 }
 
+// The message parse() rejects text with, or "(accepted)".
+std::string message(const std::string& text) {
+    try {
+        KernelDeclaration::parse(text);
+    } catch (const std::invalid_argument& e) {
+        return std::string(e.what());
+    }
+    return std::string("(accepted)");
+}
+
 }  // namespace
 
 TEST_CASE("v2 declaration items parse and print back", "[declaration][v2]") {
@@ -54,14 +64,6 @@ TEST_CASE("v2 declaration items parse and print back", "[declaration][v2]") {
 }
 
 TEST_CASE("malformed or contradictory v2 declarations are rejected, naming the item", "[declaration][v2]") {
-    const auto message = [](const std::string& text) {
-        try {
-            KernelDeclaration::parse(text);
-        } catch (const std::invalid_argument& e) {
-            return std::string(e.what());
-        }
-        return std::string("(accepted)");
-    };
     CHECK_THAT(message("dtype="), Catch::Contains("'dtype='") && Catch::Contains("no dtype given"));
     CHECK_THAT(message("dtype=f64"), Catch::Contains("unknown dtype 'f64'"));
     CHECK_THAT(message("gqa=maybe"), Catch::Contains("'gqa=maybe'") && Catch::Contains("yes or no"));
@@ -84,14 +86,6 @@ TEST_CASE("tanh_ulps: the softcap tanh's accuracy, parsed, printed back and vali
     CHECK(d.to_string() == "tanh_ulps=4096");
     CHECK(KernelDeclaration::parse(d.to_string()).tanh_ulps == 4096);
     CHECK(KernelDeclaration::parse("tanh_ulps=2").is_default());  // the default says nothing
-    const auto message = [](const std::string& text) {
-        try {
-            KernelDeclaration::parse(text);
-        } catch (const std::invalid_argument& e) {
-            return std::string(e.what());
-        }
-        return std::string("(accepted)");
-    };
     CHECK_THAT(message("tanh_ulps=0"), Catch::Contains("'tanh_ulps=0'") && Catch::Contains("not a positive integer"));
     CHECK_THAT(message("tanh_ulps=abc"), Catch::Contains("'tanh_ulps=abc'") && Catch::Contains("not a positive integer"));
     CHECK_THAT(message("tanh_ulps=-4"), Catch::Contains("'tanh_ulps=-4'"));

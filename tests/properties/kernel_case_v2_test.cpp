@@ -62,6 +62,18 @@ KernelCaseV2 small_case(LayoutKind kind) {
     return c;
 }
 
+// Writes every element of out and lse through the problem's strides, each a value naming its
+// place: out (b, h, i, c) = 100 b + 10 h + i + c, lse (b, h, i) = -(100 b + 10 h + i).
+void write_every_output(const attncheck_problem_v2& p) {
+    for (int s = 0; s < p.batch; ++s)
+        for (int h = 0; h < p.q_heads; ++h)
+            for (int i = 0; i < q_len_of(p, s); ++i) {
+                for (int col = 0; col < p.value_dim; ++col)
+                    store_element(p.dtype, p.out.data, q_offset_v2(p, p.out, s, h, i, col), float(100 * s + 10 * h + i + col));
+                p.lse[lse_offset_v2(p, s, h, i)] = float(-(100 * s + 10 * h + i));
+            }
+}
+
 }  // namespace
 
 TEST_CASE("generated v2 cases are well formed, and within a declaration", "[case_v2]") {
@@ -172,13 +184,7 @@ TEST_CASE("a contiguous varlen batch is densely packed [H,T,D], lse [H,T], and h
     CHECK(b.k_bytes.size() / 2 == std::size_t(2 * k_rows * 5));  // no gap, nothing unaddressed
     CHECK(b.out_span == std::size_t(4 * q_rows * 3));
     CHECK(KernelDeclaration::parse("layout=contiguous").unsupported_reason(p).empty());
-    for (int s = 0; s < p.batch; ++s)
-        for (int h = 0; h < p.q_heads; ++h)
-            for (int i = 0; i < q_len_of(p, s); ++i) {
-                for (int col = 0; col < p.value_dim; ++col)
-                    store_element(p.dtype, p.out.data, q_offset_v2(p, p.out, s, h, i, col), float(100 * s + 10 * h + i + col));
-                p.lse[lse_offset_v2(p, s, h, i)] = float(-(100 * s + 10 * h + i));
-            }
+    write_every_output(p);
     CHECK(b.unwritten().empty());
     CHECK(b.write_outside().empty());
     const std::size_t row = b.first_row[1] + 5;  // (b=1, h=2, i=1)
@@ -193,13 +199,7 @@ TEST_CASE("out and lse read back in logical order, and writes outside them are n
         const KernelCaseV2 c = small_case(kind);
         BuiltV2 b = build_v2(c, fill_inputs_v2(c));
         attncheck_problem_v2& p = b.problem;
-        for (int s = 0; s < p.batch; ++s)
-            for (int h = 0; h < p.q_heads; ++h)
-                for (int i = 0; i < q_len_of(p, s); ++i) {
-                    for (int col = 0; col < p.value_dim; ++col)
-                        store_element(p.dtype, p.out.data, q_offset_v2(p, p.out, s, h, i, col), float(100 * s + 10 * h + i + col));
-                    p.lse[lse_offset_v2(p, s, h, i)] = float(-(100 * s + 10 * h + i));
-                }
+        write_every_output(p);
         CHECK(b.unwritten().empty());
         CHECK(b.write_outside().empty());
         const std::vector<float> out = b.out_logical(), lse = b.lse_logical();
