@@ -61,7 +61,7 @@ namespace {
 // and the value width), else one of the allowed widths up to 128 (the smallest allowed one when
 // none is that small), drawn.
 int fit_head_dim(int drawn, const KernelDeclaration& d) {
-    const auto allowed = [&](int w) { return d.allows_head_dim(w) && d.allows_value_dim(w, w); };
+    const auto allowed = [&](int w) { return decoder_width_allowed(d, w); };
     if (allowed(drawn)) return drawn;
     std::vector<int> widths;
     for (int w = 1; w <= 128; ++w)
@@ -75,6 +75,8 @@ int fit_head_dim(int drawn, const KernelDeclaration& d) {
 }
 
 }  // namespace
+
+bool decoder_width_allowed(const KernelDeclaration& d, int w) { return d.allows_head_dim(w) && d.allows_value_dim(w, w); }
 
 bool decoder_can_cross(const KernelDeclaration& d) { return d.non_causal && d.padding; }
 

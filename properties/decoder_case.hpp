@@ -56,6 +56,9 @@ rc::Gen<DecoderCase> gen_decoder_case(const DecoderCaseOptions& options = {});
 // The declaration must leave the decoder a way to run (decoder_unavailable() empty).
 rc::Gen<DecoderCase> gen_decoder_case(const DecoderCaseOptions& options, const KernelDeclaration& declaration, bool v2);
 
+// Whether a model may have heads of width w for a kernel that declares d: w is allowed as the
+// key width and, with values as wide as keys, as the value width.
+bool decoder_width_allowed(const KernelDeclaration& d, int w);
 // Whether a model may have cross-attention for a kernel that declares d: the memory's calls are
 // not causal and pass the memory's valid length (kv_valid_len, or kv_lens of a dense memory).
 bool decoder_can_cross(const KernelDeclaration& d);

@@ -43,7 +43,7 @@ std::string decoder_unavailable(const KernelDeclaration& d, bool v2) {
                " (a teacher-forced forward of T tokens makes calls of T query rows over T keys, and the "
                "decoder properties need T >= 2)";
     bool width = false;
-    for (int w = 1; w <= 4096 && !width; ++w) width = d.allows_head_dim(w) && d.allows_value_dim(w, w);
+    for (int w = 1; w <= 4096 && !width; ++w) width = decoder_width_allowed(d, w);
     if (!width) return "no declared head_dim is also a declared value_dim (a model's values are as wide as its keys)";
     if (v2 && !d.padding && !d.paged)
         return "it declares padding=no and paged=no (the decoder's dense K/V cache holds more rows than a "
@@ -147,6 +147,12 @@ Verdict guarded(F body) {
     } catch (const optimized::KernelError& e) {
         return Verdict::unsupported(std::string("kernel refused a call inside the decoder: ") + e.what());
     }
+}
+
+// The sequences in a batch property's batch: 2 or 3, within the declared max_batch.
+int batch_size(Stream& rng, const KernelDeclaration& d) {
+    const int b = rng.integer(2, 3);
+    return d.max_batch ? std::min(b, d.max_batch) : b;
 }
 
 // ---- the properties ---------------------------------------------------------------------
@@ -326,7 +332,7 @@ Verdict batch(const DecoderUnderTest& d, const DecoderCase& c) {
     return guarded([&] {
         const Built b(d, c);
         Stream rng(std::uint64_t(c.data_seed) + 0xBA7Cull);
-        const int B = std::min(rng.integer(2, 3), d.declaration.max_batch ? d.declaration.max_batch : 3);
+        const int B = batch_size(rng, d.declaration);
         std::vector<std::vector<int>> seqs;
         std::vector<std::optional<Memory>> mems;
         for (int i = 0; i < B; ++i) {
@@ -365,7 +371,7 @@ Verdict batch_session(const DecoderUnderTest& d, const DecoderCase& c) {
         const Built b(d, c);
         Stream rng(std::uint64_t(c.data_seed) + 0xB5E55ull);
         const int N = c.config.max_len;
-        const int B = std::min(rng.integer(2, 3), d.declaration.max_batch ? d.declaration.max_batch : 3);
+        const int B = batch_size(rng, d.declaration);
         std::vector<int> prompt_len(static_cast<std::size_t>(B));
         int longest = 0;
         for (int& p : prompt_len) {

@@ -145,14 +145,10 @@ void run_library_isolated(const FuzzOptions& o, std::uint64_t seed, std::vector<
 void run_isolated(const FuzzOptions& o, std::uint64_t seed, const IsolatedSubject& s, std::vector<Row>& rows) {
     const std::string& name = s.name;
     const bool v2 = s.v2;
-    if (v2 && o.level != Level::decoder && s.verdict_lines)
-        for (const auto& p : kernel_properties_v2())
-            if (const std::string why = not_applicable(p, s.declaration); !why.empty() && selected(o, p.name))
-                std::cout << progress_label(s.kind, name, p.name) << ": not applicable (" << why << ")\n";
-    if (!v2 && o.level != Level::decoder && s.verdict_lines)
-        for (const auto& p : kernel_properties())
-            if (const std::string why = not_applicable(p, s.declaration); !why.empty() && selected(o, p.name))
-                std::cout << progress_label(s.kind, name, p.name) << ": not applicable (" << why << ")\n";
+    if (o.level != Level::decoder && s.verdict_lines)
+        for (const auto& [prop, why] : kernel_properties_by_applicability(v2, s.declaration))
+            if (!why.empty() && selected(o, prop))
+                std::cout << progress_label(s.kind, name, prop) << ": not applicable (" << why << ")\n";
     std::vector<std::pair<std::string, bool>> props;  // name, is decoder-level
     for (const std::string& p : kernel_property_names(v2, s.declaration))
         if (selected(o, p) && o.level != Level::decoder) props.push_back({p, false});

@@ -87,15 +87,20 @@ KernelDeclaration declaration_of(const LoadedKernel& lk, const FuzzOptions& o) {
     return d;
 }
 
+std::vector<std::pair<std::string, std::string>> kernel_properties_by_applicability(bool v2,
+                                                                                   const KernelDeclaration& declaration) {
+    std::vector<std::pair<std::string, std::string>> out;
+    const auto add = [&](const auto& props) {
+        for (const auto& p : props) out.emplace_back(p.name, not_applicable(p, declaration));
+    };
+    v2 ? add(kernel_properties_v2()) : add(kernel_properties());
+    return out;
+}
+
 std::vector<std::string> kernel_property_names(bool v2, const KernelDeclaration& declaration) {
     std::vector<std::string> names;
-    if (v2) {
-        for (const auto& p : kernel_properties_v2())
-            if (not_applicable(p, declaration).empty()) names.push_back(p.name);
-    } else {
-        for (const auto& p : kernel_properties())
-            if (not_applicable(p, declaration).empty()) names.push_back(p.name);
-    }
+    for (const auto& [name, why] : kernel_properties_by_applicability(v2, declaration))
+        if (why.empty()) names.push_back(name);
     return names;
 }
 

@@ -58,8 +58,12 @@ std::string declare_flag(const FuzzOptions& o);
 // What a --kernel-lib kernel declares: its exported <symbol>_declaration, then the flags' items.
 KernelDeclaration declaration_of(const LoadedKernel& lk, const FuzzOptions& o);
 
-// The names of the kernel-level properties of a version 1 kernel, or of a version 2 kernel
-// with this declaration (those not_applicable to it left out).
+// Every kernel-level property of a kernel of that version with this declaration, by name, with
+// why it is not applicable to it ("" when it is: not_applicable()).
+std::vector<std::pair<std::string, std::string>> kernel_properties_by_applicability(bool v2,
+                                                                                   const KernelDeclaration& declaration);
+// The names of the kernel-level properties of a kernel of that version with this declaration
+// (those not_applicable to it left out).
 std::vector<std::string> kernel_property_names(bool v2, const KernelDeclaration& declaration);
 // The selected kernel-level properties of kernel k (version 1's or version 2's, by k.fn_v2),
 // appended to rows as `kind` rows.
