@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The kernel authors' path, end to end, from a clean build: build attncheck, install
-# it to a prefix, then build and run both examples against the INSTALLED package only:
+# The kernel authors' path, end to end: install attncheck from the Release build of the test
+# stage (build/, ci/build.sh) to a prefix, then build and run the examples against the
+# INSTALLED package only:
 #   examples/outside-project  find_package(attncheck) + a Catch2 test calling check_kernel()
 #   examples/c-kernel         a plain C kernel in a shared library, checked with
 #                             `attncheck fuzz --kernel-lib`; plus a kernel that segfaults and
@@ -10,12 +11,13 @@
 #                             paged KV) on kernel ABI version 2, checked as it is with
 #                             check_kernel() from its own test and with --kernel-lib
 # Usage: ci/examples.sh [--use-installed]
-#   --use-installed  skip the clean build and install: use the package already at the prefix
-#                    (for iterating on the examples; CI runs without it)
+#   --use-installed  skip the install: use the package already at the prefix (for iterating on
+#                    the examples; CI runs without it)
 # Environment:
 #   ATTNCHECK_PREFIX        install prefix (default /tmp/attncheck-prefix; emptied first)
-#   ATTNCHECK_EXAMPLES_DIR  the examples' build folders (default out/examples; emptied first); the
-#                           attncheck build that is installed goes to build-install/
+#   ATTNCHECK_EXAMPLES_DIR  the examples' build folders (default out/examples; emptied first)
+#   ATTNCHECK_BUILD_DIR     the build that is installed (default build; built by ci/build.sh
+#                           when it is not there yet)
 #   ATTNCHECK_JOBS          parallel build jobs (default nproc)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,17 +32,15 @@ esac
 
 prefix=$(realpath -m "${ATTNCHECK_PREFIX:-/tmp/attncheck-prefix}")
 work=$(realpath -m "${ATTNCHECK_EXAMPLES_DIR:-out/examples}")
-install_build=build-install
-rm -rf "$work" "$install_build"
+install_build=${ATTNCHECK_BUILD_DIR:-build}
+rm -rf "$work"
 [ "$use_installed" -eq 1 ] || rm -rf "$prefix"
 mkdir -p "$work"
 
 build_and_install() {
-  # Built beside build/ (same folder depth) so that ccache serves the files ci/build.sh compiled.
-  # shellcheck disable=SC2046  # the flag lists are words
-  cmake -S . -B "$install_build" -DCMAKE_BUILD_TYPE=Release $(werror_flag) $(launcher_flags) \
-    -DATTNCHECK_BUILD_TESTS=OFF -DATTNCHECK_BUILD_BENCH=OFF
-  cmake --build "$install_build" -j"$(jobs)"
+  # The test stage's build, not a second one: the installed libraries and `attncheck` are the
+  # ones the tests ran. The build is brought up to date first (a no-op after ci/build.sh).
+  ATTNCHECK_BUILD_DIR=$install_build ci/build.sh
   cmake --install "$install_build" --prefix "$prefix"
 }
 
@@ -86,7 +86,7 @@ expect_fuzz() {
 if [ "$use_installed" -eq 1 ]; then
   [ -x "$prefix/bin/attncheck" ] || { echo "examples: no attncheck installed at $prefix" >&2; exit 1; }
 else
-  stage "examples: build and install attncheck to $prefix" build_and_install
+  stage "examples: install attncheck from $install_build/ to $prefix" build_and_install
 fi
 stage "examples: outside-project (find_package + check_kernel)" outside_project
 stage "examples: c-kernel (build the shared libraries)" c_kernel_build

@@ -1,8 +1,11 @@
 # ci/lib.sh — shared helpers of the ci/ scripts (sourced, not run).
 #
 # stage NAME CMD...  runs CMD, prints "== NAME" before and "== NAME: ok|FAILED (Ns)" after, and
-# appends "NAME<TAB>seconds<TAB>status" to $ATTNCHECK_STAGE_LOG when set (.ci/run prints the
-# table at the end). It returns CMD's exit status, so `set -e` callers stop at the first failure.
+# appends "NAME<TAB>seconds<TAB>status<TAB>budget" to $ATTNCHECK_STAGE_LOG when set (.ci/run
+# prints the table at the end). It returns CMD's exit status, so `set -e` callers stop at the first failure.
+# A stage named in ci/budget.tsv has a time budget: when it is enforced (CI=true, or
+# ATTNCHECK_CI_BUDGET=on; never with ATTNCHECK_CI_BUDGET=off), a stage still running at its
+# budget is stopped, and one that ends past it fails, each with one line "CI budget: ...".
 
 # The number of parallel build jobs: every core, unless the caller says otherwise.
 jobs() { echo "${ATTNCHECK_JOBS:-$(nproc)}"; }
@@ -41,17 +44,61 @@ export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 # with -v made every compilation a miss (0.97% hits over 6,700 compilations).
 export CCACHE_COMPILERCHECK=${CCACHE_COMPILERCHECK:-"%compiler% -dumpfullversion; %compiler% -march=native -Q --help=target"}
 
+ci_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+# budget_of NAME: the budget of stage NAME in seconds (ci/budget.tsv, or the table named by
+# ATTNCHECK_CI_BUDGET_FILE: the budget's own test uses one of tiny budgets), or nothing.
+budget_of() {
+  awk -F'\t' -v name="$1" '$1 !~ /^#/ && $1 == name { print $2; exit }' \
+    "${ATTNCHECK_CI_BUDGET_FILE:-$ci_dir/budget.tsv}"
+}
+
+# Budgets are enforced in CI, where they keep the run inside its own 45 minutes; a person's own
+# run of the scripts (another machine, other load) only sees the times.
+budget_enforced() {
+  case "${ATTNCHECK_CI_BUDGET:-}" in
+    on) return 0 ;;
+    off) return 1 ;;
+  esac
+  [ "${CI:-}" = "true" ]
+}
+
+# ATTNCHECK_CI_SLOW_STAGE=NAME=SECONDS makes stage NAME sleep that long before its command, inside
+# its budget: the proof that a slow stage fails CI with the budget's message (docs/ci.md).
+injected_sleep() {
+  local spec=${ATTNCHECK_CI_SLOW_STAGE:-}
+  [ "${spec%=*}" = "$1" ] && [ -n "${spec#*=}" ] && echo "${spec#*=}"
+  return 0
+}
+
 stage() {
   local name=$1; shift
-  local start rc=0 secs status
+  local start rc=0 secs status budget="" slow
+  budget=$(budget_of "$name")
+  budget_enforced || budget=""
+  slow=$(injected_sleep "$name")
   start=$(date +%s)
-  echo "== $name"
-  "$@" || rc=$?
+  echo "== $name${budget:+ (budget ${budget} s)}"
+  [ -z "$slow" ] || echo "== $name: sleeping ${slow} s first (ATTNCHECK_CI_SLOW_STAGE)"
+  if [ -n "$budget" ] && ! declare -F "$1" >/dev/null; then
+    # timeout(1) leads its own process group and stops the whole tree (ctest and its tests).
+    timeout --kill-after=20 "$budget" bash -c 'sleep "$0" && exec "$@"' "${slow:-0}" "$@" || rc=$?
+  else
+    # A shell function (a step inside a script) runs in this shell, and is judged when it ends.
+    { [ -z "$slow" ] || sleep "$slow"; } && "$@" || rc=$?
+  fi
   secs=$(( $(date +%s) - start ))
+  if [ -n "$budget" ] && [ "$secs" -ge "$budget" ] && { [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; }; then
+    echo "CI budget: stage $name stopped after ${secs} s: its budget is ${budget} s (ci/budget.tsv)"
+    rc=124
+  elif [ -n "$budget" ] && [ "$secs" -gt "$budget" ]; then
+    echo "CI budget: stage $name took ${secs} s, over its budget of ${budget} s (ci/budget.tsv)"
+    [ "$rc" -ne 0 ] || rc=1
+  fi
   if [ "$rc" -eq 0 ]; then status=ok; else status="FAILED(rc=$rc)"; fi
-  echo "== $name: $status (${secs}s)"
+  echo "== $name: $status (${secs}s${budget:+ of ${budget}})"
   if [ -n "${ATTNCHECK_STAGE_LOG:-}" ]; then
-    printf '%s\t%s\t%s\n' "$name" "$secs" "$status" >> "$ATTNCHECK_STAGE_LOG"
+    printf '%s\t%s\t%s\t%s\n' "$name" "$secs" "$status" "$budget" >> "$ATTNCHECK_STAGE_LOG"
   fi
   return "$rc"
 }

@@ -16,6 +16,11 @@
 #   ci/perf_gate.sh --against-record this build against the record, when the fingerprints match
 #                                    (same CPU model, instruction set, CPU count); else it says so
 #                                    and passes
+#   ci/perf_gate.sh --proof-rounds M ...
+#                                    also runs, in the first M of the interleaved rounds, B with
+#                                    ATTNCHECK_INJECT_SLOWDOWN=0.5 (s-I.json beside a-I and b-I),
+#                                    for tests/gate/proof.sh --runs to judge the gate's own proof
+#                                    on the same processes (CI's stages gate and gate-proof)
 # Options: --pairs N (A/B process pairs, default 20), --repetitions N (per process, default 3,
 #   of which the fastest counts: the process is the unit of the test, see tools/perf_gate.py),
 #   --out DIR (default out/perf), --filter REGEX (the gated benchmarks), --baseline NAME.
@@ -52,6 +57,8 @@ pairs=20
 reps=3
 min_time=0.1
 mode=ab
+proof_rounds=${ATTNCHECK_GATE_PROOF_ROUNDS:-0}
+proof_slowdown=0.5
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -67,7 +74,8 @@ while [ $# -gt 0 ]; do
     --repetitions) reps=$2; shift ;;
     --min-time) min_time=$2; shift ;;
     --filter) filter=$2; shift ;;
-    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    --proof-rounds) proof_rounds=$2; shift ;;
+    -h|--help) sed -n '2,37p' "$0"; exit 0 ;;
     *) echo "perf_gate.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -79,7 +87,11 @@ if [ ! -x "$bin_b" ]; then
   exit 2
 fi
 mkdir -p "$out"
-rm -f "$out"/a-*.json "$out"/b-*.json "$out"/run-*.json
+rm -f "$out"/a-*.json "$out"/b-*.json "$out"/s-*.json "$out"/run-*.json
+if [ "$proof_rounds" -gt "$pairs" ]; then
+  echo "perf_gate.sh: --proof-rounds $proof_rounds is more than the $pairs rounds" >&2
+  exit 2
+fi
 
 # bench LABEL OUTFILE BIN [VAR=VALUE...]: one process of the gated benchmarks.
 bench() {
@@ -163,15 +175,22 @@ case "$mode" in
       --out "$out" "${threshold[@]}" ;;
   ab)
     sha=$(resolve_base) || exit 2
-    if [ -z "$sha" ]; then
+    if [ -z "$sha" ] && [ "$proof_rounds" -eq 0 ]; then
       echo "perf gate: PASS — no base commit to compare with (a first commit, or no git history);" \
            "nothing was measured"
       exit 0
+    elif [ -z "$sha" ]; then
+      # The proof still needs its processes: this build stands in for the base.
+      echo "perf gate: no base commit to compare with (a first commit, or no git history): this" \
+           "build runs as A too, for the proof's processes"
+      bin_a=$bin_b
+      a_label="this build (no base commit)"
+    else
+      echo "== perf_gate.sh: base $(git log -1 --format='%h %ci %s' "$sha" | cut -c1-100)"
+      echo "== perf_gate.sh: building the base's benchmarks"
+      bin_a=$(build_base "$sha") || exit 2
+      a_label="base $(git rev-parse --short "$sha")"
     fi
-    echo "== perf_gate.sh: base $(git log -1 --format='%h %ci %s' "$sha" | cut -c1-100)"
-    echo "== perf_gate.sh: building the base's benchmarks"
-    bin_a=$(build_base "$sha") || exit 2
-    a_label="base $(git rev-parse --short "$sha")"
     b_label="this build ($(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD 2>/dev/null || echo ' + changes'))" ;;
   binaries)
     a_label="A $bin_a"
@@ -179,12 +198,20 @@ case "$mode" in
 esac
 
 # Interleaved A/B: pair i runs A then B for odd i and B then A for even i, so a machine that
-# drifts during the run (a turbo budget, a neighbour) weighs on both sides alike.
+# drifts during the run (a turbo budget, a neighbour) weighs on both sides alike. The slowed
+# processes of the proof (S) sit next to B's in the same rounds (A B S, then S B A): the proof
+# compares B with S, the same binary with and without the injected slowdown, minutes apart at most.
+slowed() {
+  bench "round $1 of $pairs: S = $b_label with ATTNCHECK_INJECT_SLOWDOWN=$proof_slowdown (the proof)" \
+    "$out/s-$1.json" "$bin_b" "${b_env[@]}" "ATTNCHECK_INJECT_SLOWDOWN=$proof_slowdown"
+}
 for i in $(seq 1 "$pairs"); do
   if [ $(( i % 2 )) -eq 1 ]; then
     bench "pair $i of $pairs: A = $a_label" "$out/a-$i.json" "$bin_a"
     bench "pair $i of $pairs: B = $b_label" "$out/b-$i.json" "$bin_b" "${b_env[@]}"
+    [ "$i" -gt "$proof_rounds" ] || slowed "$i"
   else
+    [ "$i" -gt "$proof_rounds" ] || slowed "$i"
     bench "pair $i of $pairs: B = $b_label" "$out/b-$i.json" "$bin_b" "${b_env[@]}"
     bench "pair $i of $pairs: A = $a_label" "$out/a-$i.json" "$bin_a"
   fi
