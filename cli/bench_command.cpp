@@ -40,6 +40,7 @@ struct BenchArgs {
     int reps = 7;
     double min_time = 0.2, max_slowdown = 0.10, min_frac_peak = 0;
     std::string json;
+    bool allow_unjudged = false;
 };
 
 std::string builtin_names() {
@@ -124,6 +125,7 @@ bench::Options options_of(const BenchArgs& a) {
     o.reps = a.reps;
     o.min_time = a.min_time;
     o.max_slowdown = a.max_slowdown;
+    o.allow_unjudged = a.allow_unjudged;
     if (a.min_frac_peak > 0) o.min_frac_peak = a.min_frac_peak;
     o.json = a.json;
     check_writable(o.json);
@@ -182,6 +184,9 @@ void add_run_options(CLI::App* sub, BenchArgs& a) {
         ->check(CLI::Range(1e-6, 10.0))->type_name("FRACTION");
     sub->add_option("--json", a.json, "Write the results as Google-Benchmark-shaped JSON (tools/perf_gate.py reads it)")
         ->type_name("FILE");
+    sub->add_flag("--allow-unjudged", a.allow_unjudged,
+                  "With a baseline and fewer than 5 --reps (too few for the sign test to judge): exit 0 with the "
+                  "verdict NOT JUDGED instead of failing (for timings alone)");
 }
 
 }  // namespace
@@ -205,7 +210,8 @@ Command add_bench_command(CLI::App& app) {
         "compared.\n\n"
         "Exit: 0 done (and passed), 1 a kernel disagreed with the reference or refused a shape, or the verdict "
         "failed (a shape slower than the baseline by more than --max-slowdown with sign-test p < 0.05, or below "
-        "--min-frac-peak), 2 bad usage.\n\n"
+        "--min-frac-peak) or could not be reached (NOT JUDGED: a baseline with fewer than 5 --reps, unless "
+        "--allow-unjudged), 2 bad usage.\n\n"
         "Environment: unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set, the command runs with GOMP_SPINCOUNT=10000.");
     sub->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     add_kernel_options(sub, *a);

@@ -356,9 +356,18 @@ std::string verdict_line(const Options& o, const Result& r) {
         return out;
     };
     if (!o.baseline && !o.min_frac_peak) return "no verdict (no --baseline-kernel/--baseline-lib, no --min-frac-peak)";
-    std::string line = slower.empty() && below.empty() ? "PASS" : "FAIL";
+    // A comparison that cannot reach its significance is never a PASS: however much slower the
+    // candidate, fewer than kMinJudgedReps pairs would have let it through.
+    const bool unjudged = o.baseline && o.reps < kMinJudgedReps;
+    std::string line = !below.empty() || !slower.empty() ? "FAIL" : unjudged ? "NOT JUDGED" : "PASS";
     if (!slower.empty()) line += " — slower than the baseline by more than the allowed slowdown: " + join(slower);
     if (!below.empty()) line += " — below --min-frac-peak: " + join(below);
+    if (unjudged) {
+        std::ostringstream why;
+        why << " — the comparison with the baseline: " << o.reps << " repetitions cannot reach sign-test p < " << kAlpha
+            << " (--reps " << kMinJudgedReps << " or more)" << (o.allow_unjudged ? "; exit 0 as --allow-unjudged asks" : "");
+        line += why.str();
+    }
     return line;
 }
 
@@ -433,6 +442,7 @@ Result run(const Options& o) {
         s.below_min_frac = o.min_frac_peak && frac_bound(s, r.calibration, median(s.candidate.secs)) < *o.min_frac_peak;
         r.failed |= s.below_min_frac || (s.comparison && s.comparison->slower);
     }
+    r.failed |= o.baseline && o.reps < kMinJudgedReps && !o.allow_unjudged;
     r.verdict = verdict_line(o, r);
     return r;
 }

@@ -41,6 +41,9 @@ struct Options {
     double max_slowdown = 0.10; // a shape slower than baseline by more than this fails
     std::optional<double> min_frac_peak;  // a shape below this fraction of its bound fails
     std::string json;           // "" or the file for the Google-Benchmark-shaped JSON
+    // With a baseline and fewer than kMinJudgedReps repetitions the comparison cannot be judged:
+    // the verdict says NOT JUDGED and fails the run, unless this is set (--allow-unjudged).
+    bool allow_unjudged = false;
 };
 
 // A check, or a kernel's refusal, that stops the bench before any timing: exit code 1.
@@ -68,6 +71,10 @@ struct Comparison {
 };
 
 inline constexpr double kAlpha = 0.05;
+// The fewest interleaved pairs whose one-sided sign test can reach p < kAlpha: with n pairs the
+// smallest p is 2^-n (every pair slower), and 2^-4 = 0.0625, 2^-5 = 0.031.
+inline constexpr int kMinJudgedReps = 5;
+static_assert(1.0 / (1 << kMinJudgedReps) < kAlpha && 1.0 / (1 << (kMinJudgedReps - 1)) >= kAlpha);
 
 struct ShapeResult {
     perf::KernelShape shape;

@@ -64,6 +64,7 @@ enum class Bug {
     window_right_ignored,   // non-causal: window_right dropped (left windows only)
     table_stride_from_capacity,  // block_table rows ceil(kv_len / block_size) apart
     lse_contiguous,         // lse written as a contiguous [B, Hq, Tq], lse_stride ignored
+    block_row_pow2_mask,    // paged: key j's row in its block as j & (block_size - 1)
 };
 
 // ---- reading a problem ------------------------------------------------------------------------
@@ -140,7 +141,9 @@ std::int64_t key_row_offset(const Problem& p, const Tensor& t, int b, int hk, st
         if constexpr (bug == Bug::table_stride_from_capacity)
             table_stride = (p.kv_len + p.block_size - 1) / p.block_size;
         const std::int64_t block = p.block_table[b * table_stride + j / p.block_size];
-        return block * t.stride[0] + hk * t.stride[1] + (j % p.block_size) * row_stride;
+        std::int64_t row = j % p.block_size;
+        if constexpr (bug == Bug::block_row_pow2_mask) row = j & (p.block_size - 1);
+        return block * t.stride[0] + hk * t.stride[1] + row * row_stride;
     }
     if (p.cu_seqlens_k) {
         const std::int64_t first = bug == Bug::varlen_k_from_q ? p.cu_seqlens_q[b] : p.cu_seqlens_k[b];
@@ -478,6 +481,9 @@ std::vector<KernelEntry> zoo_v2_entries() {
         mutant("v2_lse_contiguous", "v2_tiled", tiled_kernel<Bug::lse_contiguous>,
                "lse written as a contiguous [B, Hq, Tq] (varlen: [Hq, total rows]), lse_stride ignored",
                /*reads_out_of_bounds=*/false, /*writes_out_of_bounds=*/true),
+        mutant("v2_block_row_pow2_mask", "v2_naive", naive_kernel<Bug::block_row_pow2_mask>,
+               "paged cache: a key's row in its block found as j & (block_size - 1), right only for "
+               "block sizes that are powers of two"),
     };
 }
 

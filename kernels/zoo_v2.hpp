@@ -27,7 +27,9 @@
 //     v2_varlen_k_from_q varlen with cu_seqlens_q != cu_seqlens_k; v2_bf16_read_as_f16 bf16.
 //   - v2_window_right_ignored needs a non-causal window_right that hides keys;
 //     v2_table_stride_from_capacity a paged batch of B > 1 whose block_table_stride is not
-//     ceil(kv_len / block_size); v2_lse_contiguous lse strides other than [B, Hq, Tq]'s.
+//     ceil(kv_len / block_size); v2_lse_contiguous lse strides other than [B, Hq, Tq]'s;
+//     v2_block_row_pow2_mask a paged cache whose block_size is not a power of two, with a
+//     visible key j where j & (block_size - 1) != j % block_size (block_size 3: j = 1 or 3).
 // The entries with reads_out_of_bounds may read outside k, v or block_table on some problems
 // (the four whose bug is in the addressing of the inputs), v2_lse_contiguous (writes_out_of_bounds)
 // may write outside lse: only an isolated worker may run them unguarded.

@@ -35,8 +35,9 @@ std::string cell(const PropertyResult& r) {
     std::ostringstream s;
     switch (r.status) {
         case Status::pass:
-            s << "pass (" << r.cases << " cases";
+            s << "pass (" << r.cases - r.vacuous << " cases";
             if (r.unsupported) s << ", " << r.unsupported << " unsupported";
+            if (r.vacuous) s << ", " << r.vacuous << " with nothing to check";
             s << ")";
             break;
         case Status::fail: s << "FAIL at case " << r.failed_at; break;
@@ -45,6 +46,7 @@ std::string cell(const PropertyResult& r) {
             break;
         case Status::error: s << "ERROR"; break;
         case Status::skipped: s << "skipped"; break;
+        case Status::not_applicable: s << "not applicable: " << r.message; break;
     }
     return s.str();
 }
@@ -153,7 +155,9 @@ CheckReport check(KernelUnderTest kernel, const CheckOptions& options) {
         if (!r.warning.empty()) t << "warning: " << r.property << ": " << r.warning << "\n";
     for (std::size_t i = 0; i < results.size(); ++i) {
         const PropertyResult& r = results[i];
-        if (r.status == Status::pass || (r.status == Status::not_checked && options.allow_unchecked)) continue;
+        if (r.status == Status::pass || r.status == Status::not_applicable ||
+            (r.status == Status::not_checked && options.allow_unchecked))
+            continue;
         report.failed.push_back(r.property);
         t << "\n" << r.property << " " << to_string(r.status) << " on " << name;
         if (r.status == Status::fail) t << " at case " << r.failed_at << (r.counterexample.empty() ? "" : ", shrunk to:");

@@ -93,13 +93,15 @@ std::string cell(const PropertyResult& r) {
     std::ostringstream s;
     switch (r.status) {
         case Status::pass:
-            s << "pass " << r.cases;
+            s << "pass " << r.cases - r.vacuous;
             if (r.unsupported) s << " (" << r.unsupported << " unsup)";
+            if (r.vacuous) s << " (" << r.vacuous << " n/a)";
             break;
         case Status::fail: s << "FAIL @" << r.failed_at; break;
         case Status::not_checked: s << "NOT CHECKED (" << r.cases - r.unsupported << "/" << r.cases << " supported)"; break;
         case Status::error: s << "ERROR"; break;
         case Status::skipped: s << "skipped"; break;
+        case Status::not_applicable: s << "not applicable"; break;
     }
     return s.str();
 }
@@ -173,7 +175,9 @@ void print_skipped(std::ostream& os, const std::vector<Row>& rows) {
 void print_failures(std::ostream& os, const std::vector<Row>& rows) {
     std::map<std::string, std::string> seen;
     for (const Row& r : rows)
-        if (r.result.status != Status::pass && r.result.status != Status::skipped) print_failure(os, r, seen);
+        if (r.result.status != Status::pass && r.result.status != Status::skipped &&
+            r.result.status != Status::not_applicable)
+            print_failure(os, r, seen);
 }
 
 void print_notes(std::ostream& os, const std::vector<Row>& rows) {
@@ -246,11 +250,13 @@ nlohmann::json to_json(const Row& r) {
     const PropertyResult& p = r.result;
     nlohmann::json j = {{"kind", to_string(r.kind)},         {"subject", r.subject},         {"property", p.property},
                         {"status", to_string(p.status)}, {"cases", p.cases},     {"unsupported", p.unsupported},
+                        {"vacuous", p.vacuous},
                         {"notes", p.notes},       {"seconds", p.seconds},         {"seed", r.params.seed},
                         {"max_cases", r.params.cases}};
     if (!p.note.empty()) j["note"] = p.note;
     if (!p.warning.empty()) j["warning"] = p.warning;
     if (r.capped_from) j["capped_from"] = r.capped_from;
+    if (!p.vacuous_reason.empty()) j["vacuous_reason"] = p.vacuous_reason;
     if (p.status != Status::pass) {
         j["failed_at"] = p.failed_at;
         j["message"] = p.message;
@@ -280,10 +286,13 @@ PropertyResult from_json(const nlohmann::json& j) {
                : st == "FAIL"        ? Status::fail
                : st == "not checked" ? Status::not_checked
                : st == "skipped"     ? Status::skipped
+               : st == "not applicable" ? Status::not_applicable
                                      : Status::error;
     p.warning = j.value("warning", "");
     p.cases = j.value("cases", 0);
     p.unsupported = j.value("unsupported", 0);
+    p.vacuous = j.value("vacuous", 0);
+    p.vacuous_reason = j.value("vacuous_reason", "");
     p.notes = j.value("notes", 0);
     p.note = j.value("note", "");
     p.failed_at = j.value("failed_at", 0);
@@ -320,7 +329,7 @@ std::string junit_xml(const std::vector<Row>& rows, std::uint64_t seed, double s
     for (const Row& r : rows) {
         failures += r.result.status == Status::fail || r.result.status == Status::not_checked;
         errors += r.result.status == Status::error;
-        skipped += r.result.status == Status::skipped;
+        skipped += r.result.status == Status::skipped || r.result.status == Status::not_applicable;
     }
     std::ostringstream x;
     x << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
@@ -334,7 +343,7 @@ std::string junit_xml(const std::vector<Row>& rows, std::uint64_t seed, double s
             ++n;
             f += r.result.status == Status::fail || r.result.status == Status::not_checked;
             e += r.result.status == Status::error;
-            sk += r.result.status == Status::skipped;
+            sk += r.result.status == Status::skipped || r.result.status == Status::not_applicable;
             t += r.result.seconds;
         }
         x << "  <testsuite name=\"" << xml_escape(suite) << "\" tests=\"" << n << "\" failures=\"" << f
@@ -354,7 +363,7 @@ std::string junit_xml(const std::vector<Row>& rows, std::uint64_t seed, double s
             const std::string first_line = p.message.substr(0, p.message.find('\n'));
             std::string body = p.counterexample + p.message + "\nreplay: " + replay_command(r.replay_flag, p.property, r.params) + "\n";
             if (r.library) body += "replay in a test that calls check_kernel(): " + check_kernel_replay(r) + "\n";
-            if (p.status == Status::skipped)
+            if (p.status == Status::skipped || p.status == Status::not_applicable)
                 x << "      <skipped message=\"" << xml_escape(first_line) << "\"/>\n";
             else
                 x << "      <" << (p.status == Status::error ? "error" : "failure") << " type=\"" << to_string(p.status)

@@ -477,15 +477,18 @@ BuiltV2 build_v2(const KernelCaseV2& c, const LogicalInputsV2& in, const BuildOp
         if (c.poison_invisible)
             for (int i = 0; i < c.q_lens[std::size_t(b)]; ++i)
                 for (int j = 0; j < Tk; ++j) seen[std::size_t(j)] |= c.visible(b, i, j) ? 1 : 0;
-        const float poison = c.filler == Filler::inf ? std::numeric_limits<float>::infinity()
-                                                     : std::numeric_limits<float>::quiet_NaN();
+        // Garbage for the keys no row sees: +-1024 k (k = 1..8), exact in every dtype, far from
+        // the data (a leaked weight shows), yet finite in float16 and q.k finite in float32. Its
+        // own stream: the filler's draws are the same with and without it.
+        Stream garbage_rng(c.data_seed ^ 0x6A3B5u ^ std::uint32_t(b));
+        const auto garbage = [&] { return float(1024 * garbage_rng.integer(1, 8) * (garbage_rng.integer(0, 1) ? 1 : -1)); };
         for (int h = 0; h < c.kv_heads; ++h)
             for (int j = 0; j < Tk; ++j) {
                 const bool hide = c.poison_invisible && !seen[std::size_t(j)];
                 for (int col = 0; col < c.head_dim; ++col)
-                    store_element(c.dtype, kd, kv_offset_v2(p, p.k, b, h, j, col), hide ? poison : in.k_at(b, h, j, col, c));
+                    store_element(c.dtype, kd, kv_offset_v2(p, p.k, b, h, j, col), hide ? garbage() : in.k_at(b, h, j, col, c));
                 for (int col = 0; col < c.value_dim; ++col)
-                    store_element(c.dtype, vd, kv_offset_v2(p, p.v, b, h, j, col), hide ? poison : in.v_at(b, h, j, col, c));
+                    store_element(c.dtype, vd, kv_offset_v2(p, p.v, b, h, j, col), hide ? garbage() : in.v_at(b, h, j, col, c));
             }
     }
     const std::size_t es = dtype_size(c.dtype);
@@ -952,7 +955,10 @@ KernelCaseV2 draw_case(const CaseOptionsV2& o, const KernelDeclaration& d, bool 
 
     // Layout details.
     if (c.layout.kind == LayoutKind::paged) {
-        std::vector<int> sizes = {1, 2, 4, 8, 16, 32};
+        // Any block size the ABI allows: powers of two (what most caches use) and others (vLLM's
+        // and FlashAttention's block sizes need not be powers of two), so that a kernel that
+        // finds a key's row with a mask, j & (block_size - 1), is wrong on some case.
+        std::vector<int> sizes = {1, 2, 3, 4, 5, 7, 8, 12, 16, 24, 32, 48};
         if (!d.block_sizes.empty()) sizes = widths_of(d.block_sizes);
         c.layout.block_size = *gen::elementOf(sizes).as("block_size");
         c.layout.spare_blocks = *gen::inRange(0, 4).as("spare_blocks");

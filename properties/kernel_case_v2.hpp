@@ -76,7 +76,10 @@ struct KernelCaseV2 {
     LayoutV2 layout;
     Filler filler = Filler::nan;
     // Keys inside Tk(b) that no row of the sequence sees (outside every row's window, or after
-    // the last row when causal) also hold the poison value.
+    // the last row when causal) hold large finite garbage instead of their values. Not NaN or Inf:
+    // they are real keys of a real cache (the ones a sliding window has passed), which hold finite
+    // values, and a correct kernel may read them and mask them additively (NaN + -inf is NaN).
+    // NaN and Inf go where memory may really be uninitialised: the filler above.
     bool poison_invisible = false;
 
     // Whether the layout needs every sequence to have the same Tq (the dense layouts do).

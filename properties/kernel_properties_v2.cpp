@@ -388,7 +388,8 @@ Verdict varlen_equals_separate(const KernelUnderTest& kernel, const KernelCaseV2
 
 Verdict poison_invisible(const KernelUnderTest& kernel, const KernelCaseV2& c) {
     // The reference call: finite values everywhere (padding, gaps, unused blocks), invisible keys
-    // with their ordinary values; then NaN and Inf there instead.
+    // with their ordinary values; then NaN and Inf there instead, and large finite garbage in the
+    // keys inside Tk(b) that no row sees (real keys of a real cache: finite, but not these).
     KernelCaseV2 finite = c;
     finite.filler = Filler::finite;
     finite.poison_invisible = false;
@@ -405,7 +406,7 @@ Verdict poison_invisible(const KernelUnderTest& kernel, const KernelCaseV2& c) {
                                  std::to_string(r.rc) + ") it took with finite values there");
         if (Verdict v = same_bits("", kernel, f.call, r, o,
                                   std::string("with ") + to_string(poison) +
-                                      " in every element no row reads (padding, gaps, unused blocks, keys outside the window)");
+                                      " in every element no row reads (padding, gaps, unused blocks) and garbage in the keys no row sees");
             v.failed())
             return v;
     }
@@ -438,6 +439,8 @@ Verdict capacity_invariance(const KernelUnderTest& kernel, const KernelCaseV2& c
 }
 
 Verdict split_agreement(const KernelUnderTest& kernel, const KernelCaseV2& c) {
+    // One query row (a decode step, or all a max_q_len=1 kernel takes) cannot be split.
+    if (c.q_lens[0] < 2) return Verdict::vacuous("a single query row: nothing to split");
     const First f = first_call(kernel, c);
     if (f.call.rc != 0) return unsupported(f.call.rc);
     const reference::OracleV2 o = oracle_of(kernel, c, f.in);
@@ -724,7 +727,7 @@ const std::vector<KernelPropertyV2>& kernel_properties_v2() {
         {"paged_permutation", "a paged cache under another block permutation (spare blocks, table slack) and as a contiguous cache give the same result",
          {.need_paged = true}, paged_permutation},
         {"varlen_equals_separate", "a packed variable-length batch equals one call per sequence", {.need_varlen = true}, varlen_equals_separate},
-        {"poison_invisible", "NaN or Inf in padding, gaps, unused cache blocks and keys no row sees changes nothing (bitwise when deterministic)",
+        {"poison_invisible", "NaN or Inf in padding, gaps and unused cache blocks, and garbage in keys no row sees, change nothing (bitwise when deterministic)",
          {.need_invisible = true}, poison_invisible},
         {"capacity_invariance", "the result does not depend on the cache capacity (dense rows, paged blocks and table width)", {}, capacity_invariance},
         {"split_agreement", "a prefill agrees with its rows called as chunks and decode steps, split next to tile sizes",
@@ -762,6 +765,7 @@ std::string not_applicable(const KernelPropertyV2& prop, const KernelDeclaration
         return "declared window=no with " + std::string(d.causal ? "positions=bottom_right" : "mask=none") +
                ": every key is seen by some row";
     if (prop.name == "layout_invariance" && !d.layout_any) return "declared layout=contiguous";
+    if (prop.name == "split_agreement" && d.max_q_len == 1) return "declared max_q_len=1: a single query row has nothing to split";
     return {};
 }
 

@@ -16,6 +16,7 @@ const char* to_string(Status s) {
         case Status::not_checked: return "not checked";
         case Status::error: return "ERROR";
         case Status::skipped: return "skipped";
+        case Status::not_applicable: return "not applicable";
     }
     return "?";
 }
@@ -69,8 +70,8 @@ struct CaseLoop {
     const std::function<Verdict(const CaseInfo&)>& one_case;
     const RunParams& params;
     CaseInfo at{};
-    int unsupported = 0, notes = 0;
-    std::string first_note{};
+    int unsupported = 0, vacuous = 0, notes = 0;
+    std::string first_note{}, vacuous_reason{};
     bool shrinking = false;
     bool shrink_stopped = false;
     std::chrono::steady_clock::time_point shrink_start{};
@@ -96,6 +97,14 @@ struct CaseLoop {
                 }
                 RC_TAG("unsupported");
                 return;
+            case Verdict::Kind::vacuous:
+                if (!shrinking) {
+                    ++vacuous;
+                    ++at.number;
+                    if (vacuous_reason.empty()) vacuous_reason = v.message;
+                }
+                RC_TAG("nothing to check");
+                return;
             case Verdict::Kind::fail:
                 if (!shrinking) {
                     shrinking = true;
@@ -118,6 +127,8 @@ struct CaseLoop {
 void read_success(const rc::detail::SuccessResult& success, const CaseLoop& loop, int budget, PropertyResult& out) {
     out.cases = success.numSuccess;
     out.unsupported = loop.unsupported;
+    out.vacuous = loop.vacuous;
+    out.vacuous_reason = loop.vacuous_reason;
     out.notes = loop.notes;
     out.note = loop.first_note;
     for (const auto& [tags, count] : success.distribution) {
@@ -127,7 +138,10 @@ void read_success(const rc::detail::SuccessResult& success, const CaseLoop& loop
     }
     const int supported = out.cases - out.unsupported;
     const int needed = std::min(kMinSupportedCases, budget);
-    if (out.cases > 0 && supported < needed) {
+    if (out.vacuous > 0 && out.vacuous == supported) {
+        out.status = Status::not_applicable;
+        out.message = "nothing to check on any of the " + std::to_string(out.cases) + " cases (" + out.vacuous_reason + ")";
+    } else if (out.cases > 0 && supported < needed) {
         out.status = Status::not_checked;
         out.message = "the kernel returned \"unsupported\" for " + std::to_string(out.unsupported) + " of the " +
                       std::to_string(out.cases) + " cases: " + std::to_string(supported) +

@@ -21,7 +21,8 @@ namespace attncheck::properties {
 // not_checked: too few cases were supported (the kernel refused the rest) for the property to
 // say anything: fewer than kMinSupportedCases (or than the budget, when it is smaller).
 // skipped: not run because the kernel crashed or timed out in an earlier property (isolation).
-enum class Status { pass, fail, not_checked, error, skipped };
+// not_applicable: every case had nothing for the property to check (Verdict::vacuous).
+enum class Status { pass, fail, not_checked, error, skipped, not_applicable };
 
 // A property checked on fewer supported cases than this is "not checked", never "pass".
 inline constexpr int kMinSupportedCases = 10;
@@ -53,6 +54,8 @@ struct PropertyResult {
     Status status = Status::pass;
     int cases = 0;        // cases run that passed (or were unsupported)
     int unsupported = 0;  // of those, cases the kernel refused
+    int vacuous = 0;      // of those, cases with nothing to check (Verdict::vacuous)
+    std::string vacuous_reason;  // the first such case's reason
     int notes = 0;        // passing cases with a remark (Verdict::note)
     std::string note;     // the first remark
     std::string warning;  // a passing run that checked less than asked (many unsupported cases)

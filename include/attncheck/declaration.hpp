@@ -34,10 +34,10 @@
 //   rounds_probabilities `no` (default) or `yes`: the kernel rounds the probabilities to the
 //                        problem's dtype before multiplying them by v (FlashAttention does for
 //                        f16 / bf16); the agreement bound then includes that rounding
-//   tanh_ulps            a positive integer: the accuracy, in float32 ulps, of the tanh the
-//                        kernel's softcap uses (default 2: glibc's tanhf, a correctly rounded
-//                        tanh). A GPU kernel on tanh.approx.f32 (relative error up to 2^-11)
-//                        declares 4096; the agreement bound then allows that tanh's error
+//   tanh_ulps            a positive integer k: the softcap's tanh errs by at most k 2^-23 |tanh x|
+//                        (relative, in float32 epsilons; default 2: glibc 2.36's tanhf reads 1.42
+//                        on every float, 2.19 in ulps of its result). tanh.approx.f32 (relative
+//                        error up to 2^-11) declares 4096; the agreement bound then allows it
 //
 // A declaration that contradicts itself (block_size with paged=no, an empty dtype list) is
 // rejected as malformed. mask=none with positions=bottom_right is accepted: positions still

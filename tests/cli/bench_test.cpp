@@ -80,7 +80,7 @@ TEST_CASE("bench: a built-in kernel, its table and its JSON", "[cli][bench]") {
 TEST_CASE("bench: a library kernel against a baseline, decode", "[cli][bench]") {
     TempDir dir;
     const Result r = run_ok(dir, bench({"--kernel-lib", NAIVE_KERNEL_LIB, "--symbol", "naive_attention",
-                                        "--baseline-kernel", "optimized", "--json", dir.file("ab.json")},
+                                        "--baseline-kernel", "optimized", "--allow-unjudged", "--json", dir.file("ab.json")},
                                        {"--reps", "2", "--min-time", "0.01", "--shapes", "decode-4096"}));
     INFO(r.describe());
     CHECK(has(r.out, "A/B: candidate time / baseline time"));
@@ -105,13 +105,45 @@ TEST_CASE("bench: a library kernel against a baseline, decode", "[cli][bench]") 
     CHECK(doc.at("attncheck_comparison")[0].at("slower") == false);  // 2 pairs cannot reach p < 0.05
 }
 
+TEST_CASE("bench: a comparison too short to judge is NOT JUDGED and fails (never PASS)", "[cli][bench]") {
+    // The naive library kernel is about 10 times slower than the built-in one on a 64-row chunk
+    // (a decode step reads memory as fast as any kernel: no use here): 3 pairs cannot show it
+    // (the sign test's smallest p is 2^-3), 5 can.
+    TempDir dir;
+    const std::vector<std::string> against = {"--kernel-lib", NAIVE_KERNEL_LIB, "--symbol", "naive_attention",
+                                              "--baseline-kernel", "optimized"};
+    const std::vector<std::string> quick = {"--min-time", "0.01", "--shapes", "chunk-64@1024"};
+    auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
+        a.insert(a.end(), b.begin(), b.end());
+        return a;
+    };
+    const Result three = run_cli(dir, bench(against, with(quick, {"--reps", "3"})));
+    INFO(three.describe());
+    CHECK(three.code == 1);
+    CHECK(has(three.out, "verdict: NOT JUDGED — the comparison with the baseline: 3 repetitions cannot reach sign-test p < 0.05 "
+                         "(--reps 5 or more)"));
+    CHECK_FALSE(has(three.out, "PASS"));
+
+    const Result allowed = run_cli(dir, bench(with(against, {"--allow-unjudged"}), with(quick, {"--reps", "3"})));
+    INFO(allowed.describe());
+    CHECK(allowed.code == 0);
+    CHECK(has(allowed.out, "verdict: NOT JUDGED"));
+    CHECK(has(allowed.out, "exit 0 as --allow-unjudged asks"));
+
+    const Result five = run_cli(dir, bench(against, with(quick, {"--reps", "5"})));
+    INFO(five.describe());
+    CHECK(five.code == 1);
+    CHECK(has(five.out, "verdict: FAIL — slower than the baseline by more than the allowed slowdown: chunk-64@1024"));
+    CHECK_FALSE(has(five.out, "NOT JUDGED"));
+}
+
 TEST_CASE("bench: spread-512, widely spread scores, checked and timed for a library kernel and the built-in",
           "[cli][bench]") {
     // Most weights exp(s - m) of spread-512 are below 2^-126: the naive kernel's expf returns
     // them as subnormals, the optimized kernel flushes them to 0; NUMERICS' bound admits both.
     TempDir dir;
     const Result r = run_ok(dir, bench({"--kernel-lib", NAIVE_KERNEL_LIB, "--symbol", "naive_attention",
-                                        "--baseline-kernel", "optimized", "--threads", "1", "--json", dir.file("s.json")},
+                                        "--baseline-kernel", "optimized", "--allow-unjudged", "--threads", "1", "--json", dir.file("s.json")},
                                        {"--reps", "1", "--min-time", "0.01", "--shapes", "spread-512"}));
     INFO(r.describe());
     CHECK(has(r.out, "agrees with the float64 reference on spread-512"));
@@ -182,7 +214,7 @@ TEST_CASE("bench: a version 2 kernel, in the dtype its declaration allows, again
     TempDir dir;
     // The built-in version 2 kernel allows every dtype: float32, the same values as version 1's.
     const Result builtin = run_ok(dir, bench({"--kernel", "optimized_v2", "--baseline-kernel", "optimized",
-                                              "--json", dir.file("v2.json")},
+                                              "--allow-unjudged", "--json", dir.file("v2.json")},
                                              {"--reps", "2", "--min-time", "0.01", "--shapes", "decode-4096"}));
     INFO(builtin.describe());
     CHECK(has(builtin.out, "attncheck bench: kernel optimized_v2 (ABI version 2, f32) against baseline optimized"));
@@ -200,7 +232,7 @@ TEST_CASE("bench: a version 2 kernel, in the dtype its declaration allows, again
 
     // A bfloat16-only library kernel is timed in bfloat16: half the K/V bytes of float32.
     const Result flash = run_ok(dir, bench({"--kernel-lib", FLASH_KERNEL_LIB, "--symbol", "flash_attention",
-                                            "--baseline-kernel", "optimized", "--json", dir.file("bf16.json")},
+                                            "--baseline-kernel", "optimized", "--allow-unjudged", "--json", dir.file("bf16.json")},
                                            {"--reps", "1", "--min-time", "0.01", "--shapes", "chunk-64@1024,decode-4096"}));
     INFO(flash.describe());
     CHECK(has(flash.out, ":flash_attention (ABI version 2, bf16) against baseline optimized"));

@@ -41,6 +41,10 @@ enum class Bug {
     tanh_12_bits,  // the softcap's tanhf rounded to 12 significant bits (relative error <= 2^-12, a GPU tanh.approx)
     sees_future,   // ignores the causal mask: a row sees the keys after its position (within Tk(b))
     nan_in_varlen, // writes NaN into out[0] of a packed variable-length batch (correct when called per sequence)
+    // Not a bug, a style of correct kernel: every key of Tk(b) is scored, and the mask added as
+    // -inf (PyTorch's scaled_dot_product_attention with an attn_mask). A key no row sees enters
+    // as score + (-inf): finite values there change nothing, NaN would (NaN + -inf is NaN).
+    additive_mask,
 };
 
 // tanhf with the low 12 of the 23 mantissa bits rounded away (to nearest): 12 significant bits.
@@ -77,7 +81,8 @@ int plain_kernel(const attncheck_problem_v2* pp) {
                             (p.causal || p.window_right < 0 || j <= a + p.window_right);
                     if (bug == Bug::sees_future && j < Tk)
                         v = (p.window_left < 0 || j >= a - p.window_left) && (p.causal || p.window_right < 0 || j <= a + p.window_right);
-                    if (!v && !(bug == Bug::padding_read && j >= Tk)) continue;
+                    const bool scored = v || (bug == Bug::padding_read && j >= Tk) || (bug == Bug::additive_mask && j < Tk);
+                    if (!scored) continue;
                     float dot = 0;
                     for (int c = 0; c < p.head_dim; ++c) {
                         std::int64_t qo = q_offset_v2(p, p.q, b, h, i, c);
@@ -92,8 +97,9 @@ int plain_kernel(const attncheck_problem_v2* pp) {
                     if (p.softcap > 0 && bug != Bug::softcap_skipped)
                         x = p.softcap * (bug == Bug::tanh_12_bits ? tanh_12_bits(x / p.softcap) : std::tanh(x / p.softcap));
                     if (p.alibi_slopes) x -= p.alibi_slopes[h] * float(a - j);
+                    if (bug == Bug::additive_mask && !v) x += -std::numeric_limits<float>::infinity();
                     s[std::size_t(j)] = x;
-                    vis[std::size_t(j)] = v ? 1 : 0;
+                    vis[std::size_t(j)] = v || bug == Bug::additive_mask ? 1 : 0;
                     if (v) m = std::max(m, x);
                 }
                 float sum = 0;
@@ -163,7 +169,9 @@ KernelUnderTest v2_kernel(const std::string& name, attncheck_kernel_v2_fn fn, co
 TEST_CASE("the reference kernel and a plain float32 kernel pass every v2 property", "[properties_v2]") {
     const RunParams p = params(60);
     for (const KernelUnderTest& k : {v2_kernel("reference_v2", attncheck_reference_kernel_v2),
-                                     v2_kernel("plain_f32", plain_kernel<Bug::none>)})
+                                     v2_kernel("plain_f32", plain_kernel<Bug::none>),
+                                     v2_kernel("plain_f32 (additive -inf mask over every key of Tk(b))",
+                                               plain_kernel<Bug::additive_mask>)})
         for (const KernelPropertyV2& prop : kernel_properties_v2()) {
             const PropertyResult r = run_kernel_property_v2(prop, k, p);
             INFO(report(r, k.name));
@@ -205,7 +213,7 @@ TEST_CASE("each planted v2 bug fails the property meant for it", "[properties_v2
         {v2_kernel("gqa_modulus", plain_kernel<Bug::gqa_modulus>), "gqa_equals_replicated", "replicated"},
         {v2_kernel("gqa_modulus", plain_kernel<Bug::gqa_modulus>), "agreement_v2", "float64 oracle"},
         {v2_kernel("window_2w", plain_kernel<Bug::window_2w>), "agreement_v2", "float64 oracle"},
-        {v2_kernel("window_2w", plain_kernel<Bug::window_2w>), "poison_invisible", "keys outside the window"},
+        {v2_kernel("window_2w", plain_kernel<Bug::window_2w>), "poison_invisible", "garbage in the keys no row sees"},
         {v2_kernel("padding_read", plain_kernel<Bug::padding_read>), "poison_invisible", "padding"},
         {v2_kernel("lse_log2", plain_kernel<Bug::lse_log2>), "lse", "lse"},
         {v2_kernel("write_before", plain_kernel<Bug::write_before>), "no_oob_write_v2", "at 1 element before out"},
@@ -296,6 +304,19 @@ TEST_CASE("a decode-only kernel (max_q_len=1): causality_v2 checks single rows w
     INFO(report(bad, "sees_future, max_q_len=1"));
     CHECK(bad.status == Status::fail);
     CHECK_THAT(bad.message, Catch::Contains("was") && Catch::Contains("now"));
+    // Nothing to split in a single row: not applicable by the declaration, and a run of it
+    // anyway (as check_kernel does when asked for it by name) says so instead of passing.
+    CHECK_THAT(not_applicable(property("split_agreement"), ok.declaration), Catch::Contains("nothing to split"));
+    const PropertyResult split = run_kernel_property_v2(property("split_agreement"), ok, p);
+    INFO(report(split, ok.name));
+    CHECK(split.status == Status::not_applicable);
+    CHECK(split.vacuous == split.cases);
+    CHECK_THAT(split.message, Catch::Contains("nothing to check on any of the") && Catch::Contains("nothing to split"));
+    // A kernel that takes prefills counts only the cases with rows to split.
+    const PropertyResult full = run_kernel_property_v2(property("split_agreement"), v2_kernel("reference_v2", attncheck_reference_kernel_v2), p);
+    INFO(report(full, "reference_v2"));
+    CHECK(full.status == Status::pass);
+    CHECK(full.vacuous < full.cases);
     // Bottom-right positions leave no key after a single row: not applicable.
     CHECK_THAT(not_applicable(property("causality_v2"), KernelDeclaration::parse("max_q_len=1; positions=bottom_right")),
                Catch::Contains("max_q_len=1"));

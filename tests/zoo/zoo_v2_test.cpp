@@ -671,6 +671,16 @@ TEST_CASE("v2 mutant: block_table rows apart by the capacity's block count") {
     mutant_is_its_bug("v2_table_stride_from_capacity", shows, {one_sequence, dense});
 }
 
+TEST_CASE("v2 mutant: a key's row in its block by a power-of-two mask") {
+    // Block size 12: key 4's row is 4 % 12 = 4, but 4 & 11 = 0 (key 9's is 9 either way).
+    Spec shows; shows.mode = Mode::paged, shows.block_size = 12;
+    shows.q_rows = {1}, shows.keys = {30}, shows.q_pos = {29};
+    Spec pow2 = shows; pow2.block_size = 16;  // right for every power of two
+    Spec one = shows; one.block_size = 1;
+    Spec dense = shows; dense.mode = Mode::dense;
+    mutant_is_its_bug("v2_block_row_pow2_mask", shows, {pow2, one, dense});
+}
+
 TEST_CASE("v2 mutant: lse strides ignored") {
     Spec shows = prefill(10); shows.lse_rows_outer = true;
     Spec varlen; varlen.mode = Mode::varlen; varlen.q_rows = {3, 5}, varlen.keys = {3, 5}, varlen.q_pos = {0, 0};
