@@ -2,7 +2,8 @@
 #
 # stage NAME CMD...  runs CMD, prints "== NAME" before and "== NAME: ok|FAILED (Ns)" after, and
 # appends "NAME<TAB>seconds<TAB>status<TAB>budget" to $ATTNCHECK_STAGE_LOG when set (.ci/run
-# prints the table at the end). It returns CMD's exit status, so `set -e` callers stop at the first failure.
+# prints the table at the end). It returns CMD's exit status, so `set -e` callers stop at the
+# first failure.
 # A stage named in ci/budget.tsv has a time budget: when it is enforced (CI=true, or
 # ATTNCHECK_CI_BUDGET=on; never with ATTNCHECK_CI_BUDGET=off), a stage still running at its
 # budget is stopped, and one that ends past it fails, each with one line "CI budget: ...".

@@ -90,7 +90,7 @@ void print_comparison(const Options& o, const Result& r) {
                     median(s.candidate.secs) * 1e3, median(s.baseline.secs) * 1e3, c.median_ratio, c.pairs_over,
                     c.ratios.size(), c.p_value, c.slower ? "SLOWER" : "ok");
     }
-    if (o.reps < kMinJudgedReps)
+    if (comparison_unjudged(o))
         std::printf("note: with %d repetitions the sign test cannot reach p < %.2g (%d or more are needed): "
                     "no shape can be judged slower, and the verdict is NOT JUDGED\n", o.reps, kAlpha, kMinJudgedReps);
 }

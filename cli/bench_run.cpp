@@ -358,7 +358,7 @@ std::string verdict_line(const Options& o, const Result& r) {
     if (!o.baseline && !o.min_frac_peak) return "no verdict (no --baseline-kernel/--baseline-lib, no --min-frac-peak)";
     // A comparison that cannot reach its significance is never a PASS: however much slower the
     // candidate, fewer than kMinJudgedReps pairs would have let it through.
-    const bool unjudged = o.baseline && o.reps < kMinJudgedReps;
+    const bool unjudged = comparison_unjudged(o);
     std::string line = !below.empty() || !slower.empty() ? "FAIL" : unjudged ? "NOT JUDGED" : "PASS";
     if (!slower.empty()) line += " — slower than the baseline by more than the allowed slowdown: " + join(slower);
     if (!below.empty()) line += " — below --min-frac-peak: " + join(below);
@@ -442,7 +442,7 @@ Result run(const Options& o) {
         s.below_min_frac = o.min_frac_peak && frac_bound(s, r.calibration, median(s.candidate.secs)) < *o.min_frac_peak;
         r.failed |= s.below_min_frac || (s.comparison && s.comparison->slower);
     }
-    r.failed |= o.baseline && o.reps < kMinJudgedReps && !o.allow_unjudged;
+    r.failed |= comparison_unjudged(o) && !o.allow_unjudged;
     r.verdict = verdict_line(o, r);
     return r;
 }

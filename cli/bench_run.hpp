@@ -75,6 +75,8 @@ inline constexpr double kAlpha = 0.05;
 // smallest p is 2^-n (every pair slower), and 2^-4 = 0.0625, 2^-5 = 0.031.
 inline constexpr int kMinJudgedReps = 5;
 static_assert(1.0 / (1 << kMinJudgedReps) < kAlpha && 1.0 / (1 << (kMinJudgedReps - 1)) >= kAlpha);
+// A comparison with a baseline that too few repetitions leave unjudged (verdict NOT JUDGED).
+inline bool comparison_unjudged(const Options& o) { return o.baseline && o.reps < kMinJudgedReps; }
 
 struct ShapeResult {
     perf::KernelShape shape;

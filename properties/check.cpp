@@ -155,9 +155,7 @@ CheckReport check(KernelUnderTest kernel, const CheckOptions& options) {
         if (!r.warning.empty()) t << "warning: " << r.property << ": " << r.warning << "\n";
     for (std::size_t i = 0; i < results.size(); ++i) {
         const PropertyResult& r = results[i];
-        if (r.status == Status::pass || r.status == Status::not_applicable ||
-            (r.status == Status::not_checked && options.allow_unchecked))
-            continue;
+        if (!fails_run(r.status, options.allow_unchecked)) continue;
         report.failed.push_back(r.property);
         t << "\n" << r.property << " " << to_string(r.status) << " on " << name;
         if (r.status == Status::fail) t << " at case " << r.failed_at << (r.counterexample.empty() ? "" : ", shrunk to:");

@@ -21,6 +21,10 @@ const char* to_string(Status s) {
     return "?";
 }
 
+bool fails_run(Status s, bool allow_unchecked) {
+    return s != Status::pass && s != Status::not_applicable && !(s == Status::not_checked && allow_unchecked);
+}
+
 namespace {
 
 // Counts finished cases for the progress line, and keeps the latest failure (the first, then

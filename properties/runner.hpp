@@ -29,6 +29,9 @@ inline constexpr int kMinSupportedCases = 10;
 // A passing property whose kernel refused more than this fraction of its cases carries a warning.
 inline constexpr double kWarnUnsupportedFraction = 0.2;
 const char* to_string(Status s);
+// Whether a property's status fails the run: anything but pass and not applicable, except
+// "not checked" when the caller allows it (--allow-unchecked, CheckOptions::allow_unchecked).
+bool fails_run(Status s, bool allow_unchecked);
 
 struct RunParams {
     std::uint64_t seed = 0;
