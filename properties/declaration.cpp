@@ -152,11 +152,15 @@ void KernelDeclaration::apply(const std::string& text) {
             rounds_probabilities = parse_yes_no(item, value);
         } else if (key == "tanh_ulps") {
             tanh_ulps = parse_positive(item, value);
+        } else if (key == "padding_values") {
+            if (value == "any") padding_finite = false;
+            else if (value == "finite") padding_finite = true;
+            else bad(item, "expected any or finite, got '" + value + "'");
         } else {
             bad(item, "unknown key '" + key +
                           "' (known: head_dim, value_dim, max_kv_len, max_q_len, max_batch, max_heads, mask, padding, "
                           "empty_rows, deterministic, dtype, gqa, layout, positions, varlen, paged, block_size, window, "
-                          "softcap, alibi, lse, rounds_probabilities, tanh_ulps)");
+                          "softcap, alibi, lse, rounds_probabilities, tanh_ulps, padding_values)");
         }
     }
     // Contradictions between items, whatever their order.
@@ -204,6 +208,7 @@ std::string KernelDeclaration::to_string() const {
     if (!lse) items.push_back("lse=no");
     if (rounds_probabilities) items.push_back("rounds_probabilities=yes");
     if (tanh_ulps != kDefaultTanhUlps) items.push_back("tanh_ulps=" + std::to_string(tanh_ulps));
+    if (padding_finite) items.push_back("padding_values=finite");
     std::string s;
     for (const auto& i : items) s += (s.empty() ? "" : "; ") + i;
     return s;

@@ -36,6 +36,7 @@ const char* to_string(Filler f) {
         case Filler::nan: return "nan";
         case Filler::inf: return "inf";
         case Filler::finite: return "finite";
+        case Filler::large: return "large finite garbage";
     }
     return "?";
 }
@@ -291,6 +292,7 @@ float filler_value(Filler f, Stream& rng) {
         case Filler::nan: return std::numeric_limits<float>::quiet_NaN();
         case Filler::inf: return std::numeric_limits<float>::infinity();
         case Filler::finite: return float(rng.integer(-8, 8));
+        case Filler::large: return float(1024 * rng.integer(1, 8) * (rng.integer(0, 1) ? 1 : -1));
     }
     return 0.0f;
 }
@@ -481,7 +483,7 @@ BuiltV2 build_v2(const KernelCaseV2& c, const LogicalInputsV2& in, const BuildOp
         // the data (a leaked weight shows), yet finite in float16 and q.k finite in float32. Its
         // own stream: the filler's draws are the same with and without it.
         Stream garbage_rng(c.data_seed ^ 0x6A3B5u ^ std::uint32_t(b));
-        const auto garbage = [&] { return float(1024 * garbage_rng.integer(1, 8) * (garbage_rng.integer(0, 1) ? 1 : -1)); };
+        const auto garbage = [&] { return filler_value(Filler::large, garbage_rng); };
         for (int h = 0; h < c.kv_heads; ++h)
             for (int j = 0; j < Tk; ++j) {
                 const bool hide = c.poison_invisible && !seen[std::size_t(j)];
@@ -970,7 +972,7 @@ KernelCaseV2 draw_case(const CaseOptionsV2& o, const KernelDeclaration& d, bool 
     } else if (dense && d.padding) {
         c.layout.kv_capacity = c.max_kv_len() + pick<int>({{3, 0}, {1, 1}, {1, 7}}, "kv_capacity extra");
     }
-    c.filler = pick<Filler>({{3, Filler::nan}, {1, Filler::inf}}, "filler");
+    c.filler = d.padding_finite ? Filler::finite : pick<Filler>({{3, Filler::nan}, {1, Filler::inf}}, "filler");
     c.data_seed = *gen::arbitrary<std::uint32_t>().as("data_seed");
     return c;
 }

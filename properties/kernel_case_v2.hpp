@@ -55,8 +55,9 @@ struct LayoutV2 {
     bool varlen_contiguous = false;
 };
 
-// What fills the input elements outside the logical problem (gaps, padding, unused blocks).
-enum class Filler { nan, inf, finite };
+// What fills the input elements outside the logical problem (gaps, padding, unused blocks):
+// NaN, Inf, small integers, or large finite garbage (+-1024 k).
+enum class Filler { nan, inf, finite, large };
 const char* to_string(Filler f);
 
 struct KernelCaseV2 {

@@ -41,4 +41,8 @@ const std::vector<KernelPropertyV2>& kernel_properties_v2();
 // says "not applicable"): a kernel that honestly declares less is not reported "not checked".
 std::string not_applicable(const KernelPropertyV2& prop, const KernelDeclaration& declaration);
 
+// What `prop` leaves untried because of what a kernel declares ("" when nothing), e.g. NaN in
+// padding under padding_values=finite. run_kernel_property_v2 reports it as the run's warning.
+std::string untried(const KernelPropertyV2& prop, const KernelDeclaration& declaration);
+
 }  // namespace attncheck::properties

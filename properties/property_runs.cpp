@@ -62,7 +62,7 @@ PropertyResult run_kernel_property(const KernelProperty& prop, const KernelUnder
 PropertyResult run_kernel_property_v2(const KernelPropertyV2& prop, const KernelUnderTest& k, const RunParams& params,
                                       const Progress& progress, const WorkerChannel* channel) {
     const rc::Gen<KernelCaseV2> gen = gen_kernel_case_v2(prop.options, k.declaration);
-    return run_property(
+    PropertyResult result = run_property(
         prop.name,
         [&](const CaseInfo& at) {
             const KernelCaseV2 c = *gen.as("case");
@@ -81,6 +81,9 @@ PropertyResult run_kernel_property_v2(const KernelPropertyV2& prop, const Kernel
             return exception_is_failure([&] { return prop.check(k, c); });
         },
         params, progress);
+    if (const std::string u = untried(prop, k.declaration); !u.empty())
+        result.warning = result.warning.empty() ? u : result.warning + "; " + u;
+    return result;
 }
 
 PropertyResult run_decoder_property(const DecoderProperty& prop, const DecoderUnderTest& d, const RunParams& params,

@@ -20,13 +20,13 @@
 #include <string>
 
 #include "attncheck/problem_v2.hpp"
+#include "reference/error_bound.hpp"
 
 namespace attncheck::reference {
 
 namespace {
 
-constexpr double u = 0x1p-24;
-constexpr double kMinNormal32 = 0x1p-126;
+constexpr double u = kUnitRoundoff32;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // The absolute error a rounding to `dtype` may make on a number too small for the dtype's
@@ -126,7 +126,8 @@ void attend_row(const attncheck_problem_v2& p, const OracleV2Options& options, i
     // log2 times ln 2 of a few ulps: 6u |log z|; the add of the maximum (in base 2: the maximum
     // times log2 e, the sum times ln 2): 4u (|lse| + |m|); weights flushed under 2^-126 move z
     // (>= 1) by n 2^-126. A kernel that sums the probabilities rounded to the dtype moves z by
-    // a relative ud + n tiny(dtype) more, its log by 1.1 times that.
+    // a relative ud + n tiny(dtype) more, its log by 1.1 times that. A merge of chunks through
+    // their float32 lse adds split_merge_lse_term (error_bound.hpp).
     const double nn = double(n);
     const double ud = unit_roundoff(p.dtype);
     const bool narrow = p.dtype != ATTNCHECK_DTYPE_F32;
@@ -134,7 +135,7 @@ void attend_row(const attncheck_problem_v2& p, const OracleV2Options& options, i
     const double log_z = std::log(z);
     o.lse[r] = m + log_z;
     o.lse_bound[r] = std::min(std::exp(E) * weighted_e, E) + u * (3.0 * nn + 9.0) + 6.0 * u * std::abs(log_z) +
-                     4.0 * u * (std::abs(o.lse[r]) + std::abs(m)) + nn * kMinNormal32 +
+                     4.0 * u * (std::abs(o.lse[r]) + std::abs(m)) + split_merge_lse_term(nn, o.lse[r]) + nn * kMinNormal32 +
                      (p_rounded ? 1.1 * (ud + nn * tiny_rounding(p.dtype)) : 0.0);
 
     // The output, column by column (docs/numerics.md 1.1 and 4.3):
@@ -143,6 +144,8 @@ void attend_row(const attncheck_problem_v2& p, const OracleV2Options& options, i
     //   and its output o~ (|o~| <= |o| + first): sum_j p~_j |v_j| <= M = min(e^{2E} sum_j p_j |v_j|,
     //   max_j |v_j|).
     //   arithmetic     u (3n + 8) (M + |o| + first)
+    //   a merge of normalised chunks through their lse: split_merge_output (error_bound.hpp),
+    //                  of M and of max_j |v_j|
     //   underflow      (n + 2) 2^-126 (max_j |v_j| + 1)
     //   probabilities rounded to the dtype before P V (when declared):
     //                  1.1 ud (M + |o| + first) + n tiny(dtype) max_j |v_j|
@@ -150,6 +153,7 @@ void attend_row(const attncheck_problem_v2& p, const OracleV2Options& options, i
     const int hk = kv_head_of(p, h);
     const double growth = std::exp(2.0 * E);
     const double arith = u * (3.0 * nn + 8.0);
+    const SplitMerge merge = split_merge_output(nn, o.lse[r]);
     std::vector<double> v(n);
     for (std::size_t c = 0; c < Dv; ++c) {
         double out = 0;
@@ -167,7 +171,7 @@ void attend_row(const attncheck_problem_v2& p, const OracleV2Options& options, i
         const double first = (std::isfinite(growth) && growth < 2.0) ? std::min(growth * soft, cap) : cap;
         const double M = std::isfinite(growth) ? std::min(growth * mag, vmax) : vmax;
         const double weighted = M + std::abs(out) + first;
-        double bound = first + arith * weighted + (nn + 2.0) * kMinNormal32 * (vmax + 1.0);
+        double bound = first + arith * weighted + merge.magnitude * M + merge.largest * vmax + (nn + 2.0) * kMinNormal32 * (vmax + 1.0);
         if (p_rounded) bound += 1.1 * ud * weighted + nn * tiny_rounding(p.dtype) * vmax;
         if (narrow) bound += ud * (std::abs(out) + bound) + tiny_rounding(p.dtype);
         o.out[r * Dv + c] = out;

@@ -19,6 +19,18 @@ namespace attncheck::reference {
 
 double gamma32(double n) { return n * kUnitRoundoff32 / (1.0 - n * kUnitRoundoff32); }
 
+// The weights' relative error eta is first order in u; |e^eta - 1| <= eta e^eta makes it exact.
+SplitMerge split_merge_output(double n, double lse) {
+    const double ln_n = std::log(n);
+    const double eta = kUnitRoundoff32 * (6.0 * n + 16.0 * std::abs(lse) + 24.0 * ln_n + 16.0);
+    const double grow = std::exp(eta + kUnitRoundoff32 * 10.0 * ln_n);
+    return {eta * grow, kUnitRoundoff32 * 10.0 * ln_n * grow};
+}
+
+double split_merge_lse_term(double n, double lse) {
+    return kUnitRoundoff32 * (n + 16.0 * std::abs(lse) + 30.0 * std::log(n) + 8.0);
+}
+
 namespace {
 
 constexpr double u = kUnitRoundoff32;
@@ -193,6 +205,8 @@ void activate(Activation a, BoundedMatrix& m) {
 //     |delta o_ic| <= e^{2E} (sum_j p_ij e_ij |v_jc - o_ic| + sum_j p_ij e(v_jc))
 //   without linearisation. Then the sums of the normalisation and of p v, in any order, with
 //   online rescaling and a split-KV merge: u (3n + 8) (sum_j p_ij (|v_jc| + e(v_jc)) + |o_ic|);
+//   a merge of normalised partials through their float32 lse (flash-decoding) adds
+//   split_merge_output (error_bound.hpp) of sum_j p_ij (|v_jc| + e(v_jc)) and max_j |v_jc|;
 //   and float32 underflow (gradual or flushed) of the weights and products:
 //   (n + 2) 2^-126 (max_j |v_jc| + 1).
 //   Where E is so large that e^{2E} loses meaning, the output being a convex combination of the
@@ -233,6 +247,7 @@ BoundedMatrix attend_head_bounded(const BoundedMatrix& q, const BoundedMatrix& k
         }
         for (std::size_t j = 0; j < Tk; ++j) p[j] = visible[j] ? p[j] / sum : 0.0;
         const double arith = u * (3.0 * double(n) + 8.0);
+        const SplitMerge merge = split_merge_output(double(n), m + std::log(sum));
         const double growth = std::exp(2.0 * E);
         for (std::size_t c = 0; c < Dv; ++c) {
             double o = 0;
@@ -249,7 +264,8 @@ BoundedMatrix attend_head_bounded(const BoundedMatrix& q, const BoundedMatrix& k
             }
             const double first = (std::isfinite(growth) && growth < 2.0) ? std::min(growth * soft, cap) : cap;
             out.x(i, c) = o;
-            out.e(i, c) = first + arith * (mag + std::abs(o)) + (double(n) + 2.0) * kMinNormal32 * (vmax + 1.0);
+            out.e(i, c) = first + arith * (mag + std::abs(o)) + merge.magnitude * mag +
+                          merge.largest * vmax + (double(n) + 2.0) * kMinNormal32 * (vmax + 1.0);
         }
     }
     return out;

@@ -28,6 +28,21 @@ inline constexpr double kUnitRoundoff32 = 0x1p-24;
 inline constexpr double kMinNormal32 = 0x1p-126;
 double gamma32(double n);
 
+// A kernel may split a row's n visible keys into chunks and merge them the way flash-decoding
+// does: each chunk returns its normalised output o_c and a float32 lse_c, and the result is
+// sum_c exp(lse_c - lse) o_c with lse = log sum_c exp(lse_c). Nothing divides by a sum of those
+// weights, so the float32 errors of the lse_c, of lse and of the exponents reach the output
+// uncancelled, relative to the weights. docs/numerics.md (1.1, step 3b) derives what such a
+// merge adds for a row of n visible keys and log-sum-exp lse, in units of u:
+//   output: (6n + 16 |lse| + 24 ln n + 16) sum_j p_j |v_jc| + 10 ln n max_j |v_jc|
+//   lse:    n + 16 |lse| + 30 ln n + 8
+struct SplitMerge {
+    double magnitude;  // the factor of sum_j p_j |v_jc|
+    double largest;    // the factor of max_j |v_jc|
+};
+SplitMerge split_merge_output(double n, double lse);
+double split_merge_lse_term(double n, double lse);
+
 // Row-major matrix of float64 values with, element by element, a bound on the error of a float32
 // evaluation (0 for exact inputs).
 struct BoundedMatrix {

@@ -38,6 +38,11 @@
 //                        (relative, in float32 epsilons; default 2: glibc 2.36's tanhf reads 1.42
 //                        on every float, 2.19 in ulps of its result). tanh.approx.f32 (relative
 //                        error up to 2^-11) declares 4096; the agreement bound then allows it
+//   padding_values       `any` (default: memory no row reads - padding past a sequence's keys,
+//                        gaps, unused blocks - may hold NaN or Inf, as uninitialised memory does)
+//                        or `finite` (the kernel needs finite numbers there, e.g. it multiplies
+//                        them by a zero weight): the suite then puts large finite garbage there
+//                        instead, and poison_invisible's report says NaN and Inf were not tried
 //
 // A declaration that contradicts itself (block_size with paged=no, an empty dtype list) is
 // rejected as malformed. mask=none with positions=bottom_right is accepted: positions still
@@ -83,6 +88,7 @@ struct KernelDeclaration {
     // The float32 ulps of the softcap's tanh (reference::OracleV2Options::tanh_ulps).
     static constexpr int kDefaultTanhUlps = 2;
     int tanh_ulps = kDefaultTanhUlps;
+    bool padding_finite = false;  // padding_values=finite
 
     // True when the declaration says nothing beyond the ABI's defaults.
     bool is_default() const;

@@ -10,7 +10,10 @@
  *     int my_kernel(const attncheck_problem_v2* p);
  * and a library says it is version 2 by exporting `<symbol>_abi_version` (or the library-wide
  * `attncheck_abi_version`) = 2. It returns ATTNCHECK_OK (0), or nonzero for a problem it does
- * not support. It must not write outside out and lse, change its inputs, or read outside them.
+ * not support, as a whole: a decode-only kernel refuses a varlen batch in which any sequence
+ * has more than one query row. It must not write outside out and lse, change its inputs, or
+ * read outside them. Memory no row reads (padding past a sequence's keys, gaps between rows,
+ * unused blocks) may hold NaN or Inf, as uninitialised memory does.
  *
  * Room to grow: struct_size is sizeof(attncheck_problem_v2) as the caller built it, so later
  * minor versions append fields after the last one here, and a kernel built against this
@@ -82,6 +85,8 @@ typedef struct attncheck_problem_v2 {
      *   causal:           j <= a
      *   window_left >= 0: j >= a - window_left      (-1: no left limit)
      *   window_right >= 0 (non-causal only): j <= a + window_right  (-1: no right limit)
+     * A causal problem has window_right = -1 (the mask is its right limit); one with both set
+     * is malformed and should be refused.
      * A window of w keys to the left means exactly w + 1 keys with the diagonal. */
     int32_t causal;
     int32_t window_left;

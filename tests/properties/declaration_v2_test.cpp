@@ -92,6 +92,16 @@ TEST_CASE("tanh_ulps: the softcap tanh's accuracy, parsed, printed back and vali
     CHECK_THAT(message("tanh_ulp=4"), Catch::Contains("unknown key") && Catch::Contains("tanh_ulps"));
 }
 
+TEST_CASE("padding_values: parsed, printed back and validated", "[declaration][v2]") {
+    CHECK_FALSE(KernelDeclaration{}.padding_finite);
+    const KernelDeclaration d = KernelDeclaration::parse("padding_values=finite");
+    CHECK(d.padding_finite);
+    CHECK(d.to_string() == "padding_values=finite");
+    CHECK(KernelDeclaration::parse(d.to_string()).padding_finite);
+    CHECK(KernelDeclaration::parse("padding_values=any").is_default());
+    CHECK_THAT(message("padding_values=zero"), Catch::Contains("'padding_values=zero'") && Catch::Contains("any or finite"));
+}
+
 TEST_CASE("unsupported_reason names the v2 feature a problem uses and the kernel does not declare", "[declaration][v2]") {
     const KernelCaseV2 c = small_case();
     CHECK(reason(KernelDeclaration{}, c).empty());

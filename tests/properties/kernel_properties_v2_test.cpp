@@ -41,6 +41,7 @@ enum class Bug {
     tanh_12_bits,  // the softcap's tanhf rounded to 12 significant bits (relative error <= 2^-12, a GPU tanh.approx)
     sees_future,   // ignores the causal mask: a row sees the keys after its position (within Tk(b))
     nan_in_varlen, // writes NaN into out[0] of a packed variable-length batch (correct when called per sequence)
+    skips_key0,    // key 0 never enters a row at a position past 0 (a mask off by one at the start)
     // Not a bug, a style of correct kernel: every key of Tk(b) is scored, and the mask added as
     // -inf (PyTorch's scaled_dot_product_attention with an attn_mask). A key no row sees enters
     // as score + (-inf): finite values there change nothing, NaN would (NaN + -inf is NaN).
@@ -79,6 +80,7 @@ int plain_kernel(const attncheck_problem_v2* pp) {
                     if (bug == Bug::window_2w && j < Tk && p.window_left >= 0)
                         v = (!p.causal || j <= a) && j >= a - 2 * p.window_left &&
                             (p.causal || p.window_right < 0 || j <= a + p.window_right);
+                    if (bug == Bug::skips_key0 && j == 0 && a > 0) v = false;
                     if (bug == Bug::sees_future && j < Tk)
                         v = (p.window_left < 0 || j >= a - p.window_left) && (p.causal || p.window_right < 0 || j <= a + p.window_right);
                     const bool scored = v || (bug == Bug::padding_read && j >= Tk) || (bug == Bug::additive_mask && j < Tk);
@@ -127,6 +129,83 @@ int plain_kernel(const attncheck_problem_v2* pp) {
     return 0;
 }
 
+// Correct float32 kernels that split each row's visible keys into chunks of kChunk keys (not a
+// power of two) and merge them in the two ways split-KV kernels do:
+//   rescaled    each chunk's maximum, sum and unnormalised P V, rescaled to the largest maximum
+//               and divided once at the end;
+//   normalised  flash-decoding (FlashAttention-2's combine): each chunk's normalised output o_c
+//               and float32 lse_c, lse = M + log sum_c exp(lse_c - M), o = sum_c exp(lse_c - lse) o_c.
+enum class Merge { rescaled, normalised };
+constexpr std::size_t kChunk = 5;
+
+template <Merge merge>
+int split_kernel(const attncheck_problem_v2* pp) {
+    const attncheck_problem_v2& p = *pp;
+    if (!problem_v2_error(p).empty()) return 1;
+    const float inf = std::numeric_limits<float>::infinity();
+    const std::size_t Dv = std::size_t(p.value_dim);
+    for (int b = 0; b < p.batch; ++b)
+        for (int h = 0; h < p.q_heads; ++h) {
+            const int hk = h / (p.q_heads / p.kv_heads);
+            for (int i = 0; i < q_len_of(p, b); ++i) {
+                const float a = float(std::int64_t(p.q_pos[b]) + i);
+                std::vector<int> js;
+                std::vector<float> s;
+                for (int j = 0; j < kv_len_of(p, b); ++j) {
+                    if (!visible_v2(p, b, i, j)) continue;
+                    float dot = 0;
+                    for (int c = 0; c < p.head_dim; ++c)
+                        dot += load_element(p.dtype, p.q.data, q_offset_v2(p, p.q, b, h, i, c)) *
+                               load_element(p.dtype, p.k.data, kv_offset_v2(p, p.k, b, hk, j, c));
+                    float x = p.scale * dot;
+                    if (p.softcap > 0) x = p.softcap * std::tanh(x / p.softcap);
+                    if (p.alibi_slopes) x -= p.alibi_slopes[h] * (a - float(j));
+                    js.push_back(j);
+                    s.push_back(x);
+                }
+                // Each chunk's maximum m, sum of weights l and unnormalised P V.
+                const std::size_t chunks = (js.size() + kChunk - 1) / kChunk;
+                std::vector<float> m(chunks, -inf), l(chunks, 0.0f);
+                std::vector<std::vector<float>> pv(chunks, std::vector<float>(Dv, 0.0f));
+                for (std::size_t t = 0; t < js.size(); ++t) m[t / kChunk] = std::max(m[t / kChunk], s[t]);
+                for (std::size_t t = 0; t < js.size(); ++t) {
+                    const std::size_t c = t / kChunk;
+                    const float w = std::exp(s[t] - m[c]);
+                    l[c] += w;
+                    for (std::size_t d = 0; d < Dv; ++d)
+                        pv[c][d] += w * load_element(p.dtype, p.v.data, kv_offset_v2(p, p.v, b, hk, js[t], int(d)));
+                }
+                std::vector<float> out(Dv, 0.0f);
+                float lse = -inf;
+                if (chunks > 0 && merge == Merge::rescaled) {
+                    const float M = *std::max_element(m.begin(), m.end());
+                    float sum = 0;
+                    for (std::size_t c = 0; c < chunks; ++c) {
+                        const float w = std::exp(m[c] - M);
+                        sum += w * l[c];
+                        for (std::size_t d = 0; d < Dv; ++d) out[d] += w * pv[c][d];
+                    }
+                    for (float& o : out) o /= sum;
+                    lse = M + std::log(sum);
+                } else if (chunks > 0) {
+                    std::vector<float> lse_c(chunks);
+                    for (std::size_t c = 0; c < chunks; ++c) lse_c[c] = m[c] + std::log(l[c]);
+                    const float M = *std::max_element(lse_c.begin(), lse_c.end());
+                    float sum = 0;
+                    for (const float x : lse_c) sum += std::exp(x - M);
+                    lse = M + std::log(sum);
+                    for (std::size_t c = 0; c < chunks; ++c) {
+                        const float w = std::exp(lse_c[c] - lse);
+                        for (std::size_t d = 0; d < Dv; ++d) out[d] += w * (pv[c][d] / l[c]);
+                    }
+                }
+                for (std::size_t d = 0; d < Dv; ++d) store_element(p.dtype, p.out.data, q_offset_v2(p, p.out, b, h, i, int(d)), out[d]);
+                if (p.lse) p.lse[lse_offset_v2(p, b, h, i)] = lse;
+            }
+        }
+    return 0;
+}
+
 // A kernel (the reference kernel by default) refusing (returning 2) every problem outside
 // declaration `which` of kRefusing, as a kernel that declares honestly does.
 constexpr const char* kRefusing[] = {"layout=contiguous", "max_q_len=1", "value_dim=4..8", "value_dim=3"};
@@ -171,7 +250,9 @@ TEST_CASE("the reference kernel and a plain float32 kernel pass every v2 propert
     for (const KernelUnderTest& k : {v2_kernel("reference_v2", attncheck_reference_kernel_v2),
                                      v2_kernel("plain_f32", plain_kernel<Bug::none>),
                                      v2_kernel("plain_f32 (additive -inf mask over every key of Tk(b))",
-                                               plain_kernel<Bug::additive_mask>)})
+                                               plain_kernel<Bug::additive_mask>),
+                                     v2_kernel("split_kv (chunks rescaled, one division)", split_kernel<Merge::rescaled>),
+                                     v2_kernel("split_kv (normalised chunks merged by lse)", split_kernel<Merge::normalised>)})
         for (const KernelPropertyV2& prop : kernel_properties_v2()) {
             const PropertyResult r = run_kernel_property_v2(prop, k, p);
             INFO(report(r, k.name));
@@ -338,6 +419,39 @@ TEST_CASE("softcap_bound stays within a declared value_dim, reading the keys ove
     INFO(report(bad, "softcap_skipped, value_dim=3"));
     CHECK(bad.status == Status::fail);
     CHECK_THAT(bad.message, Catch::Contains("outside [-softcap, softcap]"));
+}
+
+TEST_CASE("padding_values=finite: a kernel that weighs padding by 0 passes and the report says NaN was not tried", "[properties_v2]") {
+    const KernelUnderTest k = v2_kernel("padding_read (padding_values=finite)", plain_kernel<Bug::padding_read>, "padding_values=finite");
+    for (const char* name : {"poison_invisible", "agreement_v2", "capacity_invariance"}) {
+        const PropertyResult r = run_kernel_property_v2(property(name), k, params(60));
+        INFO(report(r, k.name));
+        CHECK(r.status == Status::pass);
+        if (std::string(name) == "poison_invisible")
+            CHECK_THAT(r.warning, Catch::Contains("NaN and Inf were not tried"));
+        else
+            CHECK(r.warning.empty());
+    }
+    // Undeclared, the same kernel fails: NaN is what uninitialised padding may hold.
+    const PropertyResult undeclared =
+        run_kernel_property_v2(property("poison_invisible"), v2_kernel("padding_read", plain_kernel<Bug::padding_read>), params(60));
+    CHECK(undeclared.status == Status::fail);
+}
+
+TEST_CASE("softcap_bound names a visible key left out as such instead of blaming the softcap", "[properties_v2]") {
+    const PropertyResult r = run_kernel_property_v2(property("softcap_bound"), v2_kernel("skips_key0", plain_kernel<Bug::skips_key0>), params(60));
+    INFO(report(r, "skips_key0"));
+    CHECK(r.status == Status::fail);
+    CHECK_THAT(r.message, Catch::Contains("is visible to the row but has probability") && Catch::Contains("masked it out or skipped it"));
+    CHECK_THAT(r.message, !Catch::Contains("outside [-softcap, softcap]"));
+}
+
+TEST_CASE("no_oob_read leaves an inaccurate result to agreement_v2", "[properties_v2]") {
+    const KernelUnderTest gqa = v2_kernel("gqa_modulus", plain_kernel<Bug::gqa_modulus>);
+    const PropertyResult read = run_kernel_property_v2(property("no_oob_read"), gqa, params(60));
+    INFO(report(read, "gqa_modulus"));
+    CHECK(read.status == Status::pass);
+    CHECK(run_kernel_property_v2(property("agreement_v2"), gqa, params(60)).status == Status::fail);
 }
 
 TEST_CASE("a NaN where the other call is finite is named as such, not as a nan or inf ratio", "[properties_v2]") {

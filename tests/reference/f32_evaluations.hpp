@@ -10,7 +10,11 @@
 //   exp2       the scale and log2 e folded into q (or, with softcap, into the capped score),
 //              exp2 and log2, the output times the reciprocal of the sum
 //   reversed   keys and the dot product's terms in reverse order
-//   split_kv   three chunks of keys evaluated apart and merged (flash-decoding)
+//   split_kv   three chunks of keys evaluated apart, their unnormalised sums merged by
+//              rescaling and divided once
+//   split_lse  flash-decoding (FlashAttention-2's combine): three chunks, each returning its
+//              normalised output o_c and float32 lse_c; lse = M + log sum_c exp(lse_c - M) with
+//              M = max_c lse_c, and o = sum_c exp(lse_c - lse) o_c (nothing divides at the end)
 // P may be rounded to the dtype (float16 / bfloat16) before P V, with the sum of the unrounded P
 // (FlashAttention) or of the rounded one. The output is rounded to the dtype; lse is float32.
 #pragma once
@@ -25,7 +29,7 @@
 
 namespace attncheck::test {
 
-enum class Order { two_pass, online, exp2, reversed, split_kv };
+enum class Order { two_pass, online, exp2, reversed, split_kv, split_lse };
 inline const char* order_name(Order o) {
     switch (o) {
     case Order::two_pass: return "two_pass";
@@ -33,10 +37,12 @@ inline const char* order_name(Order o) {
     case Order::exp2: return "exp2";
     case Order::reversed: return "reversed";
     case Order::split_kv: return "split_kv";
+    case Order::split_lse: return "split_lse";
     }
     return "?";
 }
-inline constexpr Order kOrders[] = {Order::two_pass, Order::online, Order::exp2, Order::reversed, Order::split_kv};
+inline constexpr Order kOrders[] = {Order::two_pass, Order::online,   Order::exp2,
+                                    Order::reversed, Order::split_kv, Order::split_lse};
 
 // Where the probabilities are rounded to the dtype: nowhere, only in P V, or in P V and the sum.
 enum class PRounding { none, numerator, both };
@@ -152,17 +158,18 @@ inline Evaluation evaluate_f32(const attncheck_problem_v2& p, Order order, PRoun
                 std::vector<float> s(js.size());
                 for (std::size_t t = 0; t < js.size(); ++t) s[t] = score(r, js[t]);
 
-                // Partials over tiles (online: 16 keys; split_kv: three chunks; else one).
+                // Partials over tiles (online: 16 keys; split_kv, split_lse: three chunks; else one).
+                const bool split = order == Order::split_kv || order == Order::split_lse;
                 std::size_t tile = js.size();
                 if (order == Order::online) tile = 16;
-                if (order == Order::split_kv) tile = std::max<std::size_t>(1, (js.size() + 2) / 3);
+                if (split) tile = std::max<std::size_t>(1, (js.size() + 2) / 3);
                 std::vector<Partial> parts;
                 Partial run{kNegInf, 0, std::vector<float>(Dv, 0.0f)};
                 for (std::size_t t0 = 0; t0 < js.size(); t0 += tile) {
                     const std::size_t t1 = std::min(js.size(), t0 + tile);
                     const std::vector<int> tj(js.begin() + std::ptrdiff_t(t0), js.begin() + std::ptrdiff_t(t1));
                     const std::vector<float> ts(s.begin() + std::ptrdiff_t(t0), s.begin() + std::ptrdiff_t(t1));
-                    if (order == Order::split_kv) {
+                    if (split) {
                         Partial part{kNegInf, 0, std::vector<float>(Dv, 0.0f)};
                         absorb(r, tj, ts, part);
                         parts.push_back(part);
@@ -179,6 +186,30 @@ inline Evaluation evaluate_f32(const attncheck_problem_v2& p, Order order, PRoun
                         run.l += w * part.l;
                         for (std::size_t c = 0; c < Dv; ++c) run.acc[c] += w * part.acc[c];
                     }
+                }
+                if (order == Order::split_lse && !parts.empty()) {
+                    // Each chunk's normalised output and float32 lse, then FlashAttention-2's
+                    // combine; out and lse are written here and the row is done.
+                    std::vector<float> lse_c(parts.size());
+                    float M = kNegInf;
+                    for (std::size_t k = 0; k < parts.size(); ++k) {
+                        lse_c[k] = parts[k].m + std::log(parts[k].l);
+                        M = std::max(M, lse_c[k]);
+                    }
+                    float sum = 0;
+                    for (const float l : lse_c) sum += std::exp(l - M);
+                    const float lse = M + std::log(sum);
+                    std::vector<float> o(Dv, 0.0f);
+                    for (std::size_t k = 0; k < parts.size(); ++k) {
+                        const float a = std::exp(lse_c[k] - lse);
+                        for (std::size_t c = 0; c < Dv; ++c) o[c] += a * (parts[k].acc[c] / parts[k].l);
+                    }
+                    for (std::size_t c = 0; c < Dv; ++c) {
+                        ev.out.push_back(round_to(p.dtype, o[c]));
+                        ev.out_f32.push_back(o[c]);
+                    }
+                    ev.lse.push_back(lse);
+                    continue;
                 }
                 for (std::size_t c = 0; c < Dv; ++c) {
                     float o = 0;
