@@ -133,22 +133,50 @@ void check_flags(const CLI::App& sub, FuzzArgs& a) {
     if (o.mutants && !o.junit.empty()) throw UsageError("--junit does not combine with --mutants (use --json)");
 }
 
+// RapidCheck's RC_PARAMS ("seed=S max_success=N ..."), which a user replaying a test binary's
+// failure may have set: its seed and max_success are read as --seed and --cases (after the flags
+// and ATTNCHECK_*), each said on stderr; any other setting is said to be ignored.
+void apply_rc_params(FuzzOptions& o) {
+    const char* env = std::getenv("RC_PARAMS");
+    if (!env) return;
+    std::istringstream items(env);
+    for (std::string item; items >> item;) {
+        const std::size_t eq = item.find('=');
+        const std::string key = item.substr(0, eq), value = eq == std::string::npos ? "" : item.substr(eq + 1);
+        if (key == "seed") {
+            if (o.seed) continue;
+            o.seed = parse_seed("RC_PARAMS seed=" + value, value);
+            std::cerr << "attncheck fuzz: RC_PARAMS: seed=" << value << " read as --seed " << value << "\n";
+        } else if (key == "max_success") {
+            if (o.cases) continue;
+            o.cases = parse_cases("RC_PARAMS max_success=", value);
+            std::cerr << "attncheck fuzz: RC_PARAMS: max_success=" << value << " read as --cases " << value << "\n";
+        } else {
+            std::cerr << "attncheck fuzz: RC_PARAMS: " << item
+                      << " ignored (only seed and max_success are read, as --seed and --cases)\n";
+        }
+    }
+}
+
 // The environment fills in what the flags left open (as CheckOptions::from_environment).
 void apply_environment(FuzzOptions& o) {
     if (!o.seed)
         if (const char* v = std::getenv("ATTNCHECK_SEED")) o.seed = parse_seed(std::string("ATTNCHECK_SEED=") + v, v);
     if (!o.cases)
         if (const char* v = std::getenv("ATTNCHECK_CASES")) o.cases = parse_cases("ATTNCHECK_CASES=", v);
+    apply_rc_params(o);
     bool from_env = false;
     if (o.properties.empty())
         if (const char* v = std::getenv("ATTNCHECK_PROPERTY")) {
             add_property_list(v, o.properties);
             from_env = !o.properties.empty();
         }
-    for (const std::string& name : o.properties)
+    for (std::string& name : o.properties) {
+        name = properties::canonical_property_name(name);
         if (!properties::is_property(name))
             throw UsageError((from_env ? "ATTNCHECK_PROPERTY: " : "--property ") + name +
                              ": no such property (see attncheck fuzz --list)");
+    }
 }
 
 int run(const CLI::App& sub, FuzzArgs& a) {
@@ -239,7 +267,9 @@ Command add_fuzz_command(CLI::App& app) {
         "With no options: every built-in kernel, the reference decoder and the optimized decoder with each built-in "
         "kernel, at the default budget; prints a table property x subject.\n\n"
         "Environment: ATTNCHECK_SEED, ATTNCHECK_CASES, ATTNCHECK_PROPERTY (comma list) as --seed, --cases, "
-        "--property; a flag overrides its variable. TMPDIR: where --kernel-lib's worker writes. The files of --json "
+        "--property; a flag overrides its variable. RapidCheck's RC_PARAMS: its seed= and max_success= are read as "
+        "--seed and --cases after those (and said on stderr), its other settings ignored. TMPDIR: where --kernel-lib's "
+        "worker writes. The files of --json "
         "and --junit are checked before the run starts.\n\n"
         "Exit: 0 every property passed (every mutant killed), 1 something failed or was not checked (fewer than 10 "
         "supported cases; more than 20% unsupported prints a warning), 2 bad usage (or a --json/--junit file that "

@@ -79,12 +79,15 @@ CheckReport check(KernelUnderTest kernel, const CheckOptions& options) {
     const bool v2 = kernel.fn_v2 != nullptr;
     if (options.cases < 1 || options.decoder_cases < 1)
         throw std::invalid_argument("check_kernel(" + name + "): cases and decoder_cases must be at least 1");
-    for (const std::string& p : options.only)
+    std::vector<std::string> only;
+    for (const std::string& p : options.only) {
         if (!is_property(p))
             throw std::invalid_argument("check_kernel(" + name + "): no property named '" + p +
                                         "' (see `attncheck fuzz --list`)");
+        only.push_back(canonical_property_name(p));
+    }
     const auto selected = [&](const std::string& p) {
-        return options.only.empty() || std::find(options.only.begin(), options.only.end(), p) != options.only.end();
+        return only.empty() || std::find(only.begin(), only.end(), p) != only.end();
     };
 
     CheckReport report;

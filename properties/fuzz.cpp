@@ -82,17 +82,23 @@ std::vector<KernelUnderTest> selected_kernels(const FuzzOptions& o, bool everyth
 }
 
 // Why the selection runs nothing, for the usage error.
-std::string nothing_selected(const FuzzOptions& o) {
+std::string nothing_selected(const FuzzOptions& o, const std::vector<PlannedKernel>& kernels) {
     std::string filter;
     if (!o.properties.empty()) {
         filter = "--property ";
         for (std::size_t i = 0; i < o.properties.size(); ++i) filter += (i ? "," : "") + o.properties[i];
     }
     if (o.level != Level::all) filter += (filter.empty() ? "" : " with ") + std::string("--level ") + to_string(o.level);
+    // Decoder-level runs asked for, and none of the kernels has one: say why.
+    std::string no_decoder;
+    if (o.level != Level::kernel)
+        for (const PlannedKernel& k : kernels)
+            if (!k.decoder && !k.no_decoder.empty()) no_decoder += (no_decoder.empty() ? " (" : "; ") + k.no_decoder;
+    if (!no_decoder.empty()) no_decoder += ")";
     return "no property selected: " + filter + " leaves nothing to run on the selected subjects" +
            (o.reference_decoder && !o.properties.empty() ? " (the reference decoder has no kernel-level properties)"
                                                          : "") +
-           "; see attncheck fuzz --list";
+           no_decoder + "; see attncheck fuzz --list";
 }
 
 // The mutant zoo: the correct base kernels first (they must pass everything, or a kill would
@@ -208,17 +214,20 @@ std::vector<KernelUnderTest> prepare(const FuzzOptions& o, bool everything, std:
     std::vector<PlannedKernel> planned_kernels;
     for (const auto& k : kernels) {
         const KernelEntry* e = find_kernel(k.name);
-        planned_kernels.push_back({k.fn_v2 != nullptr, k.declaration, !(e && e->reads_out_of_bounds) && has_decoder_level(k)});
+        const std::string why = e && e->reads_out_of_bounds ? k.name + " reads out of bounds: it runs only isolated, at kernel level"
+                                                            : decoder_unavailable(k.declaration, k.fn_v2 != nullptr);
+        planned_kernels.push_back({k.fn_v2 != nullptr, k.declaration, why.empty(), why});
     }
     if (!o.kernel_lib.empty()) {
         const LoadedKernel lk = load_kernel_library(o.kernel_lib, o.symbol);
         const KernelDeclaration d = declaration_of(lk, o);
         declared = d.to_string();
-        planned_kernels.push_back({lk.fn_v2 != nullptr, d, decoder_unavailable(d, lk.fn_v2 != nullptr).empty()});
+        const std::string why = decoder_unavailable(d, lk.fn_v2 != nullptr);
+        planned_kernels.push_back({lk.fn_v2 != nullptr, d, why.empty(), why});
     }
-    const int planned = o.mutants ? planned_runs(o, {{false, {}, false}, {true, {}, false}}, false)
+    const int planned = o.mutants ? planned_runs(o, {{false, {}, false, {}}, {true, {}, false, {}}}, false)
                                   : planned_runs(o, planned_kernels, everything || o.reference_decoder);
-    if (planned == 0) throw InputError(nothing_selected(o));
+    if (planned == 0) throw InputError(nothing_selected(o, planned_kernels));
     for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--json", o.json}, {"--junit", o.junit}}) {
         if (path.empty()) continue;
         const std::string why = unwritable(path);

@@ -81,6 +81,7 @@ struct PlannedKernel {
     bool v2 = false;
     KernelDeclaration declaration;
     bool decoder = false;
+    std::string no_decoder;  // why there is no decoder-level run ("" when decoder)
 };
 // How many property runs the options select, those not applicable to a kernel's declaration
 // left out: 0 is bad usage (a run that checks nothing must not say "all passed").

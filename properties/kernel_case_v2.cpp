@@ -527,6 +527,12 @@ BuiltV2 build_v2(const KernelCaseV2& c, const LogicalInputsV2& in, const BuildOp
                     r.lse_mask[r.lse_guard + std::size_t(lse_offset_v2(p, b, h, i))] = 1;
     }
     r.reset_outputs();
+    if (options.zero_outputs) {
+        for (std::size_t i = 0; i < r.out_mask.size(); ++i)
+            if (r.out_mask[i]) set_raw(c.dtype, r.out_bytes.data(), i, 0);
+        for (std::size_t i = 0; i < r.lse_mask.size(); ++i)
+            if (r.lse_mask[i]) r.lse_buffer[i] = 0.0f;
+    }
 
     r.first_row.assign(Bz + 1, 0);
     for (std::size_t b = 0; b < Bz; ++b) r.first_row[b + 1] = r.first_row[b] + std::size_t(c.q_heads) * std::size_t(c.q_lens[b]);
@@ -838,8 +844,9 @@ KernelCaseV2 draw_case(const CaseOptionsV2& o, const KernelDeclaration& d, bool 
     else c.causal = pick<bool>({{3, true}, {1, false}}, "causal");
 
     // Lengths and positions.
-    const int hi_kv = clamp_to(d.max_kv_len ? d.max_kv_len : 1 << 30, 1, large ? 260 : 64);
-    const int hi_q = clamp_to(d.max_q_len ? d.max_q_len : 1 << 30, 1, large ? 160 : 64);
+    const int own_kv = std::min(large ? 260 : 64, o.max_kv ? o.max_kv : 1 << 30);
+    const int hi_kv = clamp_to(d.max_kv_len ? d.max_kv_len : 1 << 30, 1, own_kv);
+    const int hi_q = clamp_to(d.max_q_len ? d.max_q_len : 1 << 30, 1, std::min(large ? 160 : 64, own_kv));
     // One query row at most (max_q_len=1): a key after the row is one past its position in the
     // cache, q_pos[b] < Tk(b) - 1 (needs positions=any; not_applicable() says so otherwise).
     const bool decode_future = o.need_causal_future && hi_q < 2;

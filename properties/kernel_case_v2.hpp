@@ -135,6 +135,9 @@ struct BuildOptionsV2 {
     // q, k, v end against a guard page: an over-read faults. Meant for the isolated worker, where
     // the fault is reported as a crash of the case; in-process it ends the process.
     bool guard_page_inputs = false;
+    // out and lse prefilled with zeros instead of the "never written" NaN (a kernel must not
+    // read its outputs: the determinism property compares the two).
+    bool zero_outputs = false;
 };
 
 // A case in memory. problem points into the members: keep the BuiltV2 alive (moving it is fine,
@@ -210,6 +213,7 @@ struct CaseOptionsV2 {
     bool need_softcap = false;
     int min_batch = 1;
     int large_percent = 15;     // the large tier: lengths next to tile sizes, wider heads
+    int max_kv = 0;             // the longest Tk (0: the generator's own limits, 64 and 260 large)
 };
 
 // Cases within what the kernel declares; a property that needs a feature the kernel does not

@@ -1,12 +1,9 @@
 // properties/kernel_properties_v2.cpp — the version 2 kernel properties: their checks, and the
-// table kernel_properties_v2() (at the bottom) that registers them.
-//
-// Every kernel call goes through call_v2(): the case is built afresh (build_v2: poison in every
-// element outside the logical problem, out and lse prefilled with a "never written" NaN between
-// guards), the kernel runs, and the result is read back in the oracle's logical order (b, h, i, c).
-// A kernel that declares empty_rows=nan has its empty rows checked to be NaN and then read as 0,
-// so every other property holds it to the rest of out.
+// table kernel_properties_v2() (at the bottom) that registers them. Every kernel call goes
+// through call_v2() (properties/calls_v2.hpp).
 #include "properties/kernel_properties_v2.hpp"
+
+#include <omp.h>
 
 #include <algorithm>
 #include <bit>
@@ -19,203 +16,16 @@
 
 #include "attncheck/problem_v2.hpp"
 #include "attncheck/tolerance.hpp"
+#include "properties/calls_v2.hpp"
 #include "properties/stream.hpp"
 #include "reference/attention_v2.hpp"
 
 namespace attncheck::properties {
 namespace {
 
-// A dense or paged layout has one Tq for every sequence: the shortest, when the case had several.
-void one_q_len(KernelCaseV2& c) {
-    const int tq = *std::min_element(c.q_lens.begin(), c.q_lens.end());
-    for (int& n : c.q_lens) n = tq;
-}
-
-std::string fmt(double x) {
-    std::ostringstream s;
-    s.precision(9);
-    s << x;
-    return s.str();
-}
-
-struct CallV2 {
-    int rc = 0;
-    BuiltV2 built;
-    std::vector<float> out;  // logical [rows, Dv]
-    std::vector<float> lse;  // logical [rows], empty without lse
-    std::string convention_violation;
-};
-
-// Rows (logical order) with no visible key.
-std::vector<char> empty_rows_of(const KernelCaseV2& c) {
-    std::vector<char> empty;
-    for (int b = 0; b < c.batch; ++b)
-        for (int h = 0; h < c.q_heads; ++h)
-            for (int i = 0; i < c.q_lens[std::size_t(b)]; ++i) {
-                bool any = false;
-                for (int j = 0; j < c.kv_lens[std::size_t(b)] && !any; ++j) any = c.visible(b, i, j);
-                empty.push_back(any ? 0 : 1);
-            }
-    return empty;
-}
-
-CallV2 call_v2(const KernelUnderTest& kernel, const KernelCaseV2& c, const LogicalInputsV2& in,
-               const BuildOptionsV2& options = {}) {
-    CallV2 r;
-    r.built = build_v2(c, in, options);
-    r.rc = kernel.fn_v2(&r.built.problem);
-    if (r.rc != 0) return r;
-    r.out = r.built.out_logical();
-    r.lse = r.built.lse_logical();
-    if (kernel.declaration.empty_rows_nan) {
-        const std::vector<char> empty = empty_rows_of(c);
-        const std::size_t Dv = std::size_t(c.value_dim);
-        for (std::size_t row = 0; row < empty.size(); ++row) {
-            if (!empty[row]) continue;
-            for (std::size_t col = 0; col < Dv; ++col) {
-                float& x = r.out[row * Dv + col];
-                if (!std::isnan(x) && r.convention_violation.empty())
-                    r.convention_violation = "out" + r.built.element(row, int(col)) + " [b,h,i,c] is " + fmt(x) +
-                                             " in a row with no visible key, but the kernel declares empty_rows=nan";
-                x = 0.0f;
-            }
-        }
-    }
-    return r;
-}
-
-Verdict unsupported(int rc) { return Verdict::unsupported("kernel returned " + std::to_string(rc) + " (unsupported)"); }
-
-// The second call of a metamorphic pair was refused. Outside the declaration (another layout for
-// a layout=contiguous kernel, a padded cache for padding=no) that is the kernel's right and
-// there is nothing to compare: "" (the caller goes on). Within it, a refusal of the same logical
-// problem posed another way is a failure.
-std::string refused_within_declaration(const KernelUnderTest& kernel, const CallV2& r, const std::string& how) {
-    if (!kernel.declaration.unsupported_reason(r.built.problem).empty()) return {};
-    return "the same problem " + how + " was refused (returned " + std::to_string(r.rc) +
-           ") although it is within the declaration";
-}
-
-reference::OracleV2 oracle_of(const KernelUnderTest& kernel, const KernelCaseV2& c, const LogicalInputsV2& in) {
-    KernelCaseV2 clean = c;
-    clean.poison_invisible = false;
-    const BuiltV2 b = build_v2(clean, in);
-    return reference::attention_v2_oracle(b.problem, {.probabilities_rounded = kernel.declaration.rounds_probabilities,
-                                                      .tanh_ulps = double(kernel.declaration.tanh_ulps)});
-}
-
-// out against the oracle, every element within its bound.
-Verdict agree_out(const std::string& what, const CallV2& r, const reference::OracleV2& o) {
-    const Agreement a = check_against_bound(r.out, o.out, o.out_bound);
-    if (a.ok) return Verdict::pass();
-    const std::size_t Dv = std::size_t(o.value_dim);
-    return Verdict::fail(what + r.built.element(a.worst_index / Dv, int(a.worst_index % Dv)) + " [b,h,i,c]: " + a.describe());
-}
-
-// lse against the oracle: an empty row's lse is exactly -inf, the others within their bound.
-Verdict agree_lse(const std::string& what, const CallV2& r, const reference::OracleV2& o) {
-    std::vector<double> oracle = o.lse, bound = o.lse_bound;
-    std::vector<float> candidate = r.lse;
-    for (std::size_t row = 0; row < oracle.size(); ++row) {
-        if (std::isfinite(oracle[row])) continue;
-        if (!(std::isinf(candidate[row]) && candidate[row] < 0))
-            return Verdict::fail(what + r.built.element(row, 0).substr(0, r.built.element(row, 0).rfind(',')) +
-                                 "] [b,h,i] is " + fmt(candidate[row]) + " for a row with no visible key: must be -inf");
-        oracle[row] = 0, bound[row] = 0, candidate[row] = 0.0f;
-    }
-    const Agreement a = check_against_bound(candidate, oracle, bound);
-    if (a.ok) return Verdict::pass();
-    const std::string e = r.built.element(a.worst_index, 0);
-    std::string msg = what + e.substr(0, e.rfind(',')) + "] [b,h,i]: " + a.describe();
-    const double log2_ratio = a.oracle != 0 ? a.candidate / a.oracle : 0;
-    if (std::abs(log2_ratio - 1.0 / std::log(2.0)) < 1e-3) msg += " (the candidate is the oracle / ln 2: lse in log2 units?)";
-    return Verdict::fail(msg);
-}
-
-// How far two results x (the candidate) and y (the same problem posed otherwise, `how_y`) are
-// apart, for a failure message: "the difference 0.2 is 3.1x <what the bound is> 0.06", or, when
-// one of them is NaN or infinite, which one ("the candidate is NaN where the float64 oracle is
-// finite"): a ratio of NaN or Inf says nothing.
-std::string difference_text(double x, double y, double oracle, const std::string& how_y, double bound,
-                            const std::string& bound_is) {
-    const auto kind = [](double v) { return std::isnan(v) ? std::string("NaN") : std::string(v > 0 ? "+Inf" : "-Inf"); };
-    const std::string where = std::isfinite(oracle) ? " where the float64 oracle is finite (" + fmt(oracle) + ")" : "";
-    if (!std::isfinite(x) && !std::isfinite(y))
-        return "both results are non-finite (the candidate " + kind(x) + ", " + how_y + " " + kind(y) + ")" + where;
-    if (!std::isfinite(x)) return "the candidate is non-finite (" + kind(x) + ")" + where;
-    if (!std::isfinite(y)) return "the result " + how_y + " is non-finite (" + kind(y) + ")" + where;
-    const double diff = std::abs(x - y);
-    if (!(bound > 0)) return "they differ by " + fmt(diff) + " where both must be exact (bound 0)";
-    return "the difference " + fmt(diff) + " is " + fmt(diff / bound) + "x " + bound_is + " " + fmt(bound);
-}
-
-// Two results of the same logical problem: every element within the sum of both calls' bounds.
-// note_bitwise: a bitwise difference within the bounds is noted (the run counts it).
-Verdict same_within(const std::string& what, const CallV2& a, const reference::OracleV2& oa, const CallV2& b,
-                    const reference::OracleV2& ob, const std::string& how_b) {
-    std::vector<double> reference(b.out.begin(), b.out.end()), bound(oa.out_bound.size());
-    for (std::size_t i = 0; i < bound.size(); ++i) bound[i] = oa.out_bound[i] + ob.out_bound[i];
-    const Agreement ag = check_against_bound(a.out, reference, bound);
-    if (!ag.ok) {
-        const std::size_t Dv = std::size_t(oa.value_dim);
-        std::ostringstream s;
-        s.precision(9);
-        s << what << a.built.element(ag.worst_index / Dv, int(ag.worst_index % Dv)) << " [b,h,i,c] is " << ag.candidate
-          << ", " << how_b << " " << ag.oracle << " (float64 oracle " << oa.out[ag.worst_index] << "): "
-          << difference_text(ag.candidate, ag.oracle, oa.out[ag.worst_index], how_b, ag.bound, "the sum of the two calls' bounds");
-        return Verdict::fail(s.str());
-    }
-    if (!a.lse.empty() && !b.lse.empty())
-        for (std::size_t row = 0; row < a.lse.size(); ++row) {
-            const double x = a.lse[row], y = b.lse[row];
-            if (std::isinf(x) && std::isinf(y) && x == y) continue;
-            if (!(std::abs(x - y) <= oa.lse_bound[row] + ob.lse_bound[row]))
-                return Verdict::fail(what + std::string("lse row ") + a.built.element(row, 0) + " is " + fmt(x) + ", " + how_b +
-                                     " " + fmt(y) + ": " +
-                                     (!std::isfinite(x) || !std::isfinite(y)
-                                          ? difference_text(x, y, oa.lse[row], how_b, 0, "")
-                                          : "beyond the sum of the bounds " + fmt(oa.lse_bound[row] + ob.lse_bound[row])));
-        }
-    for (std::size_t i = 0; i < a.out.size(); ++i)
-        if (std::bit_cast<std::uint32_t>(a.out[i]) != std::bit_cast<std::uint32_t>(b.out[i]))
-            return Verdict::pass_with_note("within the bounds but not bitwise equal (" + how_b + ")");
-    return Verdict::pass();
-}
-
-// Bitwise the same out (and lse) for a deterministic kernel; within the bound of each otherwise.
-Verdict same_bits(const std::string& what, const KernelUnderTest& kernel, const CallV2& a, const CallV2& b,
-                  const reference::OracleV2& o, const std::string& how_b) {
-    if (!kernel.declaration.deterministic) {
-        if (Verdict v = agree_out(what + "(deterministic=no: within the bound, not bitwise) out", b, o); v.failed()) return v;
-        return Verdict::pass();
-    }
-    const std::size_t Dv = std::size_t(o.value_dim);
-    for (std::size_t i = 0; i < a.out.size(); ++i)
-        if (std::bit_cast<std::uint32_t>(a.out[i]) != std::bit_cast<std::uint32_t>(b.out[i]))
-            return Verdict::fail(what + "out" + a.built.element(i / Dv, int(i % Dv)) + " [b,h,i,c] was " + fmt(a.out[i]) +
-                                 ", " + how_b + " it is " + fmt(b.out[i]));
-    for (std::size_t i = 0; i < a.lse.size() && i < b.lse.size(); ++i)
-        if (std::bit_cast<std::uint32_t>(a.lse[i]) != std::bit_cast<std::uint32_t>(b.lse[i]))
-            return Verdict::fail(what + "lse row " + a.built.element(i, 0) + " was " + fmt(a.lse[i]) + ", " + how_b +
-                                 " it is " + fmt(b.lse[i]));
-    return Verdict::pass();
-}
-
-// A first call and its oracle: how most properties begin.
-struct First {
-    LogicalInputsV2 in;
-    CallV2 call;
-};
-
-First first_call(const KernelUnderTest& kernel, const KernelCaseV2& c, const BuildOptionsV2& options = {}) {
-    First f{fill_inputs_v2(c), {}};
-    f.call = call_v2(kernel, c, f.in, options);
-    return f;
-}
-
 // ---- the properties -------------------------------------------------------------------------
 
-Verdict agreement_v2(const KernelUnderTest& kernel, const KernelCaseV2& c) {
+Verdict agreement(const KernelUnderTest& kernel, const KernelCaseV2& c) {
     const First f = first_call(kernel, c);
     if (f.call.rc != 0) return unsupported(f.call.rc);
     if (!f.call.convention_violation.empty()) return Verdict::fail(f.call.convention_violation);
@@ -231,7 +41,7 @@ Verdict lse(const KernelUnderTest& kernel, const KernelCaseV2& c) {
     return agree_lse("lse", f.call, oracle_of(kernel, c, f.in));
 }
 
-Verdict causality_v2(const KernelUnderTest& kernel, const KernelCaseV2& c) {
+Verdict causality(const KernelUnderTest& kernel, const KernelCaseV2& c) {
     const First f = first_call(kernel, c);
     if (f.call.rc != 0) return unsupported(f.call.rc);
     // Row r of each sequence (r < Tq(b) - 1 where possible): keys after its position q_pos[b] + r
@@ -278,7 +88,7 @@ Verdict causality_v2(const KernelUnderTest& kernel, const KernelCaseV2& c) {
     return Verdict::pass();
 }
 
-Verdict empty_rows_v2(const KernelUnderTest& kernel, const KernelCaseV2& c) {
+Verdict empty_rows(const KernelUnderTest& kernel, const KernelCaseV2& c) {
     const First f = first_call(kernel, c);
     if (f.call.rc != 0) return unsupported(f.call.rc);
     if (!f.call.convention_violation.empty()) return Verdict::fail(f.call.convention_violation);
@@ -359,7 +169,8 @@ Verdict paged_permutation(const KernelUnderTest& kernel, const KernelCaseV2& c) 
     return same_within("paged out", f.call, o, d, o, "with a contiguous cache");
 }
 
-Verdict varlen_equals_separate(const KernelUnderTest& kernel, const KernelCaseV2& c) {
+Verdict batch(const KernelUnderTest& kernel, const KernelCaseV2& c) {
+    // Each sequence alone (a batch of one, in the same layout) against its rows inside the batch.
     const First f = first_call(kernel, c);
     if (f.call.rc != 0) return unsupported(f.call.rc);
     const std::size_t Dv = std::size_t(c.value_dim);
@@ -380,9 +191,34 @@ Verdict varlen_equals_separate(const KernelUnderTest& kernel, const KernelCaseV2
         part.out.assign(f.call.out.begin() + std::ptrdiff_t(first * Dv), f.call.out.begin() + std::ptrdiff_t((first + n) * Dv));
         if (!f.call.lse.empty() && !s.lse.empty())
             part.lse.assign(f.call.lse.begin() + std::ptrdiff_t(first), f.call.lse.begin() + std::ptrdiff_t(first + n));
-        Verdict v = same_within("sequence " + std::to_string(b) + " in the packed batch: out", part, os, s, os, "alone");
+        Verdict v = same_within("sequence " + std::to_string(b) + " inside the batch: out", part, os, s, os, "alone");
         if (v.failed()) return v;
     }
+    return Verdict::pass();
+}
+
+Verdict determinism(const KernelUnderTest& kernel, const KernelCaseV2& c) {
+    // The same call again with out and lse prefilled with zeros (a kernel must not read its
+    // outputs), and once on a single thread (no dependence on the thread count).
+    const First f = first_call(kernel, c);
+    if (f.call.rc != 0) return unsupported(f.call.rc);
+    const CallV2 second = call_v2(kernel, c, f.in, {.zero_outputs = true});
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    const CallV2 third = call_v2(kernel, c, f.in);
+    omp_set_num_threads(threads);
+    if (second.rc != 0 || third.rc != 0)
+        return Verdict::fail("the same call returned " + std::to_string(f.call.rc) + ", then " + std::to_string(second.rc) +
+                             ", then " + std::to_string(third.rc));
+    const reference::OracleV2 o = oracle_of(kernel, c, f.in);
+    const std::string declared = kernel.declaration.deterministic
+                                     ? " (the kernel declares deterministic=yes, the default; one that is not by design "
+                                       "declares deterministic=no)"
+                                     : "";
+    if (Verdict v = same_bits("", kernel, f.call, second, o, "with out prefilled with 0 instead of NaN"); v.failed())
+        return Verdict::fail("the same call twice: " + v.message + declared);
+    if (Verdict v = same_bits("", kernel, f.call, third, o, "on 1 thread instead of " + std::to_string(threads)); v.failed())
+        return Verdict::fail("the same call on " + std::to_string(threads) + " threads, then on 1: " + v.message + declared);
     return Verdict::pass();
 }
 
@@ -491,95 +327,7 @@ Verdict split_agreement(const KernelUnderTest& kernel, const KernelCaseV2& c) {
     return Verdict::pass();
 }
 
-// The width of the identity values softcap_bound reads `keys` probabilities through: `keys` when
-// the declaration allows that value_dim, else the narrowest allowed one above it (one call), else
-// the widest allowed one below it (several calls), else `fallback` (the case's own, declared).
-int identity_width(const KernelDeclaration& d, int head_dim, int keys, int fallback) {
-    if (d.allows_value_dim(keys, head_dim)) return keys;
-    if (d.value_dim_same) return head_dim;
-    int above = 0, below = 0;
-    for (const KernelDeclaration::Range& r : d.value_dims) {
-        if (r.hi >= keys) above = above ? std::min(above, std::max(r.lo, keys)) : std::max(r.lo, keys);
-        if (r.lo < keys) below = std::max(below, std::min(r.hi, keys - 1));
-    }
-    return above ? above : below ? below : fallback;
-}
-
-Verdict softcap_bound(const KernelUnderTest& kernel, const KernelCaseV2& c0) {
-    // Identity values (v[j] = e_j) expose the probabilities; with scores in [-cap, cap] two
-    // visible keys' probabilities differ by a factor of at most e^(2 cap). Dv is the longest Tk,
-    // or a value_dim the kernel declares: then the keys are read Dv at a time, one call each
-    // (v[j] = e_(j - first) for the keys first .. first + Dv - 1, zero for the others).
-    KernelCaseV2 c = c0;
-    c.alibi_slopes.clear();
-    const int keys = std::max(1, c.max_kv_len());
-    c.value_dim = identity_width(kernel.declaration, c.head_dim, keys, c0.value_dim);
-    const std::size_t Dv = std::size_t(c.value_dim);
-    const LogicalInputsV2 base = fill_inputs_v2(c0);
-    const std::size_t rows = std::size_t(std::accumulate(c.q_lens.begin(), c.q_lens.end(), 0)) * std::size_t(c.q_heads);
-    // Per logical row and key: the probability read back and its bound (NaN: not read yet).
-    std::vector<double> prob(rows * std::size_t(keys), std::nan("")), bound(prob.size(), 0.0);
-    std::vector<std::size_t> first_row;
-    for (int first = 0; first < keys; first += c.value_dim) {
-        LogicalInputsV2 in = empty_inputs_v2(c);
-        in.q = base.q;
-        in.k = base.k;
-        for (int b = 0; b < c.batch; ++b)
-            for (int h = 0; h < c.kv_heads; ++h)
-                for (int j = first; j < std::min(c.kv_lens[std::size_t(b)], first + c.value_dim); ++j)
-                    in.v_at(b, h, j, j - first, c) = 1.0f;
-        const CallV2 r = call_v2(kernel, c, in);
-        if (r.rc != 0) return unsupported(r.rc);
-        const reference::OracleV2 o = oracle_of(kernel, c, in);
-        first_row = r.built.first_row;
-        for (std::size_t row = 0; row < rows; ++row)
-            for (int j = first; j < std::min(keys, first + c.value_dim); ++j) {
-                const std::size_t e = row * Dv + std::size_t(j - first);
-                prob[row * std::size_t(keys) + std::size_t(j)] = r.out[e];
-                bound[row * std::size_t(keys) + std::size_t(j)] = o.out_bound[e];
-            }
-    }
-    const double limit = std::exp(2.0 * double(c.softcap));
-    const std::string how = Dv >= std::size_t(keys) ? "(read through identity values)"
-                                                     : "(read through identity values, " + std::to_string(Dv) + " keys per call)";
-    for (int b = 0; b < c.batch; ++b)
-        for (int h = 0; h < c.q_heads; ++h)
-            for (int i = 0; i < c.q_lens[std::size_t(b)]; ++i) {
-                const std::size_t row = first_row[std::size_t(b)] + std::size_t(h) * std::size_t(c.q_lens[std::size_t(b)]) + std::size_t(i);
-                double hi = 0, lo = std::numeric_limits<double>::infinity();
-                int at_hi = -1, at_lo = -1;
-                for (int j = 0; j < c.kv_lens[std::size_t(b)]; ++j) {
-                    if (!c.visible(b, i, j)) continue;
-                    const std::size_t e = row * std::size_t(keys) + std::size_t(j);
-                    const double up = prob[e] + bound[e], down = prob[e] - bound[e];
-                    if (down > hi) hi = down, at_hi = j;
-                    if (up < lo) lo = up, at_lo = j;
-                }
-                if (at_hi < 0 || at_lo < 0 || !(lo > 0)) continue;
-                if (hi / lo > limit) {
-                    // The row's name from a case of the first call's layout (its first_row).
-                    BuiltV2 named;
-                    named.first_row = first_row;
-                    named.q_lens = c.q_lens;
-                    const std::size_t low = row * std::size_t(keys) + std::size_t(at_lo);
-                    if (std::abs(prob[low]) <= bound[low])  // no score in [-cap, cap] gives that: the key was left out
-                        return Verdict::fail("row " + named.element(row, 0) + " " + how + ": key " + std::to_string(at_lo) +
-                                             " is visible to the row but has probability " + fmt(prob[low]) +
-                                             " (0 within its bound " + fmt(bound[low]) +
-                                             "): the kernel masked it out or skipped it (with a softcap every visible "
-                                             "key has probability at least e^(-2 softcap) / n)");
-                    return Verdict::fail("row " + named.element(row, 0) + " " + how + ": key " + std::to_string(at_hi) +
-                                         " has probability " + fmt(prob[row * std::size_t(keys) + std::size_t(at_hi)]) + ", key " +
-                                         std::to_string(at_lo) + " " + fmt(prob[row * std::size_t(keys) + std::size_t(at_lo)]) +
-                                         ": a ratio of at least " + fmt(hi / lo) + " > e^(2 softcap) = " + fmt(limit) +
-                                         ", so some score is outside [-softcap, softcap] = [-" + fmt(c.softcap) + ", " +
-                                         fmt(c.softcap) + "]");
-                }
-            }
-    return Verdict::pass();
-}
-
-Verdict no_oob_write_v2(const KernelUnderTest& kernel, const KernelCaseV2& c) {
+Verdict no_oob_write(const KernelUnderTest& kernel, const KernelCaseV2& c) {
     const First f = first_call(kernel, c);
     if (const std::string w = f.call.built.write_outside(); !w.empty()) return Verdict::fail("kernel " + w);
     if (f.call.rc != 0) return unsupported(f.call.rc);
@@ -587,7 +335,7 @@ Verdict no_oob_write_v2(const KernelUnderTest& kernel, const KernelCaseV2& c) {
     return Verdict::pass();
 }
 
-Verdict inputs_unchanged_v2(const KernelUnderTest& kernel, const KernelCaseV2& c) {
+Verdict inputs_unchanged(const KernelUnderTest& kernel, const KernelCaseV2& c) {
     const First f = first_call(kernel, c);
     if (const std::string w = f.call.built.input_change(); !w.empty()) return Verdict::fail(w);
     if (f.call.rc != 0) return unsupported(f.call.rc);
@@ -605,11 +353,19 @@ Verdict no_oob_read(const KernelUnderTest& kernel, const KernelCaseV2& c) {
         const std::string e = refused_within_declaration(kernel, plain, "with the inputs in ordinary memory");
         return e.empty() ? Verdict::pass() : Verdict::fail(e);
     }
+    // The same bits (NaN included) from both placements: nothing around the inputs was read.
+    const auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+        return a.size() == b.size() &&
+               std::equal(a.begin(), a.end(), b.begin(), [](float x, float y) {
+                   return std::bit_cast<std::uint32_t>(x) == std::bit_cast<std::uint32_t>(y) || (std::isnan(x) && std::isnan(y));
+               });
+    };
+    if (same(f.call.out, plain.out) && same(f.call.lse, plain.lse)) return Verdict::pass();
     const reference::OracleV2 o = oracle_of(kernel, c, f.in);
     return same_within("with the inputs against a guard page, out", f.call, o, plain, o, "with the inputs in ordinary memory");
 }
 
-Verdict abi_version_v2(const KernelUnderTest& kernel, const KernelCaseV2& c) {
+Verdict abi_version(const KernelUnderTest& kernel, const KernelCaseV2& c) {
     const LogicalInputsV2 in = fill_inputs_v2(c);
     for (const std::int32_t version : {ATTNCHECK_ABI_VERSION_2 + 1, ATTNCHECK_ABI_VERSION}) {
         BuiltV2 b = build_v2(c, in);
@@ -624,7 +380,7 @@ Verdict abi_version_v2(const KernelUnderTest& kernel, const KernelCaseV2& c) {
     return Verdict::pass();
 }
 
-Verdict refuses_undeclared_v2(const KernelUnderTest& kernel, const KernelCaseV2& c) {
+Verdict refuses_undeclared(const KernelUnderTest& kernel, const KernelCaseV2& c) {
     const KernelDeclaration& d = kernel.declaration;
     std::vector<std::function<void(KernelCaseV2&)>> breaks;
     if (!d.allows_dtype(ATTNCHECK_DTYPE_F32)) breaks.push_back([](KernelCaseV2& u) { u.dtype = ATTNCHECK_DTYPE_F32; });
@@ -732,18 +488,23 @@ Verdict refuses_malformed(const KernelUnderTest& kernel, const KernelCaseV2& c0)
 
 const std::vector<KernelPropertyV2>& kernel_properties_v2() {
     static const std::vector<KernelPropertyV2> all = {
-        {"agreement_v2", "out (and lse when asked) agrees with the float64 oracle within the bound of the problem's dtype", {}, agreement_v2},
+        {"agreement", "out (and lse when asked) agrees with the float64 oracle within the bound of the problem's dtype", {}, agreement},
         {"lse", "the log-sum-exp output: natural log, the scale and softcap applied, -inf for an empty row", {.need_lse = true}, lse},
-        {"causality_v2", "replacing keys/values after row r's position leaves rows <= r unchanged (bitwise when deterministic)",
-         {.need_causal_future = true}, causality_v2},
-        {"empty_rows_v2", "a row with no visible key (Tk(b) = 0, a window past the keys) gives exactly 0 and lse -inf",
-         {.need_empty = true}, empty_rows_v2},
+        {"causality", "replacing keys/values after row r's position leaves rows <= r unchanged (bitwise when deterministic)",
+         {.need_causal_future = true}, causality},
+        {"empty_rows", "a row with no visible key (Tk(b) = 0, a window past the keys) gives exactly 0 and lse -inf",
+         {.need_empty = true}, empty_rows},
         {"gqa_equals_replicated", "grouped-query attention equals MHA with each K/V head replicated over its group",
          {.need_gqa = true}, gqa_equals_replicated},
         {"layout_invariance", "[B,H,T,D], [B,T,H,D] and a view with gaps give the same result", {.need_dense = true}, layout_invariance},
         {"paged_permutation", "a paged cache under another block permutation (spare blocks, table slack) and as a contiguous cache give the same result",
          {.need_paged = true}, paged_permutation},
-        {"varlen_equals_separate", "a packed variable-length batch equals one call per sequence", {.need_varlen = true}, varlen_equals_separate},
+        {"batch", "a sequence alone equals the same sequence inside a batch (dense, packed or paged)", {.min_batch = 2}, batch},
+        {"determinism", "the same call twice (out prefilled otherwise), and on one thread, gives bitwise the same out and lse",
+         {}, determinism},
+        {"row_sums", "all-ones values: every row's probabilities sum to 1 (0 for a row with no visible key)", {}, row_sums},
+        {"probabilities", "identity values expose the rows: in [0,1], masked keys exactly 0, each within its bound",
+         {.max_kv = 128}, probabilities},
         {"poison_invisible", "NaN or Inf in padding, gaps and unused cache blocks, and garbage in keys no row sees, change nothing (bitwise when deterministic)",
          {.need_invisible = true}, poison_invisible},
         {"capacity_invariance", "the result does not depend on the cache capacity (dense rows, paged blocks and table width)", {}, capacity_invariance},
@@ -751,12 +512,12 @@ const std::vector<KernelPropertyV2>& kernel_properties_v2() {
          {.need_prefill = true, .large_percent = 30}, split_agreement},
         {"softcap_bound", "with softcap, two visible keys' probabilities differ by at most e^(2 cap) (scores within the cap)",
          {.need_softcap = true}, softcap_bound},
-        {"no_oob_write_v2", "nothing written outside out and lse (guards, gaps), and every element of them written", {}, no_oob_write_v2},
-        {"inputs_unchanged_v2", "q, k, v (padding and gaps included) bitwise unchanged by the call", {}, inputs_unchanged_v2},
+        {"no_oob_write", "nothing written outside out and lse (guards, gaps), and every element of them written", {}, no_oob_write},
+        {"inputs_unchanged", "q, k, v (padding and gaps included) bitwise unchanged by the call", {}, inputs_unchanged},
         {"no_oob_read", "q, k, v placed against a guard page: a read past their end faults (a crash of the case), and the result must not change with the placement", {}, no_oob_read},
-        {"abi_version_v2", "a problem with abi_version 3 (or 1) is refused (nonzero)", {}, abi_version_v2},
-        {"refuses_undeclared_v2", "a problem outside what the kernel declares (dtype, GQA, layout, varlen, paged, window, ...) is refused",
-         {}, refuses_undeclared_v2},
+        {"abi_version", "a problem with abi_version 3 (or 1) is refused (nonzero)", {}, abi_version},
+        {"refuses_undeclared", "a problem outside what the kernel declares (dtype, GQA, layout, varlen, paged, window, ...) is refused",
+         {}, refuses_undeclared},
         {"refuses_malformed", "a malformed problem (kv_heads not dividing q_heads, a block-table entry out of range, q_pos < 0) is refused (a note if not)",
          {}, refuses_malformed},
     };

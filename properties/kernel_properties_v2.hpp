@@ -28,11 +28,11 @@ struct KernelPropertyV2 {
     Verdict (*check)(const KernelUnderTest& kernel, const KernelCaseV2& c);
 };
 
-// agreement_v2, lse, causality_v2, empty_rows_v2, gqa_equals_replicated, layout_invariance,
-// paged_permutation, varlen_equals_separate, poison_invisible, capacity_invariance,
-// split_agreement, softcap_bound, no_oob_write_v2, inputs_unchanged_v2, no_oob_read,
-// abi_version_v2, refuses_undeclared_v2, refuses_malformed — in that order. The names differ
-// from every v1 kernel property's and decoder property's (one --property flag selects any).
+// The version 2 kernel properties, in the order of the report. Where a version 1 property checks
+// the same thing it has the same name (agreement, causality, row_sums, probabilities, empty_rows,
+// batch, determinism, no_oob_write, inputs_unchanged, abi_version, refuses_undeclared): one
+// --property flag selects it for kernels of both versions, and the report has one row for it.
+// The names differ from every decoder property's.
 // no_oob_read faults on an over-read: run it in the isolated worker.
 const std::vector<KernelPropertyV2>& kernel_properties_v2();
 

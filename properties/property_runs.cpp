@@ -11,7 +11,19 @@
 
 namespace attncheck::properties {
 
-bool is_property(const std::string& name) {
+std::string canonical_property_name(const std::string& name) {
+    static const std::pair<const char*, const char*> renamed[] = {
+        {"agreement_v2", "agreement"},       {"causality_v2", "causality"},
+        {"empty_rows_v2", "empty_rows"},     {"no_oob_write_v2", "no_oob_write"},
+        {"inputs_unchanged_v2", "inputs_unchanged"}, {"abi_version_v2", "abi_version"},
+        {"refuses_undeclared_v2", "refuses_undeclared"}, {"varlen_equals_separate", "batch"}};
+    for (const auto& [old_name, now] : renamed)
+        if (name == old_name) return now;
+    return name;
+}
+
+bool is_property(const std::string& given) {
+    const std::string name = canonical_property_name(given);
     for (const auto& p : kernel_properties())
         if (p.name == name) return true;
     for (const auto& p : kernel_properties_v2())

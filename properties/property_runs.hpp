@@ -12,8 +12,13 @@
 
 namespace attncheck::properties {
 
-// Whether a kernel-level (version 1 or 2) or a decoder-level property has this name.
+// Whether a kernel-level (version 1 or 2) or a decoder-level property has this name (after
+// canonical_property_name).
 bool is_property(const std::string& name);
+// The property's name today for a name it had before the two versions' properties shared their
+// names (agreement_v2 -> agreement, varlen_equals_separate -> batch, ...); any other name as is.
+// --property, ATTNCHECK_PROPERTY and CheckOptions::only accept the old names through it.
+std::string canonical_property_name(const std::string& name);
 
 // channel: in a worker process, announces every case before it runs (so a crash names it).
 PropertyResult run_kernel_property(const KernelProperty& prop, const KernelUnderTest& k, const RunParams& params,

@@ -47,6 +47,10 @@ struct Agreement {
             return s.str();
         }
         s.precision(3);
+        if (!(bound > 0)) {  // a ratio to 0 says nothing: the result had to be exact
+            s << "error " << error << " where the result must be exact (bound 0)";
+            return s.str();
+        }
         s << "error " << error << " is " << worst_ratio << "x the bound " << bound
           << " that any correct float32 evaluation meets";
         return s.str();

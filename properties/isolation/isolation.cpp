@@ -265,7 +265,7 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 // Reads both pipes until the child exits or a timeout cuts it; then the child's process group
 // is killed. Returns the child's wait status; timed_out says whether a timeout ended it.
 int supervise(pid_t pid, Pipes& pipes, ChildStreams& streams, const WorkerOptions& options,
-              const WorkerOutcome& outcome, Clock::time_point start, bool& timed_out) {
+              WorkerOutcome& outcome, Clock::time_point start, bool& timed_out) {
     auto case_start = Clock::now();
     std::string case_key;
     int status = 0;
@@ -279,9 +279,11 @@ int supervise(pid_t pid, Pipes& pipes, ChildStreams& streams, const WorkerOption
             case_key = key;
             case_start = Clock::now();
         }
-        if (seconds_since(start) >= options.timeout_s ||
-            (options.case_timeout_s > 0 && seconds_since(case_start) >= options.case_timeout_s)) {
+        const bool case_over = options.case_timeout_s > 0 && seconds_since(case_start) >= options.case_timeout_s;
+        if (seconds_since(start) >= options.timeout_s || case_over) {
             timed_out = true;
+            outcome.case_limit = case_over;
+            outcome.limit_s = case_over ? options.case_timeout_s : options.timeout_s;
             kill(-pid, SIGKILL);  // the whole group: the child and anything it started
             kill(pid, SIGKILL);
             waitpid(pid, &status, 0);
@@ -380,8 +382,21 @@ std::string WorkerOutcome::describe() const {
         case Kind::timed_out: {
             std::ostringstream secs;
             secs.precision(3);
-            secs << seconds;
-            s << "timed out after " << secs.str() << " s" << where();
+            secs << limit_s;
+            s << "timed out: " << (case_limit ? "a case ran past the limit of " + secs.str() + " s per case"
+                                               : "the run went past its limit of " + secs.str() + " s")
+;
+            if (!last_case) {
+                s << where();
+                break;
+            }
+            // The worker announces the generated case; the property then calls the kernel on it
+            // and on variants of it (other layouts, a sequence alone, keys replaced, ...).
+            CaseMark generated = *last_case;
+            generated.replay.clear();
+            s << " on " << generated.describe()
+              << " (the generated case; the property may have been calling the kernel on a variant of it)";
+            if (!last_case->replay.empty()) s << "; replay: " << last_case->replay;
             break;
         }
         case Kind::spawn_failed:

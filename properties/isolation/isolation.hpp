@@ -3,7 +3,8 @@
 //
 // A kernel under test may segfault, loop forever, write out of bounds or leak. None of that may
 // take the suite down, so the driver runs each kernel's checks in a worker process and reports
-// "crashed (SIGSEGV) on case 17 (seed 123) of causality" or "timed out after 30 s on case ...".
+// "crashed (SIGSEGV) on case 17 (seed 123) of causality" or "timed out: a case ran past the limit of
+// 30 s per case on case ...".
 //
 // ---- The protocol -------------------------------------------------------------------------
 // Spawning. run_worker(args, options) starts `options.executable` (default /proc/self/exe, the
@@ -78,13 +79,17 @@ struct WorkerOutcome {
     std::string sanitizer;       // for crashed by a sanitizer: its error line
     std::string error;           // for spawn_failed
     double seconds = 0;          // wall time of the child
+    double limit_s = 0;          // for timed_out: the limit that was reached (per case, or the whole run)
+    bool case_limit = false;     // for timed_out: the per-case limit (true) or the whole run's (false)
     std::optional<CaseMark> last_case;  // the last case the child announced
     std::string output_tail;     // the last output_tail_bytes of the child's stdout + stderr
 
     bool ok() const { return kind == Kind::exited && exit_code == 0; }
     // One line for a report:
     //   "crashed (SIGSEGV) on case 17 (seed 123) of causality; replay: attncheck fuzz ..."
-    //   "timed out after 30 s on case 3 (seed 9) of agreement; replay: ..."
+    //   "timed out: a case ran past the limit of 20 s per case, on case 3 (seed 9) of agreement
+    //    [shape] (the generated case; the property may have been calling the kernel on a variant
+    //    of it); replay: ..."
     //   "crashed (AddressSanitizer: heap-buffer-overflow ...) on case ..."
     //   "exited with code 1" / "exited normally"
     std::string describe() const;

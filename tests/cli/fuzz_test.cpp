@@ -187,6 +187,9 @@ TEST_CASE("fuzz refuses a selection of no property, naming the problem", "[cli][
         {{"--property", "abi_version", "--level", "decoder"}, {}, {"no property selected", "abi_version", "--level decoder"}},
         {{"--decoder", "reference", "--property", "agreement"}, {}, {"no property selected", "reference decoder"}},
         {{"--mutants", "--level", "decoder"}, {}, {"no property selected", "--level decoder"}},
+        {{"--kernel", "reference_v2", "--declare", "max_q_len=1", "--level", "decoder"},
+         {},
+         {"no property selected", "--level decoder", "declares max_q_len=1", "T query rows"}},
         {{}, {"ATTNCHECK_PROPERTY=nosuch"}, {"ATTNCHECK_PROPERTY", "nosuch"}},
         {{}, {"ATTNCHECK_CASES=many"}, {"ATTNCHECK_CASES", "many"}},
         {{}, {"ATTNCHECK_SEED=-1"}, {"ATTNCHECK_SEED", "-1"}},
@@ -242,6 +245,26 @@ TEST_CASE("fuzz reads ATTNCHECK_SEED, ATTNCHECK_CASES and ATTNCHECK_PROPERTY and
     REQUIRE(j["results"].size() == 1);
     CHECK(j["results"][0]["property"] == "row_sums");
     CHECK(j["results"][0]["cases"] == 3);
+}
+
+TEST_CASE("fuzz reads RapidCheck's RC_PARAMS seed and max_success after the flags and ATTNCHECK_* and says so", "[cli][fuzz]") {
+    TempDir dir;
+    const std::string json = dir.file("r.json");
+    const Result r = run_cli(dir, {"fuzz", "--kernel", "reference", "--property", "row_sums", "--json", json},
+                             {"RC_PARAMS=seed=9 max_success=3 noshrink=1"});
+    INFO(r.describe());
+    REQUIRE(r.code == 0);
+    nlohmann::json j = read_json(json);
+    CHECK(j["seed"] == 9);
+    CHECK(j["results"][0]["cases"] == 3);
+    CHECK(r.err.find("RC_PARAMS: seed=9 read as --seed 9") != std::string::npos);
+    CHECK(r.err.find("RC_PARAMS: noshrink=1 ignored") != std::string::npos);
+    // A flag and ATTNCHECK_CASES win over it.
+    run_ok(dir, {"fuzz", "--kernel", "reference", "--property", "row_sums", "--seed", "4", "--json", json},
+           {"RC_PARAMS=seed=9 max_success=3", "ATTNCHECK_CASES=2"});
+    j = read_json(json);
+    CHECK(j["seed"] == 4);
+    CHECK(j["results"][0]["cases"] == 2);
 }
 
 TEST_CASE("a --kernel-lib failure's check_kernel replay line replays the same failure", "[cli][fuzz]") {

@@ -112,9 +112,9 @@ TEST_CASE("batch_session catches a kernel that ignores kv_valid_len inside the d
 }
 
 namespace {
-// The version 2 reference without packed variable-length batches (it refuses them).
-int reference_v2_without_varlen(const attncheck_problem_v2* p) {
-    if (p->cu_seqlens_q || p->cu_seqlens_k) return ATTNCHECK_UNSUPPORTED;
+// The version 2 reference without packed variable-length batches and paged caches (it refuses them).
+int reference_v2_dense_only(const attncheck_problem_v2* p) {
+    if (p->cu_seqlens_q || p->cu_seqlens_k || p->block_table) return ATTNCHECK_UNSUPPORTED;
     return attncheck_reference_kernel_v2(p);
 }
 
@@ -129,19 +129,20 @@ int reference_v2_without_scale(const attncheck_problem_v2* p) {
 TEST_CASE("check_kernel of a version 2 kernel runs the version 2 properties, within its declaration", "[check]") {
     CheckOptions o;
     o.cases = 20;
-    o.declaration = "varlen=no";
-    const CheckReport good = check_kernel(reference_v2_without_varlen, "reference_v2_without_varlen", o);
+    o.declaration = "varlen=no; paged=no";
+    const CheckReport good = check_kernel(reference_v2_dense_only, "reference_v2_dense_only", o);
     INFO(good.text);
     CHECK(good.passed);
-    CHECK(good.text.find("agreement_v2") != std::string::npos);
-    CHECK(good.text.find("varlen_equals_separate: not applicable (declared varlen=no)") != std::string::npos);
+    CHECK(good.text.find("agreement") != std::string::npos);
+    CHECK(good.text.find("paged_permutation: not applicable (declared paged=no)") != std::string::npos);
+    CHECK(good.text.find("row_sums") != std::string::npos);
     // The decoder level too: the optimized decoder calls it through version 2.
     CHECK(good.text.find("per decoder property") != std::string::npos);
     for (const auto& p : decoder_properties()) CHECK(good.text.find(p.name) != std::string::npos);
 
     // A declaration without float32 rules the decoder's calls out: said, not run.
     o.declaration = "dtype=bf16";
-    o.only = {"agreement_v2", "logits_causality"};  // (the reference accepts f32 too: not refuses_undeclared_v2)
+    o.only = {"agreement", "logits_causality"};  // (the reference accepts f32 too: not refuses_undeclared)
     const CheckReport bf16 = check_kernel(attncheck_reference_kernel_v2, "reference_v2_as_bf16", o);
     INFO(bf16.text);
     CHECK(bf16.passed);
@@ -150,8 +151,10 @@ TEST_CASE("check_kernel of a version 2 kernel runs the version 2 properties, wit
     o.only.clear();
 
     o.declaration = "";
+    o.only = {"agreement_v2", "probabilities"};  // a name from before the versions shared them is accepted
     const CheckReport bad = check_kernel(reference_v2_without_scale, "reference_v2_without_scale", o);
     INFO(bad.text);
     CHECK_FALSE(bad.passed);
-    CHECK(std::find(bad.failed.begin(), bad.failed.end(), "agreement_v2") != bad.failed.end());
+    CHECK(std::find(bad.failed.begin(), bad.failed.end(), "agreement") != bad.failed.end());
+    CHECK(std::find(bad.failed.begin(), bad.failed.end(), "probabilities") != bad.failed.end());
 }

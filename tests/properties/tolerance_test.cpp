@@ -54,7 +54,10 @@ TEST_CASE("check_against_bound: exact results and non-finite candidates", "[tole
     const std::vector<double> bound{0.0, 1e-6};
     CHECK(check_against_bound(std::vector<float>{0.0f, 1.0f}, oracle, bound).ok);
     // A bound of 0 (a row with no visible key) admits no error at all.
-    CHECK_FALSE(check_against_bound(std::vector<float>{1e-30f, 1.0f}, oracle, bound).ok);
+    const auto inexact = check_against_bound(std::vector<float>{1e-30f, 1.0f}, oracle, bound);
+    CHECK_FALSE(inexact.ok);
+    // ... and says so instead of a ratio to 0 ("infx the bound 0").
+    CHECK_THAT(inexact.describe(), Catch::Contains("must be exact (bound 0)") && !Catch::Contains("infx"));
     const auto nan = check_against_bound(std::vector<float>{0.0f, std::numeric_limits<float>::quiet_NaN()}, oracle, bound);
     CHECK_FALSE(nan.ok);
     CHECK(nan.non_finite);
