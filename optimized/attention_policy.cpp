@@ -118,7 +118,43 @@ void set_cache(attncheck_problem_v2& p, const PagedCache& pool, int l, int b0, i
     }
 }
 
+// For a kernel that takes no kv_lens on a dense cache (Decoder::set_exact_kv_len): sequence b
+// alone, with kv_len = kv_lens[b] and no kv_lens, its tensors offset to it. A sequence with no
+// key is not sent: its rows are the ABI's empty rows, 0.
+void call_kernel_v2_per_sequence(const KernelRef& kernel, const attncheck_problem_v2& p, const char* where) {
+    const auto at = [](const attncheck_tensor_v2& t, int b) {
+        return attncheck_tensor_v2{static_cast<float*>(t.data) + b * t.stride[0],
+                                   {t.stride[0], t.stride[1], t.stride[2], t.stride[3]}};
+    };
+    for (int b = 0; b < p.batch; ++b) {
+        attncheck_problem_v2 one = p;
+        one.batch = 1;
+        one.kv_len = p.kv_lens[b];
+        one.kv_lens = nullptr;
+        one.q_pos = p.q_pos + b;
+        one.q = at(p.q, b), one.k = at(p.k, b), one.v = at(p.v, b), one.out = at(p.out, b);
+        if (p.lse) one.lse = p.lse + b * p.lse_stride[0];
+        if (one.kv_len == 0) {
+            for (int h = 0; h < p.q_heads; ++h)
+                for (int t = 0; t < p.q_len; ++t) {
+                    float* row = static_cast<float*>(one.out.data) + h * one.out.stride[1] + t * one.out.stride[2];
+                    for (int c = 0; c < p.value_dim; ++c) row[c * one.out.stride[3]] = 0.0f;
+                }
+            continue;
+        }
+        const int rc = kernel.fn_v2(&one);
+        if (rc != 0)
+            throw KernelError(std::string("attention kernel (ABI version 2) returned ") + std::to_string(rc) +
+                              " (unsupported) for the " + where + " problem (sequence " + std::to_string(b) +
+                              " alone, exact kv_len): " + describe_v2(one));
+    }
+}
+
 void call_kernel_v2(const KernelRef& kernel, const attncheck_problem_v2& p, const char* where) {
+    if (kernel.exact_kv_len && p.kv_lens && !p.block_table) {
+        call_kernel_v2_per_sequence(kernel, p, where);
+        return;
+    }
     const int rc = kernel.fn_v2(&p);
     if (rc != 0)
         throw KernelError(std::string("attention kernel (ABI version 2) returned ") + std::to_string(rc) +
@@ -282,6 +318,7 @@ KernelRef kernel_of(const Decoder& decoder) {
     const AttentionKernel& k = decoder.attention_kernel();
     return {.fn = k.fn, .reads_only_visible_keys = k.reads_only_visible_keys,
             .zero_empty_rows = decoder.zero_empty_rows(), .fn_v2 = k.fn_v2, .block_size = k.block_size,
+            .exact_kv_len = decoder.exact_kv_len(),
             .builtin = k.fn == kBuiltinAttentionKernel.fn &&
                        k.reads_only_visible_keys == kBuiltinAttentionKernel.reads_only_visible_keys};
 }

@@ -102,6 +102,7 @@ struct KernelRef {
     bool zero_empty_rows;          // Decoder::set_zero_empty_rows
     attncheck_kernel_v2_fn fn_v2 = nullptr;  // AttentionKernel::fn_v2: every call through it
     int block_size = 0;                      // AttentionKernel::block_size
+    bool exact_kv_len = false;               // Decoder::set_exact_kv_len
     // The kernel is kBuiltinAttentionKernel (the pointer with its declaration): a teacher-forced
     // prefill and a session's chunk hand its arithmetic views of the decoder's own rows
     // (attention_detail::strided_kernel), the same bits without the copies into and out of the

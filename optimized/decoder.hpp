@@ -103,6 +103,11 @@ public:
     // kernel does, so the rest of the decoder sees the ABI's convention. Off by default.
     void set_zero_empty_rows(bool on) { zero_empty_rows_ = on; }
     bool zero_empty_rows() const { return zero_empty_rows_; }
+    // For a version 2 kernel that takes no kv_lens on a dense cache (it declares padding=no):
+    // every call gets kv_len = the sequence's keys, a batch one call per sequence, as a
+    // framework's wrapper of such a kernel does. Off by default.
+    void set_exact_kv_len(bool on) { exact_kv_len_ = on; }
+    bool exact_kv_len() const { return exact_kv_len_; }
 
     // Teacher-forced logits [T, V]. InputError for bad tokens or memory (check_tokens,
     // check_memory). A kernel that returns nonzero raises KernelError.
@@ -125,6 +130,7 @@ private:
     std::unique_ptr<PackedWeights> packed_;
     AttentionKernel kernel_;
     bool zero_empty_rows_ = false;
+    bool exact_kv_len_ = false;
 };
 
 // A kernel returned nonzero ("unsupported") inside a decoder call.

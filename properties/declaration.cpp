@@ -136,6 +136,8 @@ void KernelDeclaration::apply(const std::string& text) {
             else bad(item, "expected any or bottom_right, got '" + value + "'");
         } else if (key == "varlen") {
             varlen = parse_yes_no(item, value);
+        } else if (key == "dense") {
+            dense = parse_yes_no(item, value);
         } else if (key == "paged") {
             paged = parse_yes_no(item, value);
         } else if (key == "block_size") {
@@ -159,11 +161,13 @@ void KernelDeclaration::apply(const std::string& text) {
         } else {
             bad(item, "unknown key '" + key +
                           "' (known: head_dim, value_dim, max_kv_len, max_q_len, max_batch, max_heads, mask, padding, "
-                          "empty_rows, deterministic, dtype, gqa, layout, positions, varlen, paged, block_size, window, "
+                          "empty_rows, deterministic, dtype, gqa, layout, positions, varlen, dense, paged, block_size, window, "
                           "softcap, alibi, lse, rounds_probabilities, tanh_ulps, padding_values)");
         }
     }
     // Contradictions between items, whatever their order.
+    if (!dense && !varlen)
+        bad("dense=no", "declared with varlen=no (a kernel that takes neither dense nor packed batches takes nothing)");
     if (!paged && !block_sizes.empty())
         bad("block_size=" + ranges_text(block_sizes), "block sizes declared with paged=no (a kernel without a paged cache has no block size)");
 }
@@ -200,6 +204,7 @@ std::string KernelDeclaration::to_string() const {
     if (!layout_any) items.push_back("layout=contiguous");
     if (!positions_any) items.push_back("positions=bottom_right");
     if (!varlen) items.push_back("varlen=no");
+    if (!dense) items.push_back("dense=no");
     if (!paged) items.push_back("paged=no");
     if (!block_sizes.empty()) items.push_back("block_size=" + ranges_text(block_sizes));
     if (!window) items.push_back("window=no");
@@ -311,6 +316,7 @@ std::string KernelDeclaration::unsupported_reason(const attncheck_problem_v2& p)
                 return "q_pos[" + std::to_string(b) + "] = " + std::to_string(p.q_pos[b]) + " is not Tk - Tq = " +
                        std::to_string(kv_len_of(p, b) - q_len_of(p, b)) + ", declared positions=bottom_right";
     if ((p.cu_seqlens_q || p.cu_seqlens_k) && !varlen) return "a packed variable-length batch, declared varlen=no";
+    if (!p.cu_seqlens_q && !dense) return "dense query rows (no cu_seqlens_q), declared dense=no";
     if (p.block_table && !paged) return "a paged KV cache, declared paged=no";
     if (p.block_table && !allows_block_size(p.block_size))
         return "block_size " + std::to_string(p.block_size) + " is not declared (block_size=" + ranges_text(block_sizes) + ")";

@@ -78,7 +78,7 @@ int fit_head_dim(int drawn, const KernelDeclaration& d) {
 
 bool decoder_width_allowed(const KernelDeclaration& d, int w) { return d.allows_head_dim(w) && d.allows_value_dim(w, w); }
 
-bool decoder_can_cross(const KernelDeclaration& d) { return d.non_causal && d.padding; }
+bool decoder_can_cross(const KernelDeclaration& d, bool v2) { return d.non_causal && (d.padding || v2); }
 
 int decoder_max_len(const KernelDeclaration& d) {
     int n = 1 << 30;
@@ -130,7 +130,7 @@ rc::Gen<DecoderCase> gen_decoder_case(const DecoderCaseOptions& o, const KernelD
         m.max_len = std::max(std::min(m.max_len, decoder_max_len(decl)), min_t);
         m.norm = *gen::element(Norm::post, Norm::pre).as("norm");
         m.cross_attention = o.need_cross || *gen::arbitrary<bool>().as("cross_attention");
-        if (!decoder_can_cross(decl)) m.cross_attention = o.need_cross;
+        if (!decoder_can_cross(decl, v2)) m.cross_attention = o.need_cross;
         m.positional = *gen::element(Positional::sinusoidal, Positional::learned).as("positional");
         m.activation = *gen::element(Activation::relu, Activation::gelu, Activation::gelu_tanh).as("activation");
         m.embed_scale_sqrt_d = *gen::arbitrary<bool>().as("embed_scale_sqrt_d");

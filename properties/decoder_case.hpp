@@ -60,8 +60,9 @@ rc::Gen<DecoderCase> gen_decoder_case(const DecoderCaseOptions& options, const K
 // key width and, with values as wide as keys, as the value width.
 bool decoder_width_allowed(const KernelDeclaration& d, int w);
 // Whether a model may have cross-attention for a kernel that declares d: the memory's calls are
-// not causal and pass the memory's valid length (kv_valid_len, or kv_lens of a dense memory).
-bool decoder_can_cross(const KernelDeclaration& d);
+// not causal and pass the memory's valid length (kv_valid_len; for version 2, kv_lens of a dense
+// memory, or under padding=no one call per sequence with kv_len = its valid length).
+bool decoder_can_cross(const KernelDeclaration& d, bool v2);
 // The longest sequence (max_len) a model may have for a kernel that declares d: a teacher-forced
 // forward makes calls of T query rows over T keys.
 int decoder_max_len(const KernelDeclaration& d);

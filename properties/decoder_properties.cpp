@@ -34,6 +34,7 @@ namespace attncheck::properties {
 std::string decoder_unavailable(const KernelDeclaration& d, bool v2) {
     if (v2 && !d.allows_dtype(ATTNCHECK_DTYPE_F32))
         return "it does not declare dtype f32 (the decoder's tensors are float32)";
+    if (v2 && !d.dense) return "it declares dense=no (the decoder's query rows are dense, without cu_seqlens_q)";
     if (v2 && !d.positions_any)
         return "it declares positions=bottom_right (a padded batch and the cross-attention have query rows "
                "that are not the last rows of their sequence)";
@@ -45,17 +46,15 @@ std::string decoder_unavailable(const KernelDeclaration& d, bool v2) {
     bool width = false;
     for (int w = 1; w <= 4096 && !width; ++w) width = decoder_width_allowed(d, w);
     if (!width) return "no declared head_dim is also a declared value_dim (a model's values are as wide as its keys)";
-    if (v2 && !d.padding && !d.paged)
-        return "it declares padding=no and paged=no (the decoder's dense K/V cache holds more rows than a "
-               "sequence's keys, passed as kv_lens)";
     return "";
 }
 
 std::string decoder_not_applicable(const DecoderProperty& prop, const KernelDeclaration& d, bool v2) {
-    if (prop.options.need_cross && !decoder_can_cross(d))
+    if (prop.options.need_cross && !decoder_can_cross(d, v2))
         return d.non_causal ? "declared padding=no: the cross-attention passes the memory's valid length"
                             : "declared mask=causal: the cross-attention is not causal";
-    if (prop.batches && !d.padding)
+    // A version 2 kernel under padding=no gets a batch as one call per sequence (exact kv_len).
+    if (prop.batches && !d.padding && !v2)
         return "declared padding=no: the sequences of a batch have different lengths, passed as valid lengths";
     if (prop.batches && d.max_batch == 1) return "declared max_batch=1: a batch has 2 or 3 sequences";
     // A version 1 kernel gets a batched step as one non-causal call over each sequence's valid
@@ -430,6 +429,7 @@ Verdict batch_session(const DecoderUnderTest& d, const DecoderCase& c) {
 optimized::Decoder optimized_decoder_of(const DecoderUnderTest& d, const Model& model) {
     optimized::Decoder dec(model, d.kernel);
     dec.set_zero_empty_rows(d.declaration.empty_rows_nan);
+    dec.set_exact_kv_len(d.kernel.fn_v2 != nullptr && !d.declaration.padding);
     return dec;
 }
 

@@ -806,7 +806,7 @@ KernelCaseV2 draw_case(const CaseOptionsV2& o, const KernelDeclaration& d, bool 
     // Layout kind.
     std::vector<LayoutKind> kinds;
     if (o.need_paged) kinds = {LayoutKind::paged};
-    else if (o.need_varlen) kinds = {LayoutKind::varlen};
+    else if (o.need_varlen || !d.dense) kinds = {LayoutKind::varlen};
     else {
         kinds.push_back(LayoutKind::bhtd);
         if (d.layout_any) kinds.insert(kinds.end(), {LayoutKind::bthd, LayoutKind::gapped});

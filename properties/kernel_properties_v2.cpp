@@ -390,6 +390,10 @@ Verdict refuses_undeclared(const KernelUnderTest& kernel, const KernelCaseV2& c)
     if (!d.layout_any && c.dense()) breaks.push_back([](KernelCaseV2& u) { u.layout.kind = LayoutKind::gapped; });
     if (!d.layout_any && !c.dense()) breaks.push_back([](KernelCaseV2& u) { u.layout.varlen_contiguous = false; });
     if (!d.varlen) breaks.push_back([](KernelCaseV2& u) { u.layout.kind = LayoutKind::varlen; });
+    if (!d.dense) breaks.push_back([](KernelCaseV2& u) {
+        one_q_len(u);
+        u = with_layout(u, LayoutKind::bhtd);
+    });
     if (!d.paged) breaks.push_back([](KernelCaseV2& u) { u.layout.kind = LayoutKind::paged, u.layout.block_size = 4; });
     if (!d.window) breaks.push_back([](KernelCaseV2& u) { u.window_left = 1; });
     if (!d.softcap) breaks.push_back([](KernelCaseV2& u) { u.softcap = 5.0f; });
@@ -529,6 +533,8 @@ std::string not_applicable(const KernelPropertyV2& prop, const KernelDeclaration
     if (o.need_lse && !d.lse) return "declared lse=no";
     if (o.need_varlen && !d.varlen) return "declared varlen=no";
     if (o.need_paged && !d.paged) return "declared paged=no";
+    if (o.need_paged && !d.dense) return "declared dense=no (a paged case's query rows are dense)";
+    if (o.need_dense && !d.dense) return "declared dense=no";
     if (o.need_gqa && !d.gqa) return "declared gqa=no";
     if (o.need_softcap && !d.softcap) return "declared softcap=no";
     if ((o.need_causal_future || o.need_prefill) && !d.causal) return "declared mask=none";

@@ -27,6 +27,9 @@
 //   positions            `any` (any q_pos[b] >= 0) or `bottom_right` (q_pos[b] = Tk(b) - Tq(b):
 //                        the query rows are the last rows of the sequence, as FlashAttention has it)
 //   varlen, paged        `yes` or `no`: packed variable-length batches; a paged KV cache
+//   dense                `yes` or `no`: `no` for a kernel that takes only packed variable-length
+//                        batches (cu_seqlens_q and cu_seqlens_k, FlashAttention's varlen entry
+//                        point); every case is then packed
 //   block_size           comma list or ranges of the paged block sizes supported (default: any;
 //                        only with paged=yes)
 //   window, softcap, alibi, lse   `yes` or `no`: sliding windows, softcapping, ALiBi slopes,
@@ -82,6 +85,7 @@ struct KernelDeclaration {
     bool layout_any = true;     // false: layout=contiguous
     bool positions_any = true;  // false: positions=bottom_right
     bool varlen = true, paged = true;
+    bool dense = true;  // false: dense=no, query rows always packed (cu_seqlens_q)
     std::vector<Range> block_sizes;  // empty: any
     bool window = true, softcap = true, alibi = true, lse = true;
     bool rounds_probabilities = false;

@@ -92,6 +92,16 @@ TEST_CASE("tanh_ulps: the softcap tanh's accuracy, parsed, printed back and vali
     CHECK_THAT(message("tanh_ulp=4"), Catch::Contains("unknown key") && Catch::Contains("tanh_ulps"));
 }
 
+TEST_CASE("dense: parsed, printed back, validated against varlen=no, and a dense problem refused", "[declaration][v2]") {
+    const KernelDeclaration d = KernelDeclaration::parse("dense=no");
+    CHECK_FALSE(d.dense);
+    CHECK(d.to_string() == "dense=no");
+    CHECK_FALSE(KernelDeclaration::parse(d.to_string()).dense);
+    CHECK(KernelDeclaration::parse("dense=yes").is_default());
+    CHECK_THAT(message("dense=no; varlen=no"), Catch::Contains("dense=no") && Catch::Contains("varlen=no"));
+    CHECK_THAT(reason(d, small_case()), Catch::Contains("declared dense=no"));
+}
+
 TEST_CASE("padding_values: parsed, printed back and validated", "[declaration][v2]") {
     CHECK_FALSE(KernelDeclaration{}.padding_finite);
     const KernelDeclaration d = KernelDeclaration::parse("padding_values=finite");

@@ -52,6 +52,7 @@ constexpr char kNoPadding[] = "padding=no";
 constexpr char kSmall[] = "head_dim=2..12; max_heads=2; max_kv_len=10; max_batch=2";
 constexpr char kDecodeOnly[] = "max_q_len=1";
 constexpr char kMhaNoWindow[] = "gqa=no; window=no";
+constexpr char kExactKeys[] = "padding=no; paged=no";
 
 CheckOptions decoder_only(const std::string& declaration, int cases = 30) {
     CheckOptions o;
@@ -125,6 +126,13 @@ TEST_CASE("a kernel's declaration leaves the decoder-level cases within it, not 
     SECTION("version 2 without grouped heads or windows") {
         check_all_supported(check_kernel(declared_v2<kMhaNoWindow>, "mha_no_window", decoder_only(kMhaNoWindow)));
     }
+    SECTION("version 2 without padding or a paged cache: every call with kv_len = the sequence's keys") {
+        const CheckReport r = check_kernel(declared_v2<kExactKeys>, "exact_keys", decoder_only(kExactKeys));
+        check_all_supported(r);
+        CHECK(r.text.find("decoder_batch") != std::string::npos);  // ran: sequences of several lengths
+        CHECK(r.text.find("not run") == std::string::npos);
+        CHECK(r.text.find("not applicable") == std::string::npos);  // batches and memories too
+    }
     SECTION("max_q_len=1 (a decode kernel): no decoder-level run, said") {
         const CheckReport r = check_kernel(declared_v2<kDecodeOnly>, "decode_only", decoder_only(kDecodeOnly));
         INFO(r.text);
@@ -146,7 +154,7 @@ TEST_CASE("the reasons a declaration leaves the decoder no run", "[declaration][
     CHECK(unavailable("head_dim=8; value_dim=16", false).find("value_dim") != std::string::npos);
     CHECK(unavailable("dtype=bf16", true).find("dtype f32") != std::string::npos);
     CHECK(unavailable("dtype=bf16", false).empty());  // a version 1 kernel is float32 anyway
-    CHECK(unavailable("padding=no; paged=no", true).find("padding=no and paged=no") != std::string::npos);
+    CHECK(unavailable("padding=no; paged=no", true).empty());  // a call per sequence, exact kv_len
     CHECK(unavailable("padding=no", true).empty());  // its paged cache passes kv_lens
 }
 

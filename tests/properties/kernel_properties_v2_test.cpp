@@ -433,6 +433,33 @@ TEST_CASE("softcap_bound stays within a declared value_dim, reading the keys ove
     CHECK_THAT(bad.message, Catch::Contains("outside [-softcap, softcap]"));
 }
 
+// The reference kernel taking only packed variable-length batches, as FlashAttention's varlen
+// entry point does.
+int varlen_only_reference(const attncheck_problem_v2* p) {
+    if (!p->cu_seqlens_q) return 2;
+    return attncheck_reference_kernel_v2(p);
+}
+
+TEST_CASE("dense=no: a varlen-only kernel passes every property it can be posed and refuses none", "[properties_v2]") {
+    const KernelUnderTest k = v2_kernel("reference_v2 (varlen only)", varlen_only_reference, "dense=no");
+    for (const KernelPropertyV2& prop : kernel_properties_v2()) {
+        const std::string why = not_applicable(prop, k.declaration);
+        INFO(prop.name << ": " << why);
+        if (prop.name == "layout_invariance" || prop.name == "paged_permutation") {
+            CHECK_THAT(why, Catch::Contains("dense=no"));
+            continue;
+        }
+        REQUIRE(why.empty());
+        const PropertyResult r = run_kernel_property_v2(prop, k, params(30));
+        INFO(report(r, k.name));
+        CHECK(r.status == Status::pass);
+        CHECK(r.unsupported == 0);
+    }
+    // Undeclared, most of its cases are refused: what the declaration is for.
+    CHECK(run_kernel_property_v2(property("agreement"), v2_kernel("varlen only, undeclared", varlen_only_reference), params(30))
+              .unsupported > 0);
+}
+
 TEST_CASE("padding_values=finite: a kernel that weighs padding by 0 passes and the report says NaN was not tried", "[properties_v2]") {
     const KernelUnderTest k = v2_kernel("padding_read (padding_values=finite)", plain_kernel<Bug::padding_read>, "padding_values=finite");
     for (const char* name : {"poison_invisible", "agreement", "capacity_invariance"}) {
