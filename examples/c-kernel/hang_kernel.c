@@ -1,7 +1,7 @@
 /* hang_kernel.c — a kernel that loops forever on short sequences: it splits the keys into
  * kSplits tiles of kv_len / kSplits keys, and for kv_len < kSplits the tile width is 0, so the
- * tile loop never advances. attncheck's worker times out and reports "timed out after T s on
- * case N (seed S) of PROPERTY", then carries on. */
+ * tile loop never advances. attncheck's worker times out and reports "timed out: a case ran past
+ * the limit of T s per case on case N (seed S) of PROPERTY", then carries on. */
 #include <math.h>
 
 #include <attncheck/kernel_abi.h>
