@@ -6,6 +6,7 @@
 #include <ostream>
 #include <sstream>
 
+#include "properties/pick.hpp"
 #include "properties/stream.hpp"
 #include "reference/attention.hpp"
 
@@ -130,23 +131,6 @@ KernelInputs fill_inputs(const KernelCase& c) {
             break;
     }
     return in;
-}
-
-// A weighted choice that shrinks towards the first option (gen::weightedElement does not
-// shrink): one integer draw, mapped onto the options by their weights. Shapes and lengths
-// stay scaled by RapidCheck's size (small first), the kinds of case are all there from case 1.
-template <class T>
-T pick(std::initializer_list<std::pair<int, T>> options, const char* label) {
-    int total = 0;
-    for (const auto& o : options) total += o.first;
-    // At full size: RapidCheck scales ranges by the case size, which would make the first
-    // cases all pick the first option; the choice of style, mode or batch should not wait.
-    int r = *rc::gen::resize(100, rc::gen::inRange(0, total)).as(label);
-    for (const auto& o : options) {
-        if (r < o.first) return o.second;
-        r -= o.first;
-    }
-    return options.begin()->second;  // unreachable: r < total
 }
 
 namespace {

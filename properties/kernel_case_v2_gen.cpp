@@ -10,24 +10,11 @@
 #include <rapidcheck.h>
 
 #include "properties/kernel_case_v2.hpp"
+#include "properties/pick.hpp"
 
 namespace attncheck::properties {
 
 namespace {
-
-// A weighted choice that shrinks towards the first option, drawn at full size from case 1 (as
-// kernel_case.cpp's pick).
-template <class T>
-T pick(std::initializer_list<std::pair<int, T>> options, const char* label) {
-    int total = 0;
-    for (const auto& o : options) total += o.first;
-    int r = *rc::gen::resize(100, rc::gen::inRange(0, total)).as(label);
-    for (const auto& o : options) {
-        if (r < o.first) return o.second;
-        r -= o.first;
-    }
-    return options.begin()->second;
-}
 
 // Lengths next to powers of two and the usual tile sizes (16, 32, 64-key tiles, 96-key tiles).
 const std::vector<int>& tile_edges() {
