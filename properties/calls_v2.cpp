@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <sstream>
 
+#include "attncheck/abi_v1.hpp"
 #include "attncheck/problem_v2.hpp"
 #include "attncheck/tolerance.hpp"
 
@@ -40,11 +41,15 @@ std::vector<char> empty_rows_of(const KernelCaseV2& c) {
     return empty;
 }
 
+int invoke(const KernelUnderTest& kernel, const attncheck_problem_v2& p) {
+    return kernel.fn_v2 ? kernel.fn_v2(&p) : v1_call(kernel.fn, p);
+}
+
 CallV2 call_v2(const KernelUnderTest& kernel, const KernelCaseV2& c, const LogicalInputsV2& in,
                const BuildOptionsV2& options) {
     CallV2 r;
     r.built = build_v2(c, in, options);
-    r.rc = kernel.fn_v2(&r.built.problem);
+    r.rc = invoke(kernel, r.built.problem);
     if (r.rc != 0) return r;
     r.out = r.built.out_logical();
     r.lse = r.built.lse_logical();

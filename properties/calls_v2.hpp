@@ -26,6 +26,10 @@ struct CallV2 {
     std::string convention_violation;
 };
 
+// The kernel on p: a version 2 kernel directly, a version 1 kernel through v1_call()
+// (attncheck/abi_v1.hpp: ATTNCHECK_UNSUPPORTED, without a call, when version 1 cannot pose p).
+int invoke(const KernelUnderTest& kernel, const attncheck_problem_v2& p);
+
 CallV2 call_v2(const KernelUnderTest& kernel, const KernelCaseV2& c, const LogicalInputsV2& in,
                const BuildOptionsV2& options = {});
 
@@ -76,5 +80,9 @@ Verdict same_bits(const std::string& what, const KernelUnderTest& kernel, const 
 Verdict row_sums(const KernelUnderTest& kernel, const KernelCaseV2& c);
 Verdict probabilities(const KernelUnderTest& kernel, const KernelCaseV2& c);
 Verdict softcap_bound(const KernelUnderTest& kernel, const KernelCaseV2& c);
+// What a kernel must refuse (refusals.cpp).
+Verdict abi_version(const KernelUnderTest& kernel, const KernelCaseV2& c);
+Verdict refuses_undeclared(const KernelUnderTest& kernel, const KernelCaseV2& c);
+Verdict refuses_malformed(const KernelUnderTest& kernel, const KernelCaseV2& c);
 
 }  // namespace attncheck::properties

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "attncheck/abi_v1.hpp"
 #include "attncheck/problem_v2.hpp"
 
 namespace attncheck {
@@ -131,9 +132,10 @@ void KernelDeclaration::apply(const std::string& text) {
             else if (value == "contiguous") layout_any = false;
             else bad(item, "expected any or contiguous, got '" + value + "'");
         } else if (key == "positions") {
-            if (value == "any") positions_any = true;
-            else if (value == "bottom_right") positions_any = false;
-            else bad(item, "expected any or bottom_right, got '" + value + "'");
+            positions_any = value != "bottom_right";
+            positions_shared = value == "shared";
+            if (value != "any" && value != "bottom_right" && value != "shared")
+                bad(item, "expected any, bottom_right or shared, got '" + value + "'");
         } else if (key == "varlen") {
             varlen = parse_yes_no(item, value);
         } else if (key == "dense") {
@@ -178,6 +180,19 @@ KernelDeclaration KernelDeclaration::parse(const std::string& text) {
     return d;
 }
 
+void KernelDeclaration::limit_to_abi_v1() {
+    abi_v1 = true;
+    dtype_f32 = true, dtype_f16 = dtype_bf16 = false;
+    gqa = false;
+    layout_any = false;
+    positions_any = true, positions_shared = true;
+    varlen = paged = false, dense = true;
+    block_sizes.clear();
+    window = softcap = alibi = lse = false;
+    rounds_probabilities = false;
+    padding_finite = true;
+}
+
 std::string KernelDeclaration::to_string() const {
     std::vector<std::string> items;
     if (!head_dims.empty()) items.push_back("head_dim=" + ranges_text(head_dims));
@@ -191,6 +206,11 @@ std::string KernelDeclaration::to_string() const {
     if (!padding) items.push_back("padding=no");
     if (empty_rows_nan) items.push_back("empty_rows=nan");
     if (!deterministic) items.push_back("deterministic=no");
+    if (abi_v1) {  // the rest are version 1's limits
+        std::string s;
+        for (const auto& i : items) s += (s.empty() ? "" : "; ") + i;
+        return s;
+    }
     if (!dtype_f32 || !dtype_f16 || !dtype_bf16) {
         std::string list;
         for (const auto& [on, name] : {std::pair{dtype_f32, "f32"}, std::pair{dtype_f16, "f16"}, std::pair{dtype_bf16, "bf16"}})
@@ -203,6 +223,7 @@ std::string KernelDeclaration::to_string() const {
     if (!gqa) items.push_back("gqa=no");
     if (!layout_any) items.push_back("layout=contiguous");
     if (!positions_any) items.push_back("positions=bottom_right");
+    if (positions_shared) items.push_back("positions=shared");
     if (!varlen) items.push_back("varlen=no");
     if (!dense) items.push_back("dense=no");
     if (!paged) items.push_back("paged=no");
@@ -284,6 +305,8 @@ bool contiguous_layout(const attncheck_problem_v2& p) {
 }  // namespace
 
 std::string KernelDeclaration::unsupported_reason(const attncheck_problem_v2& p) const {
+    if (V1Call call; abi_v1)
+        if (const std::string why = v1_call_of(p, call); !why.empty()) return "version 1 of the ABI cannot pose it: " + why;
     if (!allows_dtype(p.dtype))
         return std::string("dtype ") + dtype_name(p.dtype) + " is not declared (" + to_string() + ")";
     if (!allows_head_dim(p.head_dim))
@@ -315,6 +338,11 @@ std::string KernelDeclaration::unsupported_reason(const attncheck_problem_v2& p)
             if (p.q_pos[b] != kv_len_of(p, b) - q_len_of(p, b))
                 return "q_pos[" + std::to_string(b) + "] = " + std::to_string(p.q_pos[b]) + " is not Tk - Tq = " +
                        std::to_string(kv_len_of(p, b) - q_len_of(p, b)) + ", declared positions=bottom_right";
+    if (positions_shared)
+        for (int b = 1; b < p.batch; ++b)
+            if (p.q_pos[b] != p.q_pos[0])
+                return "q_pos[" + std::to_string(b) + "] = " + std::to_string(p.q_pos[b]) + " differs from q_pos[0] = " +
+                       std::to_string(p.q_pos[0]) + ", declared positions=shared";
     if ((p.cu_seqlens_q || p.cu_seqlens_k) && !varlen) return "a packed variable-length batch, declared varlen=no";
     if (!p.cu_seqlens_q && !dense) return "dense query rows (no cu_seqlens_q), declared dense=no";
     if (p.block_table && !paged) return "a paged KV cache, declared paged=no";

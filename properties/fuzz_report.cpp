@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "attncheck/isa.hpp"
+#include "properties/property_runs.hpp"
 
 namespace attncheck::properties {
 namespace {
@@ -116,6 +117,9 @@ void print_table(std::ostream& os, const std::vector<Row>& rows, RowKind kind, c
         at[{r.result.property, r.subject}] = &r;
     }
     if (subjects.empty()) return;
+    // The registration order (a version 1 kernel, first in a run, has no row of its own for lse).
+    std::stable_sort(props.begin(), props.end(),
+                     [](const std::string& a, const std::string& b) { return property_rank(a) < property_rank(b); });
     std::size_t w0 = title.size();
     for (const auto& p : props) w0 = std::max(w0, p.size());
     std::vector<std::size_t> w;

@@ -91,9 +91,9 @@ std::vector<std::pair<std::string, std::string>> kernel_properties_by_applicabil
                                                                                    const KernelDeclaration& declaration) {
     std::vector<std::pair<std::string, std::string>> out;
     const auto add = [&](const auto& props) {
-        for (const auto& p : props) out.emplace_back(p.name, not_applicable(p, declaration));
+        for (const auto& p : props) out.emplace_back(p.name, not_applicable(p, checked_declaration(declaration, v2)));
     };
-    v2 ? add(kernel_properties_v2()) : add(kernel_properties());
+    add(kernel_properties_v2());
     return out;
 }
 
@@ -104,9 +104,10 @@ std::vector<std::string> kernel_property_names(bool v2, const KernelDeclaration&
     return names;
 }
 
-void run_kernel_subject(const FuzzOptions& o, std::uint64_t seed, const KernelUnderTest& k, RowKind kind,
+void run_kernel_subject(const FuzzOptions& o, std::uint64_t seed, const KernelUnderTest& given, RowKind kind,
                         std::vector<Row>& rows, ProgressLine& line, const WorkerChannel* channel) {
     if (o.level == Level::decoder) return;
+    const KernelUnderTest k = checked(given);
     const auto run = [&](const std::string& name, const auto& run_one) {
         if (!selected(o, name)) return;
         const RunParams params = run_params(o, seed, kernel_cases(o));
@@ -115,29 +116,23 @@ void run_kernel_subject(const FuzzOptions& o, std::uint64_t seed, const KernelUn
         line.clear();
         rows.push_back(std::move(row));
     };
-    if (k.fn_v2) {
-        for (const auto& prop : kernel_properties_v2()) {
-            if (const std::string why = not_applicable(prop, k.declaration); !why.empty()) {
-                if (selected(o, prop.name))
-                    std::cout << progress_label(kind, k.name, prop.name) << ": not applicable (" << why << ")\n";
-                continue;
-            }
-            run(prop.name, [&](const RunParams& params, const Progress& progress) {
-                return run_kernel_property_v2(prop, k, params, progress, channel);
-            });
-        }
-        return;
-    }
-    for (const KernelProperty& prop : kernel_properties()) {
+    // What version 1 of the ABI lacks is one line; what a declaration excludes, a line each. A
+    // mutant run's table says all (kind mutant).
+    std::string abi_v1_lacks;
+    for (const auto& prop : kernel_properties_v2()) {
         if (const std::string why = not_applicable(prop, k.declaration); !why.empty()) {
-            if (selected(o, prop.name))
-                std::cout << progress_label(kind, k.name, prop.name) << ": not applicable (" << why << ")\n";
+            if (!selected(o, prop.name) || kind == RowKind::mutant) continue;
+            if (why.rfind(kAbiV1Lacks, 0) == 0) abi_v1_lacks += (abi_v1_lacks.empty() ? "" : ", ") + prop.name;
+            else std::cout << progress_label(kind, k.name, prop.name) << ": not applicable (" << why << ")\n";
             continue;
         }
         run(prop.name, [&](const RunParams& params, const Progress& progress) {
-            return run_kernel_property(prop, k, params, progress, channel);
+            return run_kernel_property_v2(prop, k, params, progress, channel);
         });
     }
+    if (!abi_v1_lacks.empty())
+        std::cout << "[" << to_string(kind) << " " << k.name
+                  << "] not applicable (version 1 of the ABI lacks what they need): " << abi_v1_lacks << "\n";
 }
 
 void run_decoder_subject(const FuzzOptions& o, const RunParams& params, int capped_from, const DecoderUnderTest& d,

@@ -213,7 +213,7 @@ struct CaseOptionsV2 {
     bool need_softcap = false;
     int min_batch = 1;
     int large_percent = 15;     // the large tier: lengths next to tile sizes, wider heads
-    int max_kv = 0;             // the longest Tk (0: the generator's own limits, 64 and 260 large)
+    int max_kv = 0;             // the longest Tk (0: the generator's own limits: 64, 260 large, 600 for a large decode step)
 };
 
 // Cases within what the kernel declares; a property that needs a feature the kernel does not

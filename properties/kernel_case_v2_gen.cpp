@@ -16,9 +16,11 @@ namespace attncheck::properties {
 
 namespace {
 
-// Lengths next to powers of two and the usual tile sizes (16, 32, 64-key tiles, 96-key tiles).
+// Lengths next to powers of two and the usual tile sizes (16, 32, 64-key tiles, 96-key tiles), and
+// past the usual split-K chunk of a decode kernel (512 keys).
 const std::vector<int>& tile_edges() {
-    static const std::vector<int> edges = {15, 16, 17, 31, 32, 33, 63, 64, 65, 95, 96, 97, 127, 128, 129, 191, 192, 193, 255, 256, 257};
+    static const std::vector<int> edges = {15,  16,  17,  31,  32,  33,  63,  64,  65,  95,  96,  97,  127, 128,
+                                           129, 191, 192, 193, 255, 256, 257, 383, 384, 385, 511, 512, 513, 577};
     return edges;
 }
 
@@ -145,6 +147,11 @@ KernelCaseV2 draw_case(const CaseOptionsV2& o, const KernelDeclaration& d, bool 
         }
     }
     if (o.need_prefill) c.batch = 1;
+    // A decode step of the large tier may have a long context, past a decode kernel's split-K
+    // chunk (512 keys); the other modes keep to 260 keys (their cost grows with Tq * Tk).
+    const int kv_limit = large && c.mode == OffsetMode::decode
+                             ? clamp_to(d.max_kv_len ? d.max_kv_len : 1 << 30, 1, std::min(600, o.max_kv ? o.max_kv : 1 << 30))
+                             : hi_kv;
     const std::size_t Bz = std::size_t(c.batch);
     c.q_lens.assign(Bz, 1);
     c.kv_lens.assign(Bz, 1);
@@ -152,10 +159,10 @@ KernelCaseV2 draw_case(const CaseOptionsV2& o, const KernelDeclaration& d, bool 
     const int lo_kv = o.need_causal_future || o.need_invisible ? 2 : 1;
     // A dense layout has one Tq for every sequence; a dense cache without declared padding one Tk.
     const bool one_tk = dense && c.layout.kind != LayoutKind::paged && !d.padding;
-    const int common_tk = draw_kv_len(lo_kv, std::max(lo_kv, hi_kv), large, "Tk");
+    const int common_tk = draw_kv_len(lo_kv, std::max(lo_kv, kv_limit), large, "Tk");
     const int common_tq = dense ? clamp_to(draw_kv_len(1, hi_q, large, "Tq"), 1, std::min(hi_q, hi_kv)) : 1;
     for (std::size_t b = 0; b < Bz; ++b) {
-        int Tk = one_tk || b == 0 ? common_tk : draw_kv_len(lo_kv, std::max(lo_kv, hi_kv), large, "Tk(b)");
+        int Tk = one_tk || b == 0 ? common_tk : draw_kv_len(lo_kv, std::max(lo_kv, kv_limit), large, "Tk(b)");
         switch (c.mode) {
             case OffsetMode::prefill:
                 if (dense) Tk = std::min(common_tq, hi_kv), Tk = std::max(Tk, lo_kv);
@@ -194,6 +201,12 @@ KernelCaseV2 draw_case(const CaseOptionsV2& o, const KernelDeclaration& d, bool 
         }
     }
     if (o.need_empty) c.kv_lens[std::size_t(*gen::inRange(0, c.batch).as("empty b"))] = 0;
+    // One position for the batch: the largest drawn, so the sequence it was drawn for keeps what
+    // the property needs (a key after a row, a key no row sees) and the others see all their keys.
+    if (d.positions_shared) {
+        const int shared = *std::max_element(c.q_pos.begin(), c.q_pos.end());
+        std::fill(c.q_pos.begin(), c.q_pos.end(), shared);
+    }
 
     // Window.
     const bool want_window = d.window && (o.need_invisible ? pick<int>({{1, 0}, {3, 1}}, "window") == 1

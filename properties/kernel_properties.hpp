@@ -41,6 +41,17 @@ struct KernelUnderTest {
     KernelDeclaration declaration;
 };
 
+// The declaration a kernel is checked under: its own, limited for a version 1 kernel to what
+// version 1 can pose (KernelDeclaration::limit_to_abi_v1(); idempotent).
+inline KernelDeclaration checked_declaration(KernelDeclaration d, bool v2) {
+    if (!v2) d.limit_to_abi_v1();
+    return d;
+}
+inline KernelUnderTest checked(KernelUnderTest k) {
+    k.declaration = checked_declaration(std::move(k.declaration), k.fn_v2 != nullptr);
+    return k;
+}
+
 struct KernelProperty {
     std::string name;
     std::string summary;

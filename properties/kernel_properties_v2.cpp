@@ -14,6 +14,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "attncheck/abi_v1.hpp"
 #include "attncheck/problem_v2.hpp"
 #include "attncheck/tolerance.hpp"
 #include "properties/calls_v2.hpp"
@@ -97,9 +98,10 @@ Verdict empty_rows(const KernelUnderTest& kernel, const KernelCaseV2& c) {
     for (std::size_t row = 0; row < empty.size(); ++row) {
         if (!empty[row]) continue;
         for (std::size_t col = 0; col < Dv; ++col)
-            if (f.call.out[row * Dv + col] != 0.0f)
-                return Verdict::fail("out" + f.call.built.element(row, int(col)) + " [b,h,i,c] is " + fmt(f.call.out[row * Dv + col]) +
-                                     " in a row with no visible key: must be exactly 0");
+            if (const float x = f.call.out[row * Dv + col]; x != 0.0f)
+                return Verdict::fail("out" + f.call.built.element(row, int(col)) + " [b,h,i,c] is " + fmt(x) +
+                                     " in a row with no visible key: must be exactly 0" +
+                                     (std::isnan(x) ? " (a kernel that returns NaN there by design declares empty_rows=nan)" : ""));
         if (!f.call.lse.empty() && !(std::isinf(f.call.lse[row]) && f.call.lse[row] < 0))
             return Verdict::fail("lse of row " + f.call.built.element(row, 0) + " is " + fmt(f.call.lse[row]) +
                                  ", a row with no visible key: must be -inf");
@@ -365,129 +367,6 @@ Verdict no_oob_read(const KernelUnderTest& kernel, const KernelCaseV2& c) {
     return same_within("with the inputs against a guard page, out", f.call, o, plain, o, "with the inputs in ordinary memory");
 }
 
-Verdict abi_version(const KernelUnderTest& kernel, const KernelCaseV2& c) {
-    const LogicalInputsV2 in = fill_inputs_v2(c);
-    for (const std::int32_t version : {ATTNCHECK_ABI_VERSION_2 + 1, ATTNCHECK_ABI_VERSION}) {
-        BuiltV2 b = build_v2(c, in);
-        b.problem.abi_version = version;
-        const int rc = kernel.fn_v2(&b.problem);
-        if (const std::string w = b.write_outside(); !w.empty())
-            return Verdict::fail("refusing abi_version " + std::to_string(version) + ", kernel " + w);
-        if (rc == 0)
-            return Verdict::fail("kernel accepted abi_version " + std::to_string(version) +
-                                 " (returned 0): a version 2 kernel must refuse a version it does not know");
-    }
-    return Verdict::pass();
-}
-
-Verdict refuses_undeclared(const KernelUnderTest& kernel, const KernelCaseV2& c) {
-    const KernelDeclaration& d = kernel.declaration;
-    std::vector<std::function<void(KernelCaseV2&)>> breaks;
-    if (!d.allows_dtype(ATTNCHECK_DTYPE_F32)) breaks.push_back([](KernelCaseV2& u) { u.dtype = ATTNCHECK_DTYPE_F32; });
-    if (!d.allows_dtype(ATTNCHECK_DTYPE_F16)) breaks.push_back([](KernelCaseV2& u) { u.dtype = ATTNCHECK_DTYPE_F16; });
-    if (!d.allows_dtype(ATTNCHECK_DTYPE_BF16)) breaks.push_back([](KernelCaseV2& u) { u.dtype = ATTNCHECK_DTYPE_BF16; });
-    if (!d.gqa && (!d.max_heads || d.max_heads >= 2)) breaks.push_back([](KernelCaseV2& u) { u.kv_heads = 1, u.q_heads = 2; });
-    if (!d.layout_any && c.dense()) breaks.push_back([](KernelCaseV2& u) { u.layout.kind = LayoutKind::gapped; });
-    if (!d.layout_any && !c.dense()) breaks.push_back([](KernelCaseV2& u) { u.layout.varlen_contiguous = false; });
-    if (!d.varlen) breaks.push_back([](KernelCaseV2& u) { u.layout.kind = LayoutKind::varlen; });
-    if (!d.dense) breaks.push_back([](KernelCaseV2& u) {
-        one_q_len(u);
-        u = with_layout(u, LayoutKind::bhtd);
-    });
-    if (!d.paged) breaks.push_back([](KernelCaseV2& u) { u.layout.kind = LayoutKind::paged, u.layout.block_size = 4; });
-    if (!d.window) breaks.push_back([](KernelCaseV2& u) { u.window_left = 1; });
-    if (!d.softcap) breaks.push_back([](KernelCaseV2& u) { u.softcap = 5.0f; });
-    if (!d.alibi) breaks.push_back([](KernelCaseV2& u) { u.alibi_slopes.assign(std::size_t(u.q_heads), 0.5f); });
-    if (!d.lse) breaks.push_back([](KernelCaseV2& u) { u.want_lse = true; });
-    if (!d.positions_any) breaks.push_back([](KernelCaseV2& u) { u.q_pos[0] += 1; });
-    if (!d.causal) breaks.push_back([](KernelCaseV2& u) { u.causal = true, u.window_right = -1; });
-    if (!d.non_causal) breaks.push_back([](KernelCaseV2& u) { u.causal = false; });
-    if (d.max_batch) breaks.push_back([&d](KernelCaseV2& u) {
-        u.batch = d.max_batch + 1;
-        u.q_lens.resize(std::size_t(u.batch), u.q_lens[0]);
-        u.kv_lens.resize(std::size_t(u.batch), u.kv_lens[0]);
-        u.q_pos.resize(std::size_t(u.batch), u.q_pos[0]);
-    });
-    if (d.max_kv_len) breaks.push_back([&d](KernelCaseV2& u) {
-        u.kv_lens[0] = d.max_kv_len + 1;
-        u.q_pos[0] = u.kv_lens[0] - u.q_lens[0];
-    });
-    if (!d.head_dims.empty()) {
-        int w = 1;
-        while (d.allows_head_dim(w) && w < 4096) ++w;
-        if (!d.allows_head_dim(w)) breaks.push_back([w, &d](KernelCaseV2& u) {
-            u.head_dim = w;
-            if (d.value_dim_same) u.value_dim = w;
-        });
-    }
-    if (breaks.empty()) return Verdict::pass();
-    KernelCaseV2 u = c;
-    breaks[c.data_seed % breaks.size()](u);
-    if (u.layout.kind == LayoutKind::varlen || u.layout.kind == LayoutKind::paged) u.layout.kv_capacity = 0;
-    if (u.dense()) one_q_len(u);
-    if (!u.alibi_slopes.empty()) u.alibi_slopes.resize(std::size_t(u.q_heads), 0.5f);
-    const LogicalInputsV2 in = fill_inputs_v2(u);
-    BuiltV2 built = build_v2(u, in);
-    const std::string reason = d.unsupported_reason(built.problem);
-    if (reason.empty()) return Verdict::pass();  // this case could not be moved outside the declaration
-    const int rc = kernel.fn_v2(&built.problem);
-    if (const std::string w = built.write_outside(); !w.empty())
-        return Verdict::fail("on a problem outside its declaration (" + reason + "), kernel " + w);
-    if (rc == 0)
-        return Verdict::fail("the kernel accepted (returned 0) a problem outside its declaration: " + reason +
-                             "; a kernel refuses (returns nonzero) what it does not declare, or declares it (" + d.to_string() + ")");
-    return Verdict::pass();
-}
-
-// A malformed problem (problem_v2_error() names it) must not crash the suite. The kernel should
-// refuse it; one that accepts it gets a note, not a failure: the ABI promises the kernel a
-// well-formed problem, and production kernels (FlashAttention's paged path among them) do not
-// re-validate block tables for speed. The buffers are sized so that even a kernel that reads
-// the bad index stays inside them (a spare K/V head, a spare block).
-Verdict refuses_malformed(const KernelUnderTest& kernel, const KernelCaseV2& c0) {
-    KernelCaseV2 c = c0;
-    const int which = int(c.data_seed % 3);
-    std::string what;
-    if (which == 0) {
-        // kv_heads not dividing q_heads: Hq = 3, Hk = 2, with room for 3 K/V heads.
-        c.q_heads = 3, c.kv_heads = 3;
-        if (!c.alibi_slopes.empty()) c.alibi_slopes.assign(3, 0.5f);
-    } else if (which == 1) {
-        c.layout.kind = LayoutKind::paged;
-        c.layout.spare_blocks = std::max(1, c.layout.spare_blocks);
-        c.layout.kv_capacity = 0;
-        one_q_len(c);
-        if (c.max_kv_len() == 0) c.kv_lens[0] = 1, c.q_pos[0] = 0;
-    }
-    const LogicalInputsV2 in = fill_inputs_v2(c);
-    BuiltV2 built = build_v2(c, in);
-    attncheck_problem_v2& p = built.problem;
-    if (which == 0) {
-        p.kv_heads = 2;
-        what = "kv_heads 2 does not divide q_heads 3";
-    } else if (which == 1) {
-        // The last block is the one the table now names but num_blocks excludes.
-        int seq = 0;
-        while (kv_len_of(p, seq) == 0) ++seq;
-        const std::int32_t last = p.num_blocks - 1;
-        for (auto& e : built.block_table)
-            if (e == last) e = 0;
-        built.block_table[std::size_t(seq) * std::size_t(p.block_table_stride)] = last;
-        p.num_blocks = last;
-        what = "block_table[" + std::to_string(seq) + "][0] = " + std::to_string(last) + " is outside [0, num_blocks = " +
-               std::to_string(last) + ")";
-    } else {
-        built.q_pos[0] = -1;
-        what = "q_pos[0] = -1";
-    }
-    if (problem_v2_error(p).empty()) return Verdict::pass();  // the case could not be made malformed
-    const int rc = kernel.fn_v2(&p);
-    if (const std::string w = built.write_outside(); !w.empty())
-        return Verdict::fail("on a malformed problem (" + what + "), kernel " + w);
-    if (rc == 0) return Verdict::pass_with_note("accepted a malformed problem (returned 0): " + what);
-    return Verdict::pass();
-}
-
 }  // namespace
 
 const std::vector<KernelPropertyV2>& kernel_properties_v2() {
@@ -519,7 +398,7 @@ const std::vector<KernelPropertyV2>& kernel_properties_v2() {
         {"no_oob_write", "nothing written outside out and lse (guards, gaps), and every element of them written", {}, no_oob_write},
         {"inputs_unchanged", "q, k, v (padding and gaps included) bitwise unchanged by the call", {}, inputs_unchanged},
         {"no_oob_read", "q, k, v placed against a guard page: a read past their end faults (a crash of the case), and the result must not change with the placement", {}, no_oob_read},
-        {"abi_version", "a problem with abi_version 3 (or 1) is refused (nonzero)", {}, abi_version},
+        {"abi_version", "a problem of a version the kernel does not know (3 or 1; a version 1 kernel: 2 or 0) is refused (nonzero)", {}, abi_version},
         {"refuses_undeclared", "a problem outside what the kernel declares (dtype, GQA, layout, varlen, paged, window, ...) is refused",
          {}, refuses_undeclared},
         {"refuses_malformed", "a malformed problem (kv_heads not dividing q_heads, a block-table entry out of range, q_pos < 0) is refused (a note if not)",
@@ -530,17 +409,27 @@ const std::vector<KernelPropertyV2>& kernel_properties_v2() {
 
 std::string not_applicable(const KernelPropertyV2& prop, const KernelDeclaration& d) {
     const CaseOptionsV2& o = prop.options;
-    if (o.need_lse && !d.lse) return "declared lse=no";
-    if (o.need_varlen && !d.varlen) return "declared varlen=no";
-    if (o.need_paged && !d.paged) return "declared paged=no";
+    // A version 1 kernel did not declare version 2's items: the ABI it is written against lacks them.
+    const auto lacks = [&](const char* item, const char* feature) {
+        return d.abi_v1 ? std::string(kAbiV1Lacks) + " " + feature : std::string("declared ") + item;
+    };
+    if (o.need_lse && !d.lse) return lacks("lse=no", "lse output");
+    if (o.need_varlen && !d.varlen) return lacks("varlen=no", "packed variable-length batches");
+    if (o.need_paged && !d.paged) return lacks("paged=no", "paged KV cache");
     if (o.need_paged && !d.dense) return "declared dense=no (a paged case's query rows are dense)";
     if (o.need_dense && !d.dense) return "declared dense=no";
-    if (o.need_gqa && !d.gqa) return "declared gqa=no";
-    if (o.need_softcap && !d.softcap) return "declared softcap=no";
+    if (o.need_gqa && !d.gqa) return lacks("gqa=no", "grouped-query heads");
+    if (o.need_softcap && !d.softcap) return lacks("softcap=no", "softcap");
     if ((o.need_causal_future || o.need_prefill) && !d.causal) return "declared mask=none";
+    if (o.min_batch > 1 && d.max_batch == 1) return "declared max_batch=1: the property needs a batch of 2 sequences";
     // A single query row with a key after it in the cache needs q_pos[b] < Tk(b) - 1.
     if (o.need_causal_future && d.max_q_len == 1 && !d.positions_any)
         return "declared max_q_len=1 with positions=bottom_right: the one query row is the sequence's last, no key is after it";
+    // Only a sequence without keys (padding, a packed or paged batch) or a window leaves a row
+    // with no visible key: key 0 is at or before every position.
+    if (o.need_empty && !d.padding && !d.varlen && !d.paged && !d.window)
+        return d.abi_v1 ? "declared padding=no: every row sees key 0"
+                        : "declared padding=no with varlen=no, paged=no and window=no: every row sees key 0";
     // Under bottom-right positions a row's own position is always a visible key.
     if (o.need_empty && !d.positions_any) return "declared positions=bottom_right: no row is ever empty";
     // Without a window, a key no row sees needs a causal horizon short of the keys, which
@@ -548,13 +437,13 @@ std::string not_applicable(const KernelPropertyV2& prop, const KernelDeclaration
     if (o.need_invisible && !d.window && (!d.causal || !d.positions_any))
         return "declared window=no with " + std::string(d.causal ? "positions=bottom_right" : "mask=none") +
                ": every key is seen by some row";
-    if (prop.name == "layout_invariance" && !d.layout_any) return "declared layout=contiguous";
+    if (prop.name == "layout_invariance" && !d.layout_any) return lacks("layout=contiguous", "layout but contiguous [B,H,T,D]");
     if (prop.name == "split_agreement" && d.max_q_len == 1) return "declared max_q_len=1: a single query row has nothing to split";
     return {};
 }
 
 std::string untried(const KernelPropertyV2& prop, const KernelDeclaration& d) {
-    if (prop.name == "poison_invisible" && d.padding_finite)
+    if (prop.name == "poison_invisible" && d.padding_finite && !d.abi_v1)  // version 1's padding is finite
         return "declared padding_values=finite: NaN and Inf were not tried in padding, gaps and unused blocks "
                "(large finite garbage instead)";
     return {};

@@ -40,6 +40,8 @@ const std::vector<KernelPropertyV2>& kernel_properties_v2();
 // can): its cases need a feature the declaration excludes. Such a property is not run (the run
 // says "not applicable"): a kernel that honestly declares less is not reported "not checked".
 std::string not_applicable(const KernelPropertyV2& prop, const KernelDeclaration& declaration);
+// How not_applicable() begins when the ABI of a version 1 kernel lacks the feature.
+inline constexpr const char* kAbiV1Lacks = "version 1 of the ABI has no";
 
 // What `prop` leaves untried because of what a kernel declares ("" when nothing), e.g. NaN in
 // padding under padding_values=finite. run_kernel_property_v2 reports it as the run's warning.

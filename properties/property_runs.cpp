@@ -33,6 +33,19 @@ bool is_property(const std::string& given) {
     return false;
 }
 
+int property_rank(const std::string& name) {
+    int rank = 0;
+    for (const auto& p : kernel_properties_v2()) {
+        if (p.name == name) return rank;
+        ++rank;
+    }
+    for (const auto& p : decoder_properties()) {
+        if (p.name == name) return rank;
+        ++rank;
+    }
+    return rank;
+}
+
 namespace {
 
 // A check that throws fails its case, with the exception's message.
@@ -71,8 +84,9 @@ PropertyResult run_kernel_property(const KernelProperty& prop, const KernelUnder
         params, progress);
 }
 
-PropertyResult run_kernel_property_v2(const KernelPropertyV2& prop, const KernelUnderTest& k, const RunParams& params,
+PropertyResult run_kernel_property_v2(const KernelPropertyV2& prop, const KernelUnderTest& given, const RunParams& params,
                                       const Progress& progress, const WorkerChannel* channel) {
+    const KernelUnderTest k = checked(given);
     const rc::Gen<KernelCaseV2> gen = gen_kernel_case_v2(prop.options, k.declaration);
     PropertyResult result = run_property(
         prop.name,

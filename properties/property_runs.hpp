@@ -19,6 +19,9 @@ bool is_property(const std::string& name);
 // names (agreement_v2 -> agreement, varlen_equals_separate -> batch, ...); any other name as is.
 // --property, ATTNCHECK_PROPERTY and CheckOptions::only accept the old names through it.
 std::string canonical_property_name(const std::string& name);
+// A property's place in the reports: the kernel properties in their table's order, then the
+// decoder properties in theirs, then any other name.
+int property_rank(const std::string& name);
 
 // channel: in a worker process, announces every case before it runs (so a crash names it).
 PropertyResult run_kernel_property(const KernelProperty& prop, const KernelUnderTest& k, const RunParams& params,

@@ -18,14 +18,18 @@
 //                        `nan` (PyTorch's convention: such a row gives NaN)
 //   deterministic        `yes` (default: the same call gives bitwise the same out) or `no`
 //
-// Version 2 items (attncheck/kernel_abi_v2.h; a v1 kernel's problems have none of these features,
-// so the items do not affect it). Default: everything the ABI has.
+// Version 2 items (attncheck/kernel_abi_v2.h). Default: everything the ABI has. A version 1
+// kernel is checked on the version 2 problems version 1 can pose (attncheck/abi_v1.hpp): its
+// declaration is limited to them (limit_to_abi_v1()), and these items are then version 1's
+// limits, not declarations.
 //   dtype                comma list of f32, f16, bf16 (default: all three)
 //   gqa                  `yes` (kv_heads < q_heads supported) or `no` (kv_heads = q_heads only)
 //   layout               `any` (any strides, gaps between rows, heads and sequences) or
 //                        `contiguous` (every tensor, lse included, densely packed [B,H,T,D])
-//   positions            `any` (any q_pos[b] >= 0) or `bottom_right` (q_pos[b] = Tk(b) - Tq(b):
+//   positions            `any` (any q_pos[b] >= 0), `bottom_right` (q_pos[b] = Tk(b) - Tq(b):
 //                        the query rows are the last rows of the sequence, as FlashAttention has it)
+//                        or `shared` (one q_pos for every sequence of a call: a kernel that takes a
+//                        single offset, as version 1's q_offset)
 //   varlen, paged        `yes` or `no`: packed variable-length batches; a paged KV cache
 //   dense                `yes` or `no`: `no` for a kernel that takes only packed variable-length
 //                        batches (cu_seqlens_q and cu_seqlens_k, FlashAttention's varlen entry
@@ -93,6 +97,13 @@ struct KernelDeclaration {
     static constexpr int kDefaultTanhUlps = 2;
     int tanh_ulps = kDefaultTanhUlps;
     bool padding_finite = false;  // padding_values=finite
+    bool positions_shared = false;  // positions=shared: q_pos[b] equal for every b
+
+    // A version 1 kernel's declaration (limit_to_abi_v1()): float32, no GQA, contiguous dense
+    // tensors, shared positions, no window, softcap, ALiBi or lse, finite padding (version 1 put
+    // ordinary keys there; NaN there is version 2's rule). to_string() leaves these limits out.
+    bool abi_v1 = false;
+    void limit_to_abi_v1();
 
     // True when the declaration says nothing beyond the ABI's defaults.
     bool is_default() const;

@@ -329,7 +329,7 @@ TEST_CASE("a crash report names the case and its shape, numbered as a failure is
     CHECK(crash.code == 1);
     CHECK(fail.code == 1);
     // The two kernels trap on the same inputs (Dk = 3): the same case number in both reports.
-    const int crashed_at = case_number(crash.out, R"(crashed \(SIGABRT\) on case (\d+) \(seed 1\) of agreement \[B=\d+ [^\]]*Dk=3 )");
+    const int crashed_at = case_number(crash.out, R"(crashed \(SIGABRT\) on case (\d+) \(seed 1\) of agreement \[dtype=f32 B=\d+ [^\]]*Dk=3 )");
     const int failed_at = case_number(fail.out, R"(agreement +FAIL @(\d+))");
     CHECK(crashed_at > 0);
     CHECK(crashed_at == failed_at);
@@ -361,7 +361,7 @@ TEST_CASE("a kernel that fails at kernel level: capped decoder runs, each shrunk
     }
     CHECK(decoder_rows == 1);
     // agreement and row_sums shrink to the same case: printed once, then referred to.
-    CHECK(count(r.out, "  case = B=") == 1);
+    CHECK(count(r.out, "  case = dtype=") == 1);
     CHECK(r.out.find("  case: the same as for agreement on kernel zoo_mask_after_softmax above") != std::string::npos);
 }
 
@@ -426,7 +426,8 @@ TEST_CASE("fuzz --junit and --json describe every run, failures with their repla
     // The shrunk case's fields, typed, beside its text.
     CHECK(failed["case"]["Dk"] == 3);
     CHECK(failed["case"]["B"] == 1);
-    CHECK(failed["case"]["kv_valid_len"].is_null());
+    CHECK(failed["case"]["dtype"] == "f32");
+    CHECK(failed["case"]["Tk"].is_array());
     CHECK(failed["counterexample_values"]["case"].get<std::string>().find("Dk=3") != std::string::npos);
 
     const std::string xml = slurp(junit);

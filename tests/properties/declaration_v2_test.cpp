@@ -68,7 +68,7 @@ TEST_CASE("malformed or contradictory v2 declarations are rejected, naming the i
     CHECK_THAT(message("dtype=f64"), Catch::Contains("unknown dtype 'f64'"));
     CHECK_THAT(message("gqa=maybe"), Catch::Contains("'gqa=maybe'") && Catch::Contains("yes or no"));
     CHECK_THAT(message("layout=strided"), Catch::Contains("any or contiguous"));
-    CHECK_THAT(message("positions=top_left"), Catch::Contains("any or bottom_right"));
+    CHECK_THAT(message("positions=top_left"), Catch::Contains("any, bottom_right or shared"));
     CHECK_THAT(message("block_size=0"), Catch::Contains("not a positive integer"));
     CHECK_THAT(message("paged=no; block_size=16"), Catch::Contains("'block_size=16'") && Catch::Contains("paged=no"));
     CHECK_THAT(message("block_size=16; paged=no"), Catch::Contains("paged=no"));  // whatever the order

@@ -1,0 +1,39 @@
+// attncheck/abi_v1.hpp — version 1 of the kernel ABI (kernel_abi.h) as what it is: version 2
+// (kernel_abi_v2.h) restricted to the problems version 1 can pose. The suite has one problem type,
+// attncheck_problem_v2; a version 1 kernel is called on it through v1_call(), which poses the
+// problem in version 1's terms or refuses it, as FlashAttention fills one parameter struct from
+// every entry point.
+//
+// Version 1 can pose a version 2 problem when it is float32, kv_heads = q_heads, dense (no
+// cu_seqlens, no block table), every tensor contiguous [B, H, T, D] (k and v with kv_len rows per
+// sequence: kv_lens, when given, become kv_valid_len), one position for every sequence (q_pos[b]
+// all equal: q_offset), and has no window, softcap, ALiBi or lse. The properties generate such
+// problems for a version 1 kernel (KernelDeclaration::limit_to_abi_v1()).
+#pragma once
+
+#include <string>
+
+#include "attncheck/kernel_abi.h"
+#include "attncheck/kernel_abi_v2.h"
+
+namespace attncheck {
+
+// The tensors of a version 1 call.
+struct V1Call {
+    attncheck_problem problem{};
+    const float *q = nullptr, *k = nullptr, *v = nullptr;
+    float* out = nullptr;
+};
+
+// "" and `call` filled when version 1 can pose p, else the first reason it cannot ("dtype f16",
+// "kv_heads 1 < q_heads 2", "q_pos differs between sequences", ...). The version numbers map:
+// a well-formed version 2 problem is version 1's ATTNCHECK_ABI_VERSION, and any other
+// abi_version one version 1 does not know either (0 below 2, 2 above), so a kernel's refusal of
+// unknown versions is tested through the adapter.
+std::string v1_call_of(const attncheck_problem_v2& p, V1Call& call);
+
+// fn on p as version 1 poses it: its return code, or ATTNCHECK_UNSUPPORTED when version 1
+// cannot pose p (the kernel is then not called).
+int v1_call(attncheck_kernel_fn fn, const attncheck_problem_v2& p);
+
+}  // namespace attncheck

@@ -1,0 +1,72 @@
+// reference/abi_v1.cpp — a version 2 problem posed through version 1 of the ABI (abi_v1.hpp).
+#include "attncheck/abi_v1.hpp"
+
+#include <cstddef>
+#include <cstdint>
+
+#include "attncheck/problem_v2.hpp"
+
+namespace attncheck {
+
+namespace {
+
+// Whether t is contiguous [B, H, rows, width]. The stride of an axis of extent 1 is never used,
+// so it may be anything (a batch of one has no batch stride to speak of).
+bool contiguous(const attncheck_tensor_v2& t, int B, int H, int rows, int width) {
+    const std::int64_t expected[4] = {std::int64_t(H) * rows * width, std::int64_t(rows) * width, width, 1};
+    const int extent[4] = {B, H, rows, width};
+    for (int a = 0; a < 4; ++a)
+        if (extent[a] > 1 && t.stride[a] != expected[a]) return false;
+    return true;
+}
+
+}  // namespace
+
+std::string v1_call_of(const attncheck_problem_v2& p, V1Call& call) {
+    if (p.struct_size < std::int32_t(sizeof(attncheck_problem_v2))) return "struct_size smaller than version 2's";
+    if (p.dtype != ATTNCHECK_DTYPE_F32) return std::string("dtype ") + dtype_name(p.dtype);
+    if (p.kv_heads != p.q_heads)
+        return "kv_heads " + std::to_string(p.kv_heads) + " != q_heads " + std::to_string(p.q_heads);
+    if (p.cu_seqlens_q || p.cu_seqlens_k) return "a packed variable-length batch (cu_seqlens)";
+    if (p.block_table) return "a paged KV cache";
+    if (p.window_left >= 0 || p.window_right >= 0) return "a sliding window";
+    if (p.softcap != 0.0f) return "softcap";
+    if (p.alibi_slopes) return "ALiBi slopes";
+    if (p.lse) return "an lse output";
+    if (!p.q_pos) return "no q_pos";
+    for (int b = 1; b < p.batch; ++b)
+        if (p.q_pos[b] != p.q_pos[0]) return "q_pos differs between sequences (version 1 has one q_offset)";
+    const int B = p.batch, H = p.q_heads;
+    if (!contiguous(p.q, B, H, p.q_len, p.head_dim)) return "q is not contiguous [B, H, Tq, Dk]";
+    if (!contiguous(p.k, B, H, p.kv_len, p.head_dim)) return "k is not contiguous [B, H, Tk, Dk]";
+    if (!contiguous(p.v, B, H, p.kv_len, p.value_dim)) return "v is not contiguous [B, H, Tk, Dv]";
+    if (!contiguous(p.out, B, H, p.q_len, p.value_dim)) return "out is not contiguous [B, H, Tq, Dv]";
+
+    attncheck_problem& v1 = call.problem;
+    v1.abi_version = p.abi_version == ATTNCHECK_ABI_VERSION_2 ? ATTNCHECK_ABI_VERSION
+                     : p.abi_version < ATTNCHECK_ABI_VERSION_2 ? 0
+                                                               : ATTNCHECK_ABI_VERSION + 1;
+    v1.batch = p.batch;
+    v1.heads = p.q_heads;
+    v1.q_len = p.q_len;
+    v1.kv_len = p.kv_len;
+    v1.head_dim = p.head_dim;
+    v1.value_dim = p.value_dim;
+    v1.q_offset = B > 0 ? p.q_pos[0] : 0;
+    v1.causal = p.causal;
+    v1.kv_valid_len = p.kv_lens;
+    v1.scale = p.scale;
+    call.q = static_cast<const float*>(p.q.data);
+    call.k = static_cast<const float*>(p.k.data);
+    call.v = static_cast<const float*>(p.v.data);
+    call.out = static_cast<float*>(p.out.data);
+    return {};
+}
+
+int v1_call(attncheck_kernel_fn fn, const attncheck_problem_v2& p) {
+    V1Call call;
+    if (!v1_call_of(p, call).empty()) return ATTNCHECK_UNSUPPORTED;
+    return fn(&call.problem, call.q, call.k, call.v, call.out);
+}
+
+}  // namespace attncheck
