@@ -104,14 +104,14 @@ CheckReport check(KernelUnderTest kernel, const CheckOptions& options) {
     }
     kernel.declaration = checked_declaration(declaration, v2);
     std::string abi_v1_lacks;  // one line for what version 1 of the ABI cannot pose
-    for (const auto& prop : kernel_properties_v2()) {
+    for (const auto& prop : kernel_properties()) {
         if (!selected(prop.name)) continue;
         if (const std::string why = not_applicable(prop, kernel.declaration); !why.empty()) {
             if (why.rfind(kAbiV1Lacks, 0) == 0) abi_v1_lacks += (abi_v1_lacks.empty() ? "" : ", ") + prop.name;
             else not_applicable_lines += "  " + prop.name + ": not applicable (" + why + ")\n";
             continue;
         }
-        results.push_back(run_kernel_property_v2(prop, kernel, RunParams{report.seed, options.cases}));
+        results.push_back(run_kernel_property(prop, kernel, RunParams{report.seed, options.cases}));
         budgets.push_back(options.cases);
     }
     if (!abi_v1_lacks.empty())

@@ -93,7 +93,7 @@ std::vector<std::pair<std::string, std::string>> kernel_properties_by_applicabil
     const auto add = [&](const auto& props) {
         for (const auto& p : props) out.emplace_back(p.name, not_applicable(p, checked_declaration(declaration, v2)));
     };
-    add(kernel_properties_v2());
+    add(kernel_properties());
     return out;
 }
 
@@ -119,7 +119,7 @@ void run_kernel_subject(const FuzzOptions& o, std::uint64_t seed, const KernelUn
     // What version 1 of the ABI lacks is one line; what a declaration excludes, a line each. A
     // mutant run's table says all (kind mutant).
     std::string abi_v1_lacks;
-    for (const auto& prop : kernel_properties_v2()) {
+    for (const auto& prop : kernel_properties()) {
         if (const std::string why = not_applicable(prop, k.declaration); !why.empty()) {
             if (!selected(o, prop.name) || kind == RowKind::mutant) continue;
             if (why.rfind(kAbiV1Lacks, 0) == 0) abi_v1_lacks += (abi_v1_lacks.empty() ? "" : ", ") + prop.name;
@@ -127,7 +127,7 @@ void run_kernel_subject(const FuzzOptions& o, std::uint64_t seed, const KernelUn
             continue;
         }
         run(prop.name, [&](const RunParams& params, const Progress& progress) {
-            return run_kernel_property_v2(prop, k, params, progress, channel);
+            return run_kernel_property(prop, k, params, progress, channel);
         });
     }
     if (!abi_v1_lacks.empty())

@@ -15,7 +15,6 @@
 #include "properties/isolation/isolation.hpp"
 #include "properties/isolation/kernel_lib.hpp"
 #include "properties/kernel_properties.hpp"
-#include "properties/kernel_properties_v2.hpp"
 
 namespace attncheck::properties {
 

@@ -1,673 +1,452 @@
-// properties/kernel_properties.cpp — the kernel-level properties: their checks, and the table
-// kernel_properties() (at the bottom) that registers them.
-//
-// Quick start for adding a kernel property
-//   1. Write the check, in the section "the properties" below:
-//          Verdict my_property(const KernelUnderTest& kernel, const KernelCase& c)
-//      c is one generated case (shapes, q_offset, mask, padding, scale, input style and data
-//      seed: properties/kernel_case.hpp). first_call(kernel, c) gives its inputs q, k, v, its
-//      attncheck_problem and the kernel's answer; call the kernel again only through
-//      call_kernel() (below), which guards out and hands the kernel copies of the inputs.
-//      agree() compares an output with the float64 oracle within the bounds of
-//      attncheck/tolerance.hpp.
-//   2. Register it: add {"my_property", "what it checks, in one line", {options}, my_property}
-//      to the table in kernel_properties(). The options (CaseOptions, kernel_case.hpp) make the
-//      generator build the cases the check needs, e.g. {.need_padding = true}; it never filters.
-//      The name must differ from every decoder property's (one --property flag selects either).
-//      Add its row to the table of docs/properties.md.
-//   3. Return a Verdict (properties/verdict.hpp) for the case: Verdict::pass(), or
-//      Verdict::fail(message) with a message that names the element and both values
-//      ("out[0,1,2,3] [b,h,i,c]: candidate ..., float64 oracle ..."), or unsupported(rc) when
-//      the kernel refused the case (a refusal is not a failure), or Verdict::pass_with_note()
-//      for a pass worth counting. RapidCheck shrinks a failing case; the report names the case
-//      by its fields (describe() in kernel_case.cpp: "B=2 H=3 Tq=4 Tk=4 Dk=5 ...").
-//   4. Run it: `attncheck fuzz --property my_property` (every built-in kernel; --kernel NAME for
-//      one, --seed S --cases N to replay), and `attncheck fuzz --mutants` to see it kill mutants.
-//
-// Every kernel call goes through call_kernel(): fresh copies of the inputs (a kernel that
-// writes to them cannot spoil the next call), and out placed between two guard regions and
-// pre-filled with a NaN pattern, so that an out-of-bounds write lands in a guard (not in our
-// heap) and an element the kernel never wrote is recognisable.
+// properties/kernel_properties.cpp — the kernel properties: their checks, and the table
+// kernel_properties() (at the bottom) that registers them. Every kernel call goes through
+// call_case() (properties/calls.hpp); the properties that read probabilities are in
+// probabilities.cpp, the refusals in refusals.cpp.
 #include "properties/kernel_properties.hpp"
 
 #include <omp.h>
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <functional>
-#include <optional>
+#include <limits>
+#include <numeric>
 #include <sstream>
 
+#include "attncheck/abi_v1.hpp"
+#include "attncheck/problem_v2.hpp"
 #include "attncheck/tolerance.hpp"
+#include "properties/calls.hpp"
 #include "properties/stream.hpp"
-#include "reference/attention.hpp"
-#include "reference/error_bound.hpp"
+#include "reference/attention_v2.hpp"
 
 namespace attncheck::properties {
 namespace {
 
-// Bit patterns no arithmetic produces (a computed NaN is 0x7FC00000 or 0xFFC00000).
-constexpr std::uint32_t kUnwritten = 0x7FC0BEEFu;  // out before the call: "never written"
-constexpr std::uint32_t kCanary = 0x7FE5A5A5u;     // the guard regions around out
-constexpr std::uint32_t kOtherFill = 0x00000000u;  // a second fill, for the determinism check
-
-float from_bits(std::uint32_t u) { return std::bit_cast<float>(u); }
-std::uint32_t bits(float f) { return std::bit_cast<std::uint32_t>(f); }
-
-std::string fmt(double x) {
-    std::ostringstream s;
-    s.precision(9);
-    s << x;
-    return s.str();
-}
-
-struct Call {
-    int rc = 0;
-    std::vector<float> out;       // [B, H, Tq, Dv] as the kernel left it (empty rows: see below)
-    std::string guard_violation;  // "" when the guards are intact
-    std::string input_change;     // "" when q, k, v are bitwise unchanged
-    // A kernel that declares empty_rows=nan: its rows with no visible key are checked to be all
-    // NaN (convention_violation says where not) and then set to 0 in out, so that every other
-    // property reads them by the ABI's convention and still checks the rest of out.
-    std::string convention_violation;
-};
-
-// The rows of sequence b with no visible key: all of them when kv_valid_len[b] = 0 (key 0 is
-// visible to every row otherwise, causal or not, since q_offset >= 0).
-bool row_is_empty(const attncheck_problem& p, int b) { return p.kv_valid_len && p.kv_valid_len[b] == 0; }
-
-void read_nan_convention(const attncheck_problem& p, Call& r) {
-    const std::size_t per_b = std::size_t(p.heads) * p.q_len * p.value_dim;
-    for (int b = 0; b < p.batch; ++b) {
-        if (!row_is_empty(p, b)) continue;
-        for (std::size_t at = std::size_t(b) * per_b; at < std::size_t(b + 1) * per_b; ++at) {
-            if (bits(r.out[at]) == kUnwritten && r.convention_violation.empty())
-                r.convention_violation = "out" + index4(at, p.batch, p.heads, p.q_len, p.value_dim) +
-                                         " [b,h,i,c], in a row with no visible key, was never written (it still holds "
-                                         "the NaN the suite filled out with; empty_rows=nan asks the kernel to write NaN)";
-            if (!std::isnan(r.out[at]) && r.convention_violation.empty())
-                r.convention_violation = "out" + index4(at, p.batch, p.heads, p.q_len, p.value_dim) + " [b,h,i,c] is " +
-                                         fmt(r.out[at]) + " in a row with no visible key (kv_valid_len[" +
-                                         std::to_string(b) + "] = 0), but the kernel declares empty_rows=nan";
-            r.out[at] = 0.0f;
-        }
-    }
-}
-
-std::string first_change(const char* name, const std::vector<float>& before,
-                         const std::vector<float>& after, int d0, int d1, int d2, int d3) {
-    for (std::size_t i = 0; i < before.size(); ++i)
-        if (bits(before[i]) != bits(after[i]))
-            return std::string(name) + index4(i, d0, d1, d2, d3) + " changed from " + fmt(before[i]) +
-                   " to " + fmt(after[i]);
-    return {};
-}
-
-// The first float of the guard regions [out - guard, out) and [out + out_n, out + out_n + guard)
-// that is not the canary any more, described; "" when both are intact.
-std::string guard_violation(const float* out, std::size_t out_n, std::size_t guard) {
-    for (std::size_t i = 0; i < guard; ++i)
-        if (bits(out[-std::ptrdiff_t(i + 1)]) != kCanary)
-            return "wrote " + fmt(out[-std::ptrdiff_t(i + 1)]) + " at out[-" + std::to_string(i + 1) + "] (" +
-                   std::to_string(i + 1) + " floats before out)";
-    for (std::size_t i = 0; i < guard; ++i)
-        if (bits(out[out_n + i]) != kCanary)
-            return "wrote " + fmt(out[out_n + i]) + " at out[" + std::to_string(out_n + i) + "] (" +
-                   std::to_string(i + 1) + " floats past the end of out, which has " + std::to_string(out_n) + ")";
-    return {};
-}
-
-Call call_kernel(const KernelUnderTest& kernel, const attncheck_problem& p, const KernelInputs& in,
-                 std::size_t out_n, std::uint32_t fill = kUnwritten) {
-    // Guards as long as out itself (at least 64 floats): an off-by-one row or a whole extra
-    // (b, h) block both land inside them.
-    const std::size_t guard = std::max<std::size_t>(64, out_n);
-    std::vector<float> buffer(guard + out_n + guard, from_bits(kCanary));
-    std::fill_n(buffer.begin() + std::ptrdiff_t(guard), out_n, from_bits(fill));
-    KernelInputs copy = in;
-    Call r;
-    r.rc = kernel.fn(&p, copy.q.data(), copy.k.data(), copy.v.data(), buffer.data() + guard);
-    r.out.assign(buffer.begin() + std::ptrdiff_t(guard), buffer.begin() + std::ptrdiff_t(guard + out_n));
-    r.guard_violation = guard_violation(buffer.data() + guard, out_n, guard);
-    const int B = p.batch, H = p.heads;
-    r.input_change = first_change("q", in.q, copy.q, B, H, p.q_len, p.head_dim);
-    if (r.input_change.empty()) r.input_change = first_change("k", in.k, copy.k, B, H, p.kv_len, p.head_dim);
-    if (r.input_change.empty()) r.input_change = first_change("v", in.v, copy.v, B, H, p.kv_len, p.value_dim);
-    if (r.rc == 0 && kernel.declaration.empty_rows_nan) read_nan_convention(p, r);
-    return r;
-}
-
-// Zeroed anonymous memory of `floats` floats. The OS maps its pages on first touch (a read maps
-// the shared zero page): a buffer of any size costs nothing until it is written. data() is null
-// when the mapping failed.
-class LazyZeros {
-public:
-    explicit LazyZeros(std::size_t floats) : bytes_(std::max<std::size_t>(floats, 1) * sizeof(float)) {
-        void* m = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (m != MAP_FAILED) data_ = static_cast<float*>(m);
-    }
-    ~LazyZeros() {
-        if (data_) munmap(data_, bytes_);
-    }
-    LazyZeros(const LazyZeros&) = delete;
-    LazyZeros& operator=(const LazyZeros&) = delete;
-    float* data() const { return data_; }
-
-private:
-    std::size_t bytes_;
-    float* data_ = nullptr;
-};
-
-// The longest guard region of call_kernel_lazily (floats, each side).
-constexpr std::size_t kLazyGuard = std::size_t(1) << 20;
-
-// The kernel's call on a problem that may be huge (a size limit broken: kv_len = max_kv_len + 1
-// for max_kv_len = 1000000), made without filling it: q, k, v and out are LazyZeros the suite
-// never writes, out between guard regions of canaries as in call_kernel (as long as out, at
-// least 64 and at most kLazyGuard floats). A kernel that refuses at once costs nothing; one that
-// accepts computes on zeros in valid memory. Only rc and guard_violation are set (out is not
-// read); nullopt when the memory could not be mapped.
-std::optional<Call> call_kernel_lazily(const KernelUnderTest& kernel, const attncheck_problem& p) {
-    const std::size_t bh = std::size_t(p.batch) * std::size_t(p.heads);
-    const std::size_t out_n = bh * std::size_t(p.q_len) * std::size_t(p.value_dim);
-    const std::size_t guard = std::clamp<std::size_t>(out_n, 64, kLazyGuard);
-    const LazyZeros q(bh * std::size_t(p.q_len) * std::size_t(p.head_dim));
-    const LazyZeros k(bh * std::size_t(p.kv_len) * std::size_t(p.head_dim));
-    const LazyZeros v(bh * std::size_t(p.kv_len) * std::size_t(p.value_dim));
-    const LazyZeros buffer(guard + out_n + guard);
-    if (!q.data() || !k.data() || !v.data() || !buffer.data()) return std::nullopt;
-    float* const out = buffer.data() + guard;
-    std::fill_n(buffer.data(), guard, from_bits(kCanary));
-    std::fill_n(out + out_n, guard, from_bits(kCanary));
-    Call r;
-    r.rc = kernel.fn(&p, q.data(), k.data(), v.data(), out);
-    r.guard_violation = guard_violation(out, out_n, guard);
-    return r;
-}
-
-Verdict unsupported(int rc) {
-    return Verdict::unsupported("kernel returned " + std::to_string(rc) + " (unsupported)");
-}
-
-// A case's inputs and problem, and the kernel's call on them: how most properties begin.
-struct FirstCall {
-    KernelInputs in;
-    attncheck_problem p;
-    Call call;
-};
-
-FirstCall first_call(const KernelUnderTest& kernel, const KernelCase& c) {
-    FirstCall f{fill_inputs(c), c.problem(), {}};
-    f.call = call_kernel(kernel, f.p, f.in, c.out_size());
-    return f;
-}
-
-// Candidate against the float64 reference, each element within its bound for any correct
-// float32 evaluation (NUMERICS.md version 2, reference/error_bound.hpp).
-Verdict agree(const char* what, const std::vector<float>& out, const attncheck_problem& p,
-              const reference::BoundedOutput& oracle) {
-    const Agreement a = check_against_bound(out, oracle.value, oracle.bound);
-    if (a.ok) return Verdict::pass();
-    return Verdict::fail(std::string(what) + index4(a.worst_index, p.batch, p.heads, p.q_len, p.value_dim) +
-                         " [b,h,i,c]: " + a.describe());
-}
-
-Verdict agree(const char* what, const std::vector<float>& out, const attncheck_problem& p,
-              const KernelInputs& in) {
-    return agree(what, out, p, reference::attention_bounded(p, in.q.data(), in.k.data(), in.v.data()));
-}
-
-// The first element where two outputs differ bitwise among rows selected by keep(b, h, i).
-template <class Keep>
-std::string first_bitwise_difference(const std::vector<float>& a, const std::vector<float>& b,
-                                     const KernelCase& c, int Dv, Keep keep) {
-    for (int bb = 0; bb < c.batch; ++bb)
-        for (int h = 0; h < c.heads; ++h)
-            for (int i = 0; i < c.q_len; ++i) {
-                if (!keep(bb, h, i)) continue;
-                for (int col = 0; col < Dv; ++col) {
-                    const std::size_t at = ((std::size_t(bb) * c.heads + h) * c.q_len + i) * Dv + col;
-                    if (bits(a[at]) != bits(b[at]))
-                        return "out[" + std::to_string(bb) + "," + std::to_string(h) + "," + std::to_string(i) +
-                               "," + std::to_string(col) + "] was " + fmt(a[at]) + ", now " + fmt(b[at]);
-                }
-            }
-    return {};
-}
-
-// Rows selected by keep(b, h, i) of out against the oracle (the other rows are not compared):
-// how a kernel that declares deterministic=no is held to a comparison that is bitwise for the
-// others (its result may move between calls, but only within the bound).
-template <class Keep>
-Verdict agree_rows(const char* what, std::vector<float> out, const attncheck_problem& p,
-                   const reference::BoundedOutput& oracle, Keep keep) {
-    const std::size_t Dv = std::size_t(p.value_dim);
-    for (int b = 0; b < p.batch; ++b)
-        for (int h = 0; h < p.heads; ++h)
-            for (int i = 0; i < p.q_len; ++i) {
-                if (keep(b, h, i)) continue;
-                const std::size_t row = ((std::size_t(b) * p.heads + h) * p.q_len + i) * Dv;
-                for (std::size_t col = 0; col < Dv; ++col) out[row + col] = float(oracle.value[row + col]);
-            }
-    return agree(what, out, p, oracle);
-}
-
-// Replaces k and v rows j of sequence b (every head) where replace(b, j) with fresh values.
-// The magnitude mixes ordinary and large values: a kernel that lets such keys leak shows it
-// plainly, and one that computes their scores before masking must still not overflow to NaN.
-template <class Replace>
-KernelInputs perturb_keys(const KernelCase& c, const KernelInputs& in, std::uint64_t salt, Replace replace) {
-    KernelInputs r = in;
-    Stream rng(c.data_seed ^ (salt * 0xD1B54A32D192ED03ull));
-    const std::size_t Tk = std::size_t(c.kv_len), Dk = std::size_t(c.head_dim), Dv = std::size_t(c.value_dim);
-    for (int b = 0; b < c.batch; ++b)
-        for (int h = 0; h < c.heads; ++h)
-            for (std::size_t j = 0; j < Tk; ++j) {
-                if (!replace(b, int(j))) continue;
-                const double mag = rng.integer(0, 3) == 0 ? 50.0 : 2.0;
-                const std::size_t bh = std::size_t(b) * c.heads + h;
-                for (std::size_t x = 0; x < Dk; ++x) r.k[(bh * Tk + j) * Dk + x] = float(mag * rng.normal());
-                for (std::size_t x = 0; x < Dv; ++x) r.v[(bh * Tk + j) * Dv + x] = float(mag * rng.normal());
-            }
-    return r;
-}
-
-int visible_count(const KernelCase& c, int b, int i) {
-    int n = 0;
-    for (int j = 0; j < c.kv_len; ++j) n += c.visible(b, i, j) ? 1 : 0;
-    return n;
-}
-
-// ---- the properties ---------------------------------------------------------------------
+// ---- the properties -------------------------------------------------------------------------
 
 Verdict agreement(const KernelUnderTest& kernel, const KernelCase& c) {
-    const auto [in, p, r] = first_call(kernel, c);
-    if (r.rc != 0) return unsupported(r.rc);
-    return agree("out", r.out, p, in);
+    const First f = first_call(kernel, c);
+    if (f.call.rc != 0) return unsupported(f.call.rc);
+    if (!f.call.convention_violation.empty()) return Verdict::fail(f.call.convention_violation);
+    const reference::OracleV2 o = oracle_of(kernel, c, f.in);
+    if (Verdict v = agree_out("out", f.call, o); v.failed()) return v;
+    if (c.want_lse) return agree_lse("lse", f.call, o);
+    return Verdict::pass();
+}
+
+Verdict lse(const KernelUnderTest& kernel, const KernelCase& c) {
+    const First f = first_call(kernel, c);
+    if (f.call.rc != 0) return unsupported(f.call.rc);
+    return agree_lse("lse", f.call, oracle_of(kernel, c, f.in));
 }
 
 Verdict causality(const KernelUnderTest& kernel, const KernelCase& c) {
-    const auto [in, p, base] = first_call(kernel, c);
-    if (base.rc != 0) return unsupported(base.rc);
-    // Pivot rows r: keys j > q_offset + r are replaced; rows 0..r must not move a bit. Row 0,
-    // the last row that has a future, and a few between (each pivot is one kernel call).
-    const int last = std::min(c.q_len - 1, c.kv_len - 2 - c.q_offset);  // q_offset + r + 1 < Tk
-    std::vector<int> pivots;
-    const int count = std::min(last + 1, 6);
-    for (int t = 0; t < count; ++t) pivots.push_back(count == 1 ? 0 : int(std::int64_t(last) * t / (count - 1)));
-    pivots.erase(std::unique(pivots.begin(), pivots.end()), pivots.end());
-    std::optional<reference::BoundedOutput> oracle;  // for a kernel that declares deterministic=no
-    for (const int r : pivots) {
-        const int horizon = c.q_offset + r;  // the last key row r may see
-        const KernelInputs moved =
-            perturb_keys(c, in, std::uint64_t(r) + 1, [&](int, int j) { return j > horizon; });
-        const Call after = call_kernel(kernel, p, moved, c.out_size());
-        if (after.rc != 0) return unsupported(after.rc);
-        if (!kernel.declaration.deterministic) {
-            // Rows <= r see none of the replaced keys: their oracle is the original one.
-            if (!oracle) oracle = reference::attention_bounded(p, in.q.data(), in.k.data(), in.v.data());
-            const Verdict v = agree_rows("(deterministic=no: compared within the bound, not bitwise) out", after.out, p,
-                                         *oracle, [&](int, int, int i) { return i <= r; });
-            if (v.failed())
-                return Verdict::fail("after replacing the keys/values j > q_offset + " + std::to_string(r) + " = " +
-                                     std::to_string(horizon) + " (the future of rows <= " + std::to_string(r) + "), " +
-                                     v.message);
-            continue;
-        }
-        const std::string diff = first_bitwise_difference(base.out, after.out, c, c.value_dim,
-                                                          [&](int, int, int i) { return i <= r; });
-        if (!diff.empty())
-            return Verdict::fail("row i <= " + std::to_string(r) + " changed when the keys/values j > q_offset + " +
-                                 std::to_string(r) + " = " + std::to_string(horizon) +
-                                 " (its future) were replaced: " + diff);
-    }
-    return Verdict::pass();
-}
-
-Verdict row_sums(const KernelUnderTest& kernel, const KernelCase& c) {
-    KernelInputs in = fill_inputs(c);
-    std::fill(in.v.begin(), in.v.end(), 1.0f);  // out[i, :] = sum_j p_ij: the row sums
-    const attncheck_problem p = c.problem();
-    const Call r = call_kernel(kernel, p, in, c.out_size());
-    if (r.rc != 0) return unsupported(r.rc);
-    const reference::BoundedOutput sums = reference::attention_bounded(p, in.q.data(), in.k.data(), in.v.data());
-    const Agreement a = check_against_bound(r.out, sums.value, sums.bound);
-    if (a.ok) return Verdict::pass();
-    const std::size_t i = a.worst_index / std::size_t(c.value_dim) % std::size_t(c.q_len);
-    const int b = int(a.worst_index / (std::size_t(c.value_dim) * c.q_len * c.heads));
-    return Verdict::fail("with all-ones values out" + index4(a.worst_index, c.batch, c.heads, c.q_len, c.value_dim) +
-                         " [b,h,i,c] is the row's probability sum (row sees " +
-                         std::to_string(visible_count(c, b, int(i))) + " keys): " + a.describe());
-}
-
-// The value width of the calls that read the probabilities through identity values: Tk itself
-// when the declaration allows it (one call, v = the identity [Tk, Tk]), else the widest declared
-// width below Tk (value_dim=same: the case's head_dim), else the case's own (declared) width.
-int identity_width(const KernelDeclaration& d, const KernelCase& c) {
-    for (int w = c.kv_len; w >= 1; --w)
-        if (d.allows_value_dim(w, c.head_dim)) return w;
-    return c.value_dim;  // within the declaration (fit_shape), and wider than Tk
-}
-
-Verdict probabilities(const KernelUnderTest& kernel, const KernelCase& c0) {
-    // v = identity [Tk, Tk]: out[i, j] = p_ij. When the kernel does not declare value_dim = Tk,
-    // the matrix is read in ceil(Tk / Dv) calls of a declared width Dv: call m has
-    // v[j, col] = 1 iff j = m Dv + col, so its out[i, col] is p_{i, m Dv + col}.
-    const int Tk = c0.kv_len;
-    KernelCase one = c0;  // the case of each call
-    one.value_dim = identity_width(kernel.declaration, c0);
-    const int Dv = one.value_dim, calls = (Tk + Dv - 1) / Dv;
-    KernelCase c = c0;  // the assembled matrix [B, H, Tq, Tk]
-    c.value_dim = Tk;
-    KernelInputs in = fill_inputs(c0);
-    std::vector<float> out(c.out_size());
-    reference::BoundedOutput oracle{std::vector<double>(c.out_size()), std::vector<double>(c.out_size())};
-    const std::size_t rows = std::size_t(c.batch) * c.heads * c.q_len;
-    for (int m = 0; m < calls; ++m) {
-        in.v.assign(one.v_size(), 0.0f);
-        for (std::size_t bh = 0; bh < std::size_t(c.batch) * c.heads; ++bh)
-            for (int col = 0; col < Dv && m * Dv + col < Tk; ++col)
-                in.v[(bh * std::size_t(Tk) + std::size_t(m * Dv + col)) * std::size_t(Dv) + std::size_t(col)] = 1.0f;
-        const attncheck_problem pm = one.problem();
-        const Call r = call_kernel(kernel, pm, in, one.out_size());
-        if (r.rc != 0) return unsupported(r.rc);
-        const reference::BoundedOutput part = reference::attention_bounded(pm, in.q.data(), in.k.data(), in.v.data());
-        for (std::size_t row = 0; row < rows; ++row)
-            for (int col = 0; col < Dv && m * Dv + col < Tk; ++col) {
-                const std::size_t from = row * std::size_t(Dv) + std::size_t(col),
-                                  to = row * std::size_t(Tk) + std::size_t(m * Dv + col);
-                out[to] = r.out[from];
-                oracle.value[to] = part.value[from];
-                oracle.bound[to] = part.bound[from];
+    const First f = first_call(kernel, c);
+    if (f.call.rc != 0) return unsupported(f.call.rc);
+    // Row r of each sequence (r < Tq(b) - 1 where possible): keys after its position q_pos[b] + r
+    // get new values; rows <= r see none of them.
+    std::vector<int> last(std::size_t(c.batch));
+    KernelInputs moved = f.in;
+    Stream rng(c.data_seed ^ 0xCA05A1u);
+    bool any = false;
+    for (int b = 0; b < c.batch; ++b) {
+        const int Tq = c.q_lens[std::size_t(b)];
+        const int r = Tq > 1 ? int(c.data_seed % std::uint32_t(Tq - 1)) : 0;
+        last[std::size_t(b)] = r;
+        const int horizon = c.q_pos[std::size_t(b)] + r;
+        for (int h = 0; h < c.kv_heads; ++h)
+            for (int j = std::max(0, horizon + 1); j < c.kv_lens[std::size_t(b)]; ++j) {
+                any = true;
+                for (int col = 0; col < c.head_dim; ++col) moved.k_at(b, h, j, col, c) = round_to(c.dtype, float(rng.normal() * 4));
+                for (int col = 0; col < c.value_dim; ++col) moved.v_at(b, h, j, col, c) = round_to(c.dtype, float(rng.normal() * 4));
             }
     }
-    const attncheck_problem p = c.problem();
+    if (!any) return Verdict::pass();
+    const Call after = call_case(kernel, c, moved);
+    if (after.rc != 0) return unsupported(after.rc);
+    const std::size_t Dv = std::size_t(c.value_dim);
+    const reference::OracleV2 o = kernel.declaration.deterministic ? reference::OracleV2{} : oracle_of(kernel, c, f.in);
     for (int b = 0; b < c.batch; ++b)
-        for (int h = 0; h < c.heads; ++h)
-            for (int i = 0; i < c.q_len; ++i) {
-                const std::size_t row = ((std::size_t(b) * c.heads + h) * c.q_len + i) * c.kv_len;
-                const std::string at = "p[" + std::to_string(b) + "," + std::to_string(h) + "," + std::to_string(i) + ",";
-                double sum = 0;
-                for (int j = 0; j < c.kv_len; ++j) {
-                    const float x = out[row + j];
-                    if (!c.visible(b, i, j) && x != 0.0f)
-                        return Verdict::fail(at + std::to_string(j) + "] (read through identity values) is " + fmt(x) +
-                                             " but key " + std::to_string(j) + " is masked for this row: must be exactly 0");
-                    if (!(x >= 0.0f && x <= 1.0f))
-                        return Verdict::fail(at + std::to_string(j) + "] (read through identity values) is " + fmt(x) +
-                                             ", outside [0, 1]");
-                    sum += x;
+        for (int h = 0; h < c.q_heads; ++h)
+            for (int i = 0; i <= last[std::size_t(b)]; ++i) {
+                const std::size_t row = f.call.built.first_row[std::size_t(b)] + std::size_t(h) * std::size_t(c.q_lens[std::size_t(b)]) + std::size_t(i);
+                for (std::size_t col = 0; col < Dv; ++col) {
+                    const std::size_t at = row * Dv + col;
+                    const float x = f.call.out[at], y = after.out[at];
+                    const bool same = kernel.declaration.deterministic
+                                          ? std::bit_cast<std::uint32_t>(x) == std::bit_cast<std::uint32_t>(y)
+                                          : std::abs(double(y) - o.out[at]) <= o.out_bound[at];
+                    if (!same)
+                        return Verdict::fail("out" + f.call.built.element(row, int(col)) + " [b,h,i,c] was " + fmt(x) + ", now " +
+                                             fmt(y) + " after the keys/values j > q_pos + " + std::to_string(last[std::size_t(b)]) +
+                                             " = " + std::to_string(c.q_pos[std::size_t(b)] + last[std::size_t(b)]) +
+                                             " (the future of rows <= " + std::to_string(last[std::size_t(b)]) + ") were replaced" +
+                                             (kernel.declaration.deterministic ? "" : " (beyond the bound)"));
                 }
-                // Each p_ij is within its bound, so the sum is within the bounds' sum.
-                const int n = visible_count(c, b, i);
-                double bound = 0;
-                for (int j = 0; j < c.kv_len; ++j) bound += oracle.bound[row + std::size_t(j)];
-                if (n > 0 && !(std::abs(sum - 1.0) <= bound))
-                    return Verdict::fail(at + ":] sums to " + fmt(sum) + ", expected 1 within " + fmt(bound) +
-                                         ", the sum of its elements' bounds (" + std::to_string(n) + " visible keys)");
             }
-    return agree("p (read through identity values) ", out, p, oracle);
+    return Verdict::pass();
 }
 
 Verdict empty_rows(const KernelUnderTest& kernel, const KernelCase& c) {
-    const Call r = first_call(kernel, c).call;
-    if (r.rc != 0) return unsupported(r.rc);
-    if (kernel.declaration.empty_rows_nan)
-        return r.convention_violation.empty() ? Verdict::pass() : Verdict::fail(r.convention_violation);
-    for (int b = 0; b < c.batch; ++b) {
-        if (c.valid_len(b) != 0) continue;  // kv_valid_len[b] = 0: no row of b sees any key
-        const std::size_t n = std::size_t(c.heads) * c.q_len * c.value_dim, first = std::size_t(b) * n;
-        for (std::size_t at = first; at < first + n; ++at)
-            if (r.out[at] != 0.0f)
-                return Verdict::fail("out" + index4(at, c.batch, c.heads, c.q_len, c.value_dim) +
-                                     " [b,h,i,c] is " + fmt(r.out[at]) + " for a row with no visible key (kv_valid_len[" +
-                                     std::to_string(b) + "] = 0): must be exactly 0, never NaN (the ABI's convention; a kernel that "
-                                     "returns NaN there by design declares empty_rows=nan)");
+    const First f = first_call(kernel, c);
+    if (f.call.rc != 0) return unsupported(f.call.rc);
+    if (!f.call.convention_violation.empty()) return Verdict::fail(f.call.convention_violation);
+    const std::vector<char> empty = empty_rows_of(c);
+    const std::size_t Dv = std::size_t(c.value_dim);
+    for (std::size_t row = 0; row < empty.size(); ++row) {
+        if (!empty[row]) continue;
+        for (std::size_t col = 0; col < Dv; ++col)
+            if (const float x = f.call.out[row * Dv + col]; x != 0.0f)
+                return Verdict::fail("out" + f.call.built.element(row, int(col)) + " [b,h,i,c] is " + fmt(x) +
+                                     " in a row with no visible key: must be exactly 0" +
+                                     (std::isnan(x) ? " (a kernel that returns NaN there by design declares empty_rows=nan)" : ""));
+        if (!f.call.lse.empty() && !(std::isinf(f.call.lse[row]) && f.call.lse[row] < 0))
+            return Verdict::fail("lse of row " + f.call.built.element(row, 0) + " is " + fmt(f.call.lse[row]) +
+                                 ", a row with no visible key: must be -inf");
     }
     return Verdict::pass();
 }
 
-Verdict padding(const KernelUnderTest& kernel, const KernelCase& c) {
-    const auto [in, p, base] = first_call(kernel, c);
-    if (base.rc != 0) return unsupported(base.rc);
-    const KernelInputs moved = perturb_keys(c, in, 0xA11, [&](int b, int j) { return j >= c.valid_len(b); });
-    const Call after = call_kernel(kernel, p, moved, c.out_size());
-    if (after.rc != 0) return unsupported(after.rc);
-    if (!kernel.declaration.deterministic) {
-        const reference::BoundedOutput oracle = reference::attention_bounded(p, in.q.data(), in.k.data(), in.v.data());
-        if (Verdict v = agree("out", base.out, p, oracle); v.failed()) return v;
-        return agree("(deterministic=no: compared within the bound, not bitwise) after replacing the padded "
-                     "keys/values (j >= kv_valid_len[b]), out",
-                     after.out, p, oracle);
+Verdict gqa_equals_replicated(const KernelUnderTest& kernel, const KernelCase& c) {
+    const First f = first_call(kernel, c);
+    if (f.call.rc != 0) return unsupported(f.call.rc);
+    KernelCase mha = c;
+    KernelInputs in = f.in;
+    replicate_kv_heads(mha, in);
+    const Call m = call_case(kernel, mha, in);
+    if (m.rc != 0) {
+        const std::string e = refused_within_declaration(kernel, m, "with the K/V heads replicated");
+        return e.empty() ? Verdict::pass() : Verdict::fail(e);
     }
-    const std::string diff =
-        first_bitwise_difference(base.out, after.out, c, c.value_dim, [](int, int, int) { return true; });
-    if (!diff.empty()) return Verdict::fail("replacing the padded keys/values (j >= kv_valid_len[b]) changed " + diff);
-    return agree("out", base.out, p, in);
+    return same_within("with Hk = " + std::to_string(c.kv_heads) + " out", f.call, oracle_of(kernel, c, f.in), m,
+                       oracle_of(kernel, mha, in), "with the K/V heads replicated (Hk = Hq = " + std::to_string(c.q_heads) + ")");
+}
+
+Verdict layout_invariance(const KernelUnderTest& kernel, const KernelCase& c) {
+    const First f = first_call(kernel, c);
+    if (f.call.rc != 0) return unsupported(f.call.rc);
+    const reference::OracleV2 o = oracle_of(kernel, c, f.in);
+    for (const LayoutKind k : {LayoutKind::bhtd, LayoutKind::bthd, LayoutKind::gapped}) {
+        if (k == c.layout.kind) continue;
+        const KernelCase other = with_layout(c, k);
+        const Call r = call_case(kernel, other, f.in);
+        if (r.rc != 0) {
+            if (const std::string e = refused_within_declaration(kernel, r, std::string("in layout ") + to_string(k)); !e.empty())
+                return Verdict::fail(e);
+            continue;
+        }
+        Verdict v = same_within(std::string("in layout ") + to_string(c.layout.kind) + " out", f.call, o, r, o,
+                                std::string("in layout ") + to_string(k));
+        if (v.kind != Verdict::Kind::pass || !v.note.empty()) return v;
+    }
+    return Verdict::pass();
+}
+
+Verdict paged_permutation(const KernelUnderTest& kernel, const KernelCase& c) {
+    const First f = first_call(kernel, c);
+    if (f.call.rc != 0) return unsupported(f.call.rc);
+    const reference::OracleV2 o = oracle_of(kernel, c, f.in);
+    // Another permutation with other spare blocks and slack, same block size; then the
+    // contiguous cache.
+    const KernelCase shuffled = with_pages(c, c.layout.block_size, c.layout.block_seed * 2654435761u + 1u,
+                                             c.layout.spare_blocks + 2, c.layout.table_slack + 1);
+    const Call s = call_case(kernel, shuffled, f.in);
+    if (s.rc != 0) {
+        const std::string e = refused_within_declaration(kernel, s, "with another block permutation");
+        return e.empty() ? Verdict::pass() : Verdict::fail(e);
+    }
+    if (Verdict v = same_within("paged out", f.call, o, s, o, "with another block permutation (block_seed " +
+                                                              std::to_string(shuffled.layout.block_seed) + ", " +
+                                                              std::to_string(shuffled.layout.spare_blocks) + " spare blocks)");
+        v.failed())
+        return v;
+    if (std::adjacent_find(c.q_lens.begin(), c.q_lens.end(), std::not_equal_to<>()) != c.q_lens.end()) return Verdict::pass();
+    const Call d = call_case(kernel, with_layout(c, LayoutKind::bhtd), f.in);
+    if (d.rc != 0) {
+        const std::string e = refused_within_declaration(kernel, d, "with a contiguous cache");
+        return e.empty() ? Verdict::pass() : Verdict::fail(e);
+    }
+    return same_within("paged out", f.call, o, d, o, "with a contiguous cache");
 }
 
 Verdict batch(const KernelUnderTest& kernel, const KernelCase& c) {
-    const auto [in, p, whole] = first_call(kernel, c);
-    if (whole.rc != 0) return unsupported(whole.rc);
-    bool bitwise = true;
+    // Each sequence alone (a batch of one, in the same layout) against its rows inside the batch.
+    const First f = first_call(kernel, c);
+    if (f.call.rc != 0) return unsupported(f.call.rc);
+    const std::size_t Dv = std::size_t(c.value_dim);
     for (int b = 0; b < c.batch; ++b) {
-        KernelCase one = c;
-        one.batch = 1;
-        if (!c.kv_valid_len.empty()) one.kv_valid_len = {c.kv_valid_len[std::size_t(b)]};
-        auto slice = [b](const std::vector<float>& x, std::size_t per) {
-            return std::vector<float>(x.begin() + std::ptrdiff_t(b * per), x.begin() + std::ptrdiff_t((b + 1) * per));
-        };
-        const KernelInputs alone_in{slice(in.q, one.q_size()), slice(in.k, one.k_size()), slice(in.v, one.v_size())};
-        const attncheck_problem one_p = one.problem();
-        const Call alone = call_kernel(kernel, one_p, alone_in, one.out_size());
-        if (alone.rc != 0) return unsupported(alone.rc);
-        const std::vector<float> inside = slice(whole.out, one.out_size());
-        const std::string diff =
-            first_bitwise_difference(alone.out, inside, one, one.value_dim, [](int, int, int) { return true; });
-        if (diff.empty()) continue;
-        bitwise = false;
-        if (kernel.bitwise_batch)
-            return Verdict::fail("sequence " + std::to_string(b) + " alone vs inside the batch (as [0,...]): " + diff);
-        for (const auto* v : {&alone.out, &inside}) {
-            Verdict a = agree(v == &inside ? "inside the batch, out" : "alone, out", *v, one_p, alone_in);
-            if (a.failed()) return Verdict::fail("sequence " + std::to_string(b) + " " + a.message);
+        const KernelCase alone = sequence_alone(c, b);
+        const KernelInputs in = sequence_inputs(c, f.in, b);
+        const Call s = call_case(kernel, alone, in);
+        if (s.rc != 0) {
+            const std::string e = refused_within_declaration(kernel, s, "as sequence " + std::to_string(b) + " alone");
+            if (!e.empty()) return Verdict::fail(e);
+            continue;
         }
+        const reference::OracleV2 os = oracle_of(kernel, alone, in);
+        // The rows of sequence b inside the batch, as a call of their own.
+        Call part;
+        part.built = build_case(alone, in);
+        const std::size_t first = f.call.built.first_row[std::size_t(b)], n = s.out.size() / std::max<std::size_t>(Dv, 1);
+        part.out.assign(f.call.out.begin() + std::ptrdiff_t(first * Dv), f.call.out.begin() + std::ptrdiff_t((first + n) * Dv));
+        if (!f.call.lse.empty() && !s.lse.empty())
+            part.lse.assign(f.call.lse.begin() + std::ptrdiff_t(first), f.call.lse.begin() + std::ptrdiff_t(first + n));
+        Verdict v = same_within("sequence " + std::to_string(b) + " inside the batch: out", part, os, s, os, "alone");
+        if (v.failed()) return v;
     }
-    return bitwise ? Verdict::pass() : Verdict::pass_with_note("a sequence alone and inside the batch differ (within tolerance)");
+    return Verdict::pass();
 }
 
 Verdict determinism(const KernelUnderTest& kernel, const KernelCase& c) {
-    const auto [in, p, first] = first_call(kernel, c);
-    if (first.rc != 0) return unsupported(first.rc);
-    // Again with out pre-filled differently (a kernel must not read its output), and once on a
-    // single thread (NUMERICS.md: no dependence on the thread count for a deterministic kernel).
-    const Call second = call_kernel(kernel, p, in, c.out_size(), kOtherFill);
+    // The same call again with out and lse prefilled with zeros (a kernel must not read its
+    // outputs), and once on a single thread (no dependence on the thread count).
+    const First f = first_call(kernel, c);
+    if (f.call.rc != 0) return unsupported(f.call.rc);
+    const Call second = call_case(kernel, c, f.in, {.zero_outputs = true});
     const int threads = omp_get_max_threads();
     omp_set_num_threads(1);
-    const Call third = call_kernel(kernel, p, in, c.out_size());
+    const Call third = call_case(kernel, c, f.in);
     omp_set_num_threads(threads);
-    const auto all = [](int, int, int) { return true; };
     if (second.rc != 0 || third.rc != 0)
-        return Verdict::fail("the same call returned " + std::to_string(first.rc) + ", then " +
-                             std::to_string(second.rc) + ", then " + std::to_string(third.rc));
-    if (!kernel.declaration.deterministic) {
-        // Declared deterministic=no: each call must still be right, only not bitwise repeatable.
-        const reference::BoundedOutput oracle = reference::attention_bounded(p, in.q.data(), in.k.data(), in.v.data());
-        for (const Call* call : {&first, &second, &third})
-            if (Verdict v = agree(call == &first ? "first call, out" : call == &second ? "second call, out"
-                                                                                     : "single-thread call, out",
-                                  call->out, p, oracle);
-                v.failed())
-                return v;
-        return Verdict::pass();
+        return Verdict::fail("the same call returned " + std::to_string(f.call.rc) + ", then " + std::to_string(second.rc) +
+                             ", then " + std::to_string(third.rc));
+    const reference::OracleV2 o = oracle_of(kernel, c, f.in);
+    const std::string declared = kernel.declaration.deterministic
+                                     ? " (the kernel declares deterministic=yes, the default; one that is not by design "
+                                       "declares deterministic=no)"
+                                     : "";
+    if (Verdict v = same_bits("", kernel, f.call, second, o, "with out prefilled with 0 instead of NaN"); v.failed())
+        return Verdict::fail("the same call twice: " + v.message + declared);
+    if (Verdict v = same_bits("", kernel, f.call, third, o, "on 1 thread instead of " + std::to_string(threads)); v.failed())
+        return Verdict::fail("the same call on " + std::to_string(threads) + " threads, then on 1: " + v.message + declared);
+    return Verdict::pass();
+}
+
+Verdict poison_invisible(const KernelUnderTest& kernel, const KernelCase& c) {
+    // The reference call: finite values everywhere (padding, gaps, unused blocks), invisible keys
+    // with their ordinary values; then NaN and Inf there instead (large finite garbage for a
+    // kernel that declares padding_values=finite), and large finite garbage in the keys inside
+    // Tk(b) that no row sees (real keys of a real cache: finite, but not these).
+    KernelCase finite = c;
+    finite.filler = Filler::finite;
+    finite.poison_invisible = false;
+    const First f = first_call(kernel, finite);
+    if (f.call.rc != 0) return unsupported(f.call.rc);
+    const reference::OracleV2 o = oracle_of(kernel, c, f.in);
+    const std::vector<Filler> poisons =
+        kernel.declaration.padding_finite ? std::vector<Filler>{Filler::large} : std::vector<Filler>{Filler::nan, Filler::inf};
+    for (const Filler poison : poisons) {
+        KernelCase p = c;
+        p.filler = poison;
+        p.poison_invisible = true;
+        const Call r = call_case(kernel, p, f.in);
+        if (r.rc != 0)
+            return Verdict::fail(std::string("with ") + to_string(poison) + " in the unread elements the kernel refused the problem (returned " +
+                                 std::to_string(r.rc) + ") it took with finite values there");
+        if (Verdict v = same_bits("", kernel, f.call, r, o,
+                                  std::string("with ") + to_string(poison) +
+                                      " in every element no row reads (padding, gaps, unused blocks) and garbage in the keys no row sees");
+            v.failed())
+            return v;
     }
-    const char* declared = " (the kernel declares deterministic=yes, the default; one that is not by design "
-                           "declares deterministic=no)";
-    std::string diff = first_bitwise_difference(first.out, second.out, c, c.value_dim, all);
-    if (!diff.empty())
-        return Verdict::fail("the same call twice (out pre-filled with NaN, then with 0): " + diff + declared);
-    diff = first_bitwise_difference(first.out, third.out, c, c.value_dim, all);
-    if (!diff.empty())
-        return Verdict::fail("the same call on " + std::to_string(threads) + " threads, then on 1: " + diff + declared);
+    return Verdict::pass();
+}
+
+Verdict capacity_invariance(const KernelUnderTest& kernel, const KernelCase& c) {
+    const First f = first_call(kernel, c);
+    if (f.call.rc != 0) return unsupported(f.call.rc);
+    const reference::OracleV2 o = oracle_of(kernel, c, f.in);
+    KernelCase bigger = c;
+    std::string how;
+    if (c.layout.kind == LayoutKind::paged) {
+        bigger.layout.spare_blocks += 5;
+        bigger.layout.table_slack += 3;
+        how = "with 5 more blocks in the cache and 3 more block-table entries per sequence";
+    } else if (c.layout.kind == LayoutKind::varlen) {
+        return Verdict::pass();  // a packed batch has no capacity
+    } else {
+        const int now = std::max(c.layout.kv_capacity, c.max_kv_len());
+        bigger.layout.kv_capacity = now + 1 + int(c.data_seed % 97);
+        how = "with a cache capacity of " + std::to_string(bigger.layout.kv_capacity) + " rows instead of " + std::to_string(now);
+    }
+    const Call r = call_case(kernel, bigger, f.in);
+    if (r.rc != 0) {
+        const std::string e = refused_within_declaration(kernel, r, how);
+        return e.empty() ? Verdict::pass() : Verdict::fail(e);
+    }
+    return same_within("out", f.call, o, r, o, how);
+}
+
+Verdict split_agreement(const KernelUnderTest& kernel, const KernelCase& c) {
+    // One query row (a decode step, or all a max_q_len=1 kernel takes) cannot be split.
+    if (c.q_lens[0] < 2) return Verdict::vacuous("a single query row: nothing to split");
+    const First f = first_call(kernel, c);
+    if (f.call.rc != 0) return unsupported(f.call.rc);
+    const reference::OracleV2 o = oracle_of(kernel, c, f.in);
+    const int Tq = c.q_lens[0];
+    // Split points: beside the tile sizes and powers of two below Tq, and one drawn from the seed.
+    std::vector<int> splits;
+    for (const int e : {16, 17, 32, 33, 63, 64, 65, 96, 97, 127, 128, 129})
+        if (e < Tq && splits.size() < 3) splits.push_back(e);
+    if (Tq > 1) splits.push_back(1 + int(c.data_seed % std::uint32_t(Tq - 1)));
+    std::vector<std::pair<int, int>> pieces;  // [from, to) row ranges called on their own
+    pieces.push_back({Tq - 1, Tq});          // the last row as a decode step
+    for (const int s : splits) {
+        pieces.push_back({s, Tq});         // the rest as a chunk
+        pieces.push_back({s - 1, s});      // the row before the split as a decode step
+    }
+    const std::size_t Dv = std::size_t(c.value_dim);
+    for (const auto& [from, to] : pieces) {
+        const KernelCase part = rows_alone(c, 0, from, to);
+        const KernelInputs in = rows_inputs(c, f.in, 0, from, to);
+        const Call r = call_case(kernel, part, in);
+        if (r.rc != 0) {
+            const std::string e = refused_within_declaration(kernel, r, "as rows [" + std::to_string(from) + ", " + std::to_string(to) + ") alone");
+            if (!e.empty()) return Verdict::fail(e);
+            continue;
+        }
+        const reference::OracleV2 op = oracle_of(kernel, part, in);
+        for (int h = 0; h < c.q_heads; ++h)
+            for (int i = from; i < to; ++i)
+                for (std::size_t col = 0; col < Dv; ++col) {
+                    const std::size_t whole = (std::size_t(h) * std::size_t(Tq) + std::size_t(i)) * Dv + col;
+                    const std::size_t mine = (std::size_t(h) * std::size_t(to - from) + std::size_t(i - from)) * Dv + col;
+                    const double bound = o.out_bound[whole] + op.out_bound[mine];
+                    const double diff = std::abs(double(f.call.out[whole]) - double(r.out[mine]));
+                    if (!(diff <= bound))
+                        return Verdict::fail("out[0," + std::to_string(h) + "," + std::to_string(i) + "," + std::to_string(col) +
+                                             "] [b,h,i,c] of the prefill (Tq = Tk = " + std::to_string(Tq) + ") is " +
+                                             fmt(f.call.out[whole]) + ", but " + fmt(r.out[mine]) + " when rows [" +
+                                             std::to_string(from) + ", " + std::to_string(to) + ") are called alone " +
+                                             (to - from == 1 ? "(a decode step" : "(a chunk") + " over " +
+                                             std::to_string(part.kv_lens[0]) + " keys): " +
+                                             difference_text(f.call.out[whole], r.out[mine], o.out[whole], "called alone",
+                                                             bound, "the sum of the two bounds"));
+                }
+    }
     return Verdict::pass();
 }
 
 Verdict no_oob_write(const KernelUnderTest& kernel, const KernelCase& c) {
-    const Call r = first_call(kernel, c).call;
-    if (!r.guard_violation.empty()) return Verdict::fail("kernel " + r.guard_violation);
-    if (r.rc != 0) return unsupported(r.rc);
-    for (std::size_t at = 0; at < r.out.size(); ++at)
-        if (bits(r.out[at]) == kUnwritten)
-            return Verdict::fail("out" + index4(at, c.batch, c.heads, c.q_len, c.value_dim) +
-                                 " [b,h,i,c] was never written (it still holds the NaN the suite filled out with)");
+    const First f = first_call(kernel, c);
+    if (const std::string w = f.call.built.write_outside(); !w.empty()) return Verdict::fail("kernel " + w);
+    if (f.call.rc != 0) return unsupported(f.call.rc);
+    if (const std::string u = f.call.built.unwritten(); !u.empty()) return Verdict::fail(u);
     return Verdict::pass();
 }
 
 Verdict inputs_unchanged(const KernelUnderTest& kernel, const KernelCase& c) {
-    const Call r = first_call(kernel, c).call;
-    if (!r.input_change.empty()) return Verdict::fail("kernel modified its input: " + r.input_change);
-    if (r.rc != 0) return unsupported(r.rc);
+    const First f = first_call(kernel, c);
+    if (const std::string w = f.call.built.input_change(); !w.empty()) return Verdict::fail(w);
+    if (f.call.rc != 0) return unsupported(f.call.rc);
     return Verdict::pass();
 }
 
-// A supported case with one declared restriction broken (which one: by the case's data seed, so
-// that every restriction is exercised); the kernel must refuse it. Vacuous for a kernel that
-// declares no restriction (every problem is then supported). A size limit (max_kv_len,
-// max_q_len, max_batch, max_heads) is broken on one sequence and one head with every other
-// length 1 (the kv_len break a decode step) and sent through call_kernel_lazily: probing
-// max_kv_len=1000000 costs no more than max_kv_len=64, however large the problem.
-Verdict refuses_undeclared(const KernelUnderTest& kernel, const KernelCase& c) {
-    const KernelDeclaration& d = kernel.declaration;
-    struct Break {
-        bool lazily;  // a size limit: call_kernel_lazily
-        std::function<void(KernelCase&)> apply;
-    };
-    std::vector<Break> breaks;
-    auto first_outside = [](int from, auto allowed) {
-        for (int w = from + 1; w < from + 4096; ++w)
-            if (!allowed(w)) return w;
-        for (int w = from - 1; w >= 1; --w)
-            if (!allowed(w)) return w;
-        return 0;
-    };
-    if (const int w = first_outside(c.head_dim, [&](int x) { return d.allows_head_dim(x); }); w > 0)
-        breaks.push_back({false, [w](KernelCase& u) { u.head_dim = w; }});
-    if (const int w = first_outside(c.value_dim, [&](int x) { return d.allows_value_dim(x, c.head_dim); }); w > 0)
-        breaks.push_back({false, [w](KernelCase& u) { u.value_dim = w; }});
-    // The declared widths, the mask and the scale stay; no padding (kv_valid_len = null).
-    const auto minimal = [](KernelCase& u) {
-        u.batch = u.heads = u.q_len = u.kv_len = 1;
-        u.q_offset = 0;
-        u.mode = OffsetMode::general;
-        u.kv_valid_len.clear();
-    };
-    if (d.max_kv_len)
-        breaks.push_back({true, [&d, minimal](KernelCase& u) {
-                              minimal(u);
-                              u.kv_len = d.max_kv_len + 1;
-                              u.mode = OffsetMode::decode;
-                              u.q_offset = u.kv_len - 1;
-                          }});
-    if (d.max_q_len)
-        breaks.push_back({true, [&d, minimal](KernelCase& u) {
-                              minimal(u);
-                              u.q_len = d.max_q_len + 1;
-                          }});
-    if (d.max_batch)
-        breaks.push_back({true, [&d, minimal](KernelCase& u) {
-                              minimal(u);
-                              u.batch = d.max_batch + 1;
-                          }});
-    if (d.max_heads)
-        breaks.push_back({true, [&d, minimal](KernelCase& u) {
-                              minimal(u);
-                              u.heads = d.max_heads + 1;
-                          }});
-    if (!d.causal) breaks.push_back({false, [](KernelCase& u) { u.causal = true; }});
-    if (!d.non_causal) breaks.push_back({false, [](KernelCase& u) { u.causal = false; }});
-    if (!d.padding)
-        breaks.push_back({false, [](KernelCase& u) { u.kv_valid_len.assign(std::size_t(u.batch), std::int32_t(u.kv_len)); }});
-    if (breaks.empty()) return Verdict::pass();
-    const Break& broken = breaks[c.data_seed % breaks.size()];
-    KernelCase u = c;
-    broken.apply(u);
-    const attncheck_problem p = u.problem();
-    const std::string reason = d.unsupported_reason(p);
-    if (reason.empty()) return Verdict::pass();  // the case could not be moved outside (cannot happen for a valid declaration)
-    std::optional<Call> r;
-    if (broken.lazily) {
-        r = call_kernel_lazily(kernel, p);
-        if (!r)
-            return Verdict::pass_with_note("a problem outside the declaration (" + reason +
-                                           ") was not sent: its memory could not be mapped");
-    } else {
-        r = call_kernel(kernel, p, fill_inputs(u), u.out_size());
+Verdict no_oob_read(const KernelUnderTest& kernel, const KernelCase& c) {
+    // q, k and v end against an inaccessible page: a read past their end faults (in the isolated
+    // worker, a crash reported with this case). A result that the placement changes means reads
+    // of what lies around the inputs; one that is merely inaccurate is agreement's to report.
+    const First f = first_call(kernel, c, {.guard_page_inputs = true});
+    if (f.call.rc != 0) return unsupported(f.call.rc);
+    const Call plain = call_case(kernel, c, f.in);
+    if (plain.rc != 0) {
+        const std::string e = refused_within_declaration(kernel, plain, "with the inputs in ordinary memory");
+        return e.empty() ? Verdict::pass() : Verdict::fail(e);
     }
-    if (!r->guard_violation.empty())
-        return Verdict::fail("on a problem outside its declaration (" + reason + "), kernel " + r->guard_violation);
-    if (r->rc == 0)
-        return Verdict::fail("the kernel accepted (returned 0) a problem outside its declaration: " + reason +
-                             "; a kernel refuses (returns nonzero) what it does not declare, or declares it (" +
-                             d.to_string() + ")");
-    return Verdict::pass();
-}
-
-Verdict abi_version(const KernelUnderTest& kernel, const KernelCase& c) {
-    const KernelInputs in = fill_inputs(c);
-    for (const std::int32_t version : {ATTNCHECK_ABI_VERSION + 1, 0}) {
-        attncheck_problem p = c.problem();
-        p.abi_version = version;
-        const Call r = call_kernel(kernel, p, in, c.out_size());
-        if (r.rc == 0)
-            return Verdict::fail("kernel accepted abi_version " + std::to_string(version) +
-                                 " (returned 0): it must refuse a version it does not know");
-        if (!r.guard_violation.empty())
-            return Verdict::fail("refusing abi_version " + std::to_string(version) + ", kernel " + r.guard_violation);
-    }
-    return Verdict::pass();
+    // The same bits (NaN included) from both placements: nothing around the inputs was read.
+    const auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+        return a.size() == b.size() &&
+               std::equal(a.begin(), a.end(), b.begin(), [](float x, float y) {
+                   return std::bit_cast<std::uint32_t>(x) == std::bit_cast<std::uint32_t>(y) || (std::isnan(x) && std::isnan(y));
+               });
+    };
+    if (same(f.call.out, plain.out) && same(f.call.lse, plain.lse)) return Verdict::pass();
+    const reference::OracleV2 o = oracle_of(kernel, c, f.in);
+    return same_within("with the inputs against a guard page, out", f.call, o, plain, o, "with the inputs in ordinary memory");
 }
 
 }  // namespace
 
 const std::vector<KernelProperty>& kernel_properties() {
     static const std::vector<KernelProperty> all = {
-        {"agreement", "out agrees with the float64 reference: every element within its bound for any correct float32 evaluation", {}, agreement},
-        {"causality", "replacing keys/values in the future of row i leaves rows <= i bitwise unchanged",
-         {.need_future = true}, causality},
-        {"row_sums", "all-ones values: every row's probabilities sum to 1 (0 for a row with no key)", {}, row_sums},
-        {"probabilities", "identity values expose the rows: in [0,1], masked keys exactly 0, equal to the reference",
-         {.max_kv = 48, .large_max_kv = 200}, probabilities},
-        {"empty_rows", "a row with no visible key (kv_valid_len = 0) gives exactly 0, never NaN",
+        {"agreement", "out (and lse when asked) agrees with the float64 oracle within the bound of the problem's dtype", {}, agreement},
+        {"lse", "the log-sum-exp output: natural log, the scale and softcap applied, -inf for an empty row", {.need_lse = true}, lse},
+        {"causality", "replacing keys/values after row r's position leaves rows <= r unchanged (bitwise when deterministic)",
+         {.need_causal_future = true}, causality},
+        {"empty_rows", "a row with no visible key (Tk(b) = 0, a window past the keys) gives exactly 0 and lse -inf",
          {.need_empty = true}, empty_rows},
-        {"padding", "replacing padded keys/values (j >= kv_valid_len) changes nothing, bitwise",
-         {.need_padding = true}, padding},
-        {"batch", "a sequence alone equals the same sequence inside a batch", {.min_batch = 2}, batch},
-        {"determinism", "the same call twice, and on one thread, gives bitwise the same out", {}, determinism},
-        {"no_oob_write", "nothing written outside out, and every element of out written", {}, no_oob_write},
-        {"inputs_unchanged", "q, k, v bitwise unchanged by the call", {}, inputs_unchanged},
-        {"abi_version", "a problem with an unknown abi_version (2, 0) is refused (nonzero)", {}, abi_version},
-        {"refuses_undeclared", "a problem outside what the kernel declares (a width, a size, the mask, padding) is refused",
+        {"gqa_equals_replicated", "grouped-query attention equals MHA with each K/V head replicated over its group",
+         {.need_gqa = true}, gqa_equals_replicated},
+        {"layout_invariance", "[B,H,T,D], [B,T,H,D] and a view with gaps give the same result", {.need_dense = true}, layout_invariance},
+        {"paged_permutation", "a paged cache under another block permutation (spare blocks, table slack) and as a contiguous cache give the same result",
+         {.need_paged = true}, paged_permutation},
+        {"batch", "a sequence alone equals the same sequence inside a batch (dense, packed or paged)", {.min_batch = 2}, batch},
+        {"determinism", "the same call twice (out prefilled otherwise), and on one thread, gives bitwise the same out and lse",
+         {}, determinism},
+        {"row_sums", "all-ones values: every row's probabilities sum to 1 (0 for a row with no visible key)", {}, row_sums},
+        {"probabilities", "identity values expose the rows: in [0,1], masked keys exactly 0, each within its bound",
+         {.max_kv = 128}, probabilities},
+        {"poison_invisible", "NaN or Inf in padding, gaps and unused cache blocks, and garbage in keys no row sees, change nothing (bitwise when deterministic)",
+         {.need_invisible = true}, poison_invisible},
+        {"capacity_invariance", "the result does not depend on the cache capacity (dense rows, paged blocks and table width)", {}, capacity_invariance},
+        {"split_agreement", "a prefill agrees with its rows called as chunks and decode steps, split next to tile sizes",
+         {.need_prefill = true, .large_percent = 30}, split_agreement},
+        {"softcap_bound", "with softcap, two visible keys' probabilities differ by at most e^(2 cap) (scores within the cap)",
+         {.need_softcap = true}, softcap_bound},
+        {"no_oob_write", "nothing written outside out and lse (guards, gaps), and every element of them written", {}, no_oob_write},
+        {"inputs_unchanged", "q, k, v (padding and gaps included) bitwise unchanged by the call", {}, inputs_unchanged},
+        {"no_oob_read", "q, k, v placed against a guard page: a read past their end faults (a crash of the case), and the result must not change with the placement", {}, no_oob_read},
+        {"abi_version", "a problem of a version the kernel does not know (3 or 1; a version 1 kernel: 2 or 0) is refused (nonzero)", {}, abi_version},
+        {"refuses_undeclared", "a problem outside what the kernel declares (dtype, GQA, layout, varlen, paged, window, ...) is refused",
          {}, refuses_undeclared},
+        {"refuses_malformed", "a malformed problem (kv_heads not dividing q_heads, a block-table entry out of range, q_pos < 0) is refused (a note if not)",
+         {}, refuses_malformed},
     };
     return all;
 }
 
 std::string not_applicable(const KernelProperty& prop, const KernelDeclaration& d) {
     const CaseOptions& o = prop.options;
-    // In version 1 a row is empty only through kv_valid_len[b] = 0 (key 0 is visible to every
-    // row otherwise): without padding, no row is.
-    if (o.need_padding && !d.padding) return "declared padding=no: no sequence has padded keys";
-    if (o.need_empty && !d.padding) return "declared padding=no: no row is ever empty";
-    if (o.need_future && !d.causal) return "declared mask=none";
-    // A key in the future of row 0 needs Tk >= 2 (q_offset >= 0: key 0 is always visible).
-    if (o.need_future && d.max_kv_len == 1) return "declared max_kv_len=1: no key is ever in a row's future";
-    if (d.max_batch && d.max_batch < o.min_batch)
-        return "declared max_batch=" + std::to_string(d.max_batch) + ": the property needs a batch of " +
-               std::to_string(o.min_batch) + " sequences";
+    // A version 1 kernel did not declare version 2's items: the ABI it is written against lacks them.
+    const auto lacks = [&](const char* item, const char* feature) {
+        return d.abi_v1 ? std::string(kAbiV1Lacks) + " " + feature : std::string("declared ") + item;
+    };
+    if (o.need_lse && !d.lse) return lacks("lse=no", "lse output");
+    if (o.need_varlen && !d.varlen) return lacks("varlen=no", "packed variable-length batches");
+    if (o.need_paged && !d.paged) return lacks("paged=no", "paged KV cache");
+    if (o.need_paged && !d.dense) return "declared dense=no (a paged case's query rows are dense)";
+    if (o.need_dense && !d.dense) return "declared dense=no";
+    if (o.need_gqa && !d.gqa) return lacks("gqa=no", "grouped-query heads");
+    if (o.need_softcap && !d.softcap) return lacks("softcap=no", "softcap");
+    if ((o.need_causal_future || o.need_prefill) && !d.causal) return "declared mask=none";
+    if (o.min_batch > 1 && d.max_batch == 1) return "declared max_batch=1: the property needs a batch of 2 sequences";
+    // A single query row with a key after it in the cache needs q_pos[b] < Tk(b) - 1.
+    if (o.need_causal_future && d.max_q_len == 1 && !d.positions_any)
+        return "declared max_q_len=1 with positions=bottom_right: the one query row is the sequence's last, no key is after it";
+    // Only a sequence without keys (padding, a packed or paged batch) or a window leaves a row
+    // with no visible key: key 0 is at or before every position.
+    if (o.need_empty && !d.padding && !d.varlen && !d.paged && !d.window)
+        return d.abi_v1 ? "declared padding=no: every row sees key 0"
+                        : "declared padding=no with varlen=no, paged=no and window=no: every row sees key 0";
+    // Under bottom-right positions a row's own position is always a visible key.
+    if (o.need_empty && !d.positions_any) return "declared positions=bottom_right: no row is ever empty";
+    // Without a window, a key no row sees needs a causal horizon short of the keys, which
+    // bottom-right positions (or no causal mask) never leave.
+    if (o.need_invisible && !d.window && (!d.causal || !d.positions_any))
+        return "declared window=no with " + std::string(d.causal ? "positions=bottom_right" : "mask=none") +
+               ": every key is seen by some row";
+    if (prop.name == "layout_invariance" && !d.layout_any) return lacks("layout=contiguous", "layout but contiguous [B,H,T,D]");
+    if (prop.name == "split_agreement" && d.max_q_len == 1) return "declared max_q_len=1: a single query row has nothing to split";
+    return {};
+}
+
+std::string untried(const KernelProperty& prop, const KernelDeclaration& d) {
+    if (prop.name == "poison_invisible" && d.padding_finite && !d.abi_v1)  // version 1's padding is finite
+        return "declared padding_values=finite: NaN and Inf were not tried in padding, gaps and unused blocks "
+               "(large finite garbage instead)";
     return {};
 }
 

@@ -1,11 +1,18 @@
-// properties/kernel_properties.hpp — the kernel-level properties, over any attncheck_kernel_fn.
+// properties/kernel_properties.hpp — the kernel-level properties, over any kernel of either ABI
+// version (a version 1 kernel is posed the version 2 problems version 1 can express, through
+// attncheck/abi_v1.hpp).
 //
 // Each property is a name, one line saying which bug it catches, the options its cases need
-// (the generator builds such cases, it never filters), and a check of one case. The checks
-// treat the kernel as a black box through the ABI (KERNEL_ABI.md): probabilities are read
-// through chosen values (all ones -> row sums, identity -> the rows themselves).
+// (gen_kernel_case builds such cases, it never filters) and a check of one case. Most are
+// metamorphic: the same logical problem posed another way (another layout, GQA as MHA, another
+// block permutation or cache capacity, one call per sequence, a prefill split into chunks and
+// decode steps) must give the same answer, within the sum of the two calls' oracle bounds (a
+// correct kernel may take another code path for another layout), and bitwise where the two
+// calls do the same arithmetic (poison in elements no row reads, for a deterministic kernel).
+// Others read the probabilities through chosen values (all ones -> row sums, identity -> the
+// rows themselves) or pose what a kernel must refuse.
 //
-// Dimension legend: B = batch, H = heads, Tq = q_len, Tk = kv_len, Dk = head_dim, Dv = value_dim.
+// Dimension legend: B = batch, Hq / Hk = query / kv heads, Tq(b) / Tk(b), Dk, Dv.
 #pragma once
 
 #include <string>
@@ -15,7 +22,6 @@
 #include "attncheck/declaration.hpp"
 #include "attncheck/kernel_abi.h"
 #include "attncheck/kernel_abi_v2.h"
-#include "attncheck/tolerance.hpp"
 #include "properties/kernel_case.hpp"
 #include "properties/verdict.hpp"
 
@@ -28,8 +34,9 @@ struct KernelUnderTest {
 
     std::string name;
     attncheck_kernel_fn fn = nullptr;
-    // A version 2 kernel (attncheck/kernel_abi_v2.h) has fn_v2 instead of fn, and is checked by
-    // the version 2 properties (properties/kernel_properties_v2.hpp).
+    // A version 2 kernel (attncheck/kernel_abi_v2.h) has fn_v2 instead of fn. Both are checked by
+    // the same properties on version 2 problems; a version 1 kernel through v1_call()
+    // (attncheck/abi_v1.hpp), on the problems version 1 can pose.
     attncheck_kernel_v2_fn fn_v2 = nullptr;
     // A sequence inside a batch must give bitwise the same result as alone. True for the
     // built-ins (they split work by (b, h) only); an outside kernel may block differently per
@@ -59,14 +66,20 @@ struct KernelProperty {
     Verdict (*check)(const KernelUnderTest& kernel, const KernelCase& c);
 };
 
-// agreement, causality, row_sums, probabilities, empty_rows, padding, batch, determinism,
-// no_oob_write, inputs_unchanged, abi_version, refuses_undeclared — in that order.
+// The kernel properties, in the order of the report; one --property flag selects a property for
+// kernels of both versions. The names differ from every decoder property's.
+// no_oob_read faults on an over-read: run it in the isolated worker.
 const std::vector<KernelProperty>& kernel_properties();
 
-// Why `prop` cannot run within what a kernel declares, e.g. "declared mask=none" ("" when it
-// can): its cases need something the declaration excludes (padding, a causal mask, a batch of
-// two). Such a property is not run (the run says "not applicable"), as for version 2
-// (kernel_properties_v2.hpp): a kernel that honestly declares less is not reported "not checked".
+// Why `prop` cannot run within what a kernel declares, e.g. "declared varlen=no" ("" when it
+// can): its cases need a feature the declaration excludes. Such a property is not run (the run
+// says "not applicable"): a kernel that honestly declares less is not reported "not checked".
 std::string not_applicable(const KernelProperty& prop, const KernelDeclaration& declaration);
+// How not_applicable() begins when the ABI of a version 1 kernel lacks the feature.
+inline constexpr const char* kAbiV1Lacks = "version 1 of the ABI has no";
+
+// What `prop` leaves untried because of what a kernel declares ("" when nothing), e.g. NaN in
+// padding under padding_values=finite. run_kernel_property reports it as the run's warning.
+std::string untried(const KernelProperty& prop, const KernelDeclaration& declaration);
 
 }  // namespace attncheck::properties

@@ -26,8 +26,6 @@ bool is_property(const std::string& given) {
     const std::string name = canonical_property_name(given);
     for (const auto& p : kernel_properties())
         if (p.name == name) return true;
-    for (const auto& p : kernel_properties_v2())
-        if (p.name == name) return true;
     for (const auto& p : decoder_properties())
         if (p.name == name) return true;
     return false;
@@ -35,7 +33,7 @@ bool is_property(const std::string& given) {
 
 int property_rank(const std::string& name) {
     int rank = 0;
-    for (const auto& p : kernel_properties_v2()) {
+    for (const auto& p : kernel_properties()) {
         if (p.name == name) return rank;
         ++rank;
     }
@@ -60,38 +58,14 @@ Verdict exception_is_failure(Check check) {
 
 }  // namespace
 
-PropertyResult run_kernel_property(const KernelProperty& prop, const KernelUnderTest& k, const RunParams& params,
-                                   const Progress& progress, const WorkerChannel* channel) {
-    const rc::Gen<KernelCase> gen = gen_kernel_case(prop.options, k.declaration);
-    return run_property(
-        prop.name,
-        [&](const CaseInfo& at) {
-            const KernelCase c = *gen.as("case");
-            // Announced once drawn, before the kernel runs: a crash report names the shape.
-            if (channel) channel->announce_case(prop.name, std::uint64_t(at.number), params.seed, "", describe(c), at.shrink_step);
-            RC_TAG(std::string("style ") + to_string(c.style));
-            RC_TAG(std::string("mode ") + to_string(c.mode));
-            RC_CLASSIFY(c.q_len == 1, "q_len 1");
-            RC_CLASSIFY(c.kv_len == 1, "kv_len 1");
-            RC_CLASSIFY(c.head_dim == 1, "head_dim 1");
-            RC_CLASSIFY(c.value_dim != c.head_dim, "value_dim != head_dim");
-            RC_CLASSIFY(c.batch > 1, "batch > 1");
-            RC_CLASSIFY(!c.kv_valid_len.empty(), "padded");
-            RC_CLASSIFY(!c.causal, "not causal");
-            RC_CLASSIFY(c.kv_len > 64 || c.head_dim > 32 || c.value_dim > 32 || c.q_len > 64, "large shapes");
-            return exception_is_failure([&] { return prop.check(k, c); });
-        },
-        params, progress);
-}
-
-PropertyResult run_kernel_property_v2(const KernelPropertyV2& prop, const KernelUnderTest& given, const RunParams& params,
+PropertyResult run_kernel_property(const KernelProperty& prop, const KernelUnderTest& given, const RunParams& params,
                                       const Progress& progress, const WorkerChannel* channel) {
     const KernelUnderTest k = checked(given);
-    const rc::Gen<KernelCaseV2> gen = gen_kernel_case_v2(prop.options, k.declaration);
+    const rc::Gen<KernelCase> gen = gen_kernel_case(prop.options, k.declaration);
     PropertyResult result = run_property(
         prop.name,
         [&](const CaseInfo& at) {
-            const KernelCaseV2 c = *gen.as("case");
+            const KernelCase c = *gen.as("case");
             if (channel) channel->announce_case(prop.name, std::uint64_t(at.number), params.seed, "", describe(c), at.shrink_step);
             RC_TAG(std::string("dtype ") + dtype_name(c.dtype));
             RC_TAG(std::string("layout ") + to_string(c.layout.kind));

@@ -7,7 +7,6 @@
 #include "properties/decoder_properties.hpp"
 #include "properties/isolation/isolation.hpp"
 #include "properties/kernel_properties.hpp"
-#include "properties/kernel_properties_v2.hpp"
 #include "properties/runner.hpp"
 
 namespace attncheck::properties {
@@ -23,12 +22,11 @@ std::string canonical_property_name(const std::string& name);
 // decoder properties in theirs, then any other name.
 int property_rank(const std::string& name);
 
-// channel: in a worker process, announces every case before it runs (so a crash names it).
+// A kernel property over k (either ABI version), its cases generated within what k declares
+// (checked(k): a version 1 kernel's declaration limited to what version 1 can pose). channel: in
+// a worker process, announces every case before it runs (so a crash names it).
 PropertyResult run_kernel_property(const KernelProperty& prop, const KernelUnderTest& k, const RunParams& params,
                                    const Progress& progress = {}, const WorkerChannel* channel = nullptr);
-// A version 2 property over k.fn_v2, its cases generated within k.declaration.
-PropertyResult run_kernel_property_v2(const KernelPropertyV2& prop, const KernelUnderTest& k, const RunParams& params,
-                                      const Progress& progress = {}, const WorkerChannel* channel = nullptr);
 PropertyResult run_decoder_property(const DecoderProperty& prop, const DecoderUnderTest& d, const RunParams& params,
                                     const Progress& progress = {}, const WorkerChannel* channel = nullptr);
 

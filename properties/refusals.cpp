@@ -14,7 +14,7 @@
 
 #include "attncheck/abi_v1.hpp"
 #include "attncheck/problem_v2.hpp"
-#include "properties/calls_v2.hpp"
+#include "properties/calls.hpp"
 
 namespace attncheck::properties {
 namespace {
@@ -54,7 +54,7 @@ struct LazyCall {
 // case's dtype, out between guard regions (as long as out, 256 bytes to 4 MiB). A kernel that
 // refuses at once costs nothing; one that accepts computes on zeros in valid memory. nullopt when
 // the memory could not be mapped.
-std::optional<LazyCall> call_lazily(const KernelUnderTest& kernel, const KernelCaseV2& u) {
+std::optional<LazyCall> call_lazily(const KernelUnderTest& kernel, const KernelCase& u) {
     const std::int64_t B = u.batch, Hq = u.q_heads, Hk = u.kv_heads, Tq = u.q_lens[0], Tk = u.max_kv_len();
     const std::int64_t Dk = u.head_dim, Dv = u.value_dim;
     const std::size_t es = dtype_size(u.dtype);
@@ -102,10 +102,10 @@ std::optional<LazyCall> call_lazily(const KernelUnderTest& kernel, const KernelC
 
 }  // namespace
 
-Verdict abi_version(const KernelUnderTest& kernel, const KernelCaseV2& c) {
-    const LogicalInputsV2 in = fill_inputs_v2(c);
+Verdict abi_version(const KernelUnderTest& kernel, const KernelCase& c) {
+    const KernelInputs in = fill_inputs(c);
     for (const std::int32_t version : {ATTNCHECK_ABI_VERSION_2 + 1, ATTNCHECK_ABI_VERSION}) {
-        BuiltV2 b = build_v2(c, in);
+        Built b = build_case(c, in);
         b.problem.abi_version = version;
         const int rc = invoke(kernel, b.problem);
         // What the kernel was given: a version 1 kernel sees the version through v1_call_of().
@@ -126,14 +126,14 @@ Verdict abi_version(const KernelUnderTest& kernel, const KernelCaseV2& c) {
 // restriction. A size limit (max_kv_len, max_q_len, max_batch, max_heads) is broken on an
 // otherwise minimal problem (every other length 1) sent through call_lazily: probing
 // max_kv_len=1000000 costs no more than max_kv_len=64.
-Verdict refuses_undeclared(const KernelUnderTest& kernel, const KernelCaseV2& c) {
+Verdict refuses_undeclared(const KernelUnderTest& kernel, const KernelCase& c) {
     const KernelDeclaration& d = kernel.declaration;
     struct Break {
         bool lazily;
-        std::function<void(KernelCaseV2&)> apply;
+        std::function<void(KernelCase&)> apply;
     };
     std::vector<Break> breaks;
-    const auto add = [&](std::function<void(KernelCaseV2&)> f) { breaks.push_back({false, std::move(f)}); };
+    const auto add = [&](std::function<void(KernelCase&)> f) { breaks.push_back({false, std::move(f)}); };
     const auto first_outside = [](int from, auto allowed) {
         for (int w = from + 1; w < from + 4096; ++w)
             if (!allowed(w)) return w;
@@ -142,46 +142,46 @@ Verdict refuses_undeclared(const KernelUnderTest& kernel, const KernelCaseV2& c)
         return 0;
     };
     if (const int w = first_outside(c.head_dim, [&](int x) { return d.allows_head_dim(x); }); w > 0)
-        add([w, &d](KernelCaseV2& u) {
+        add([w, &d](KernelCase& u) {
             u.head_dim = w;
             if (d.value_dim_same) u.value_dim = w;
         });
     if (const int w = first_outside(c.value_dim, [&](int x) { return d.allows_value_dim(x, c.head_dim); }); w > 0)
-        add([w](KernelCaseV2& u) { u.value_dim = w; });
+        add([w](KernelCase& u) { u.value_dim = w; });
     // The size breaks: one sequence, one head, one row and one key but for the limit broken; the
     // dtype, widths, mask and scale stay.
-    const auto minimal = [](KernelCaseV2& u) {
+    const auto minimal = [](KernelCase& u) {
         u.batch = 1, u.q_heads = u.kv_heads = 1;
         u.q_lens = {1}, u.kv_lens = {1}, u.q_pos = {0};
         u.mode = OffsetMode::general;
-        u.layout = LayoutV2{};
+        u.layout = Layout{};
         u.window_left = u.window_right = -1;
         u.softcap = 0.0f;
         u.alibi_slopes.clear();
         u.want_lse = false;
     };
-    if (d.max_kv_len) breaks.push_back({true, [&d, minimal](KernelCaseV2& u) {
+    if (d.max_kv_len) breaks.push_back({true, [&d, minimal](KernelCase& u) {
                                             minimal(u);
                                             u.kv_lens = {d.max_kv_len + 1}, u.q_pos = {d.max_kv_len};
                                             u.mode = OffsetMode::decode;
                                         }});
-    if (d.max_q_len) breaks.push_back({true, [&d, minimal](KernelCaseV2& u) {
+    if (d.max_q_len) breaks.push_back({true, [&d, minimal](KernelCase& u) {
                                            minimal(u);
                                            u.q_lens = {d.max_q_len + 1};
                                        }});
-    if (d.max_batch) breaks.push_back({true, [&d, minimal](KernelCaseV2& u) {
+    if (d.max_batch) breaks.push_back({true, [&d, minimal](KernelCase& u) {
                                            minimal(u);
                                            u.batch = d.max_batch + 1;
                                            u.q_lens.assign(std::size_t(u.batch), 1), u.kv_lens.assign(std::size_t(u.batch), 1);
                                            u.q_pos.assign(std::size_t(u.batch), 0);
                                        }});
-    if (d.max_heads) breaks.push_back({true, [&d, minimal](KernelCaseV2& u) {
+    if (d.max_heads) breaks.push_back({true, [&d, minimal](KernelCase& u) {
                                            minimal(u);
                                            u.q_heads = u.kv_heads = d.max_heads + 1;
                                        }});
-    if (!d.causal) add([](KernelCaseV2& u) { u.causal = true, u.window_right = -1; });
-    if (!d.non_causal) add([](KernelCaseV2& u) { u.causal = false; });
-    if (!d.padding) add([](KernelCaseV2& u) {
+    if (!d.causal) add([](KernelCase& u) { u.causal = true, u.window_right = -1; });
+    if (!d.non_causal) add([](KernelCase& u) { u.causal = false; });
+    if (!d.padding) add([](KernelCase& u) {
         if (!u.dense() || u.layout.kind == LayoutKind::paged) {
             one_q_len(u);
             u = with_layout(u, LayoutKind::bhtd);
@@ -191,28 +191,28 @@ Verdict refuses_undeclared(const KernelUnderTest& kernel, const KernelCaseV2& c)
     // A version 1 kernel's limits are the ABI's (the adapter refuses such a problem before the
     // kernel sees it): only what it declares itself is posed.
     if (!d.abi_v1) {
-        if (!d.allows_dtype(ATTNCHECK_DTYPE_F32)) add([](KernelCaseV2& u) { u.dtype = ATTNCHECK_DTYPE_F32; });
-        if (!d.allows_dtype(ATTNCHECK_DTYPE_F16)) add([](KernelCaseV2& u) { u.dtype = ATTNCHECK_DTYPE_F16; });
-        if (!d.allows_dtype(ATTNCHECK_DTYPE_BF16)) add([](KernelCaseV2& u) { u.dtype = ATTNCHECK_DTYPE_BF16; });
-        if (!d.gqa && (!d.max_heads || d.max_heads >= 2)) add([](KernelCaseV2& u) { u.kv_heads = 1, u.q_heads = 2; });
-        if (!d.layout_any && c.dense()) add([](KernelCaseV2& u) { u.layout.kind = LayoutKind::gapped; });
-        if (!d.layout_any && !c.dense()) add([](KernelCaseV2& u) { u.layout.varlen_contiguous = false; });
-        if (!d.varlen) add([](KernelCaseV2& u) { u.layout.kind = LayoutKind::varlen; });
-        if (!d.dense) add([](KernelCaseV2& u) {
+        if (!d.allows_dtype(ATTNCHECK_DTYPE_F32)) add([](KernelCase& u) { u.dtype = ATTNCHECK_DTYPE_F32; });
+        if (!d.allows_dtype(ATTNCHECK_DTYPE_F16)) add([](KernelCase& u) { u.dtype = ATTNCHECK_DTYPE_F16; });
+        if (!d.allows_dtype(ATTNCHECK_DTYPE_BF16)) add([](KernelCase& u) { u.dtype = ATTNCHECK_DTYPE_BF16; });
+        if (!d.gqa && (!d.max_heads || d.max_heads >= 2)) add([](KernelCase& u) { u.kv_heads = 1, u.q_heads = 2; });
+        if (!d.layout_any && c.dense()) add([](KernelCase& u) { u.layout.kind = LayoutKind::gapped; });
+        if (!d.layout_any && !c.dense()) add([](KernelCase& u) { u.layout.varlen_contiguous = false; });
+        if (!d.varlen) add([](KernelCase& u) { u.layout.kind = LayoutKind::varlen; });
+        if (!d.dense) add([](KernelCase& u) {
             one_q_len(u);
             u = with_layout(u, LayoutKind::bhtd);
         });
-        if (!d.paged) add([](KernelCaseV2& u) { u.layout.kind = LayoutKind::paged, u.layout.block_size = 4; });
-        if (!d.window) add([](KernelCaseV2& u) { u.window_left = 1; });
-        if (!d.softcap) add([](KernelCaseV2& u) { u.softcap = 5.0f; });
-        if (!d.alibi) add([](KernelCaseV2& u) { u.alibi_slopes.assign(std::size_t(u.q_heads), 0.5f); });
-        if (!d.lse) add([](KernelCaseV2& u) { u.want_lse = true; });
-        if (!d.positions_any) add([](KernelCaseV2& u) { u.q_pos[0] += 1; });
-        if (d.positions_shared && c.batch > 1) add([](KernelCaseV2& u) { u.q_pos[1] = u.q_pos[0] + 1; });
+        if (!d.paged) add([](KernelCase& u) { u.layout.kind = LayoutKind::paged, u.layout.block_size = 4; });
+        if (!d.window) add([](KernelCase& u) { u.window_left = 1; });
+        if (!d.softcap) add([](KernelCase& u) { u.softcap = 5.0f; });
+        if (!d.alibi) add([](KernelCase& u) { u.alibi_slopes.assign(std::size_t(u.q_heads), 0.5f); });
+        if (!d.lse) add([](KernelCase& u) { u.want_lse = true; });
+        if (!d.positions_any) add([](KernelCase& u) { u.q_pos[0] += 1; });
+        if (d.positions_shared && c.batch > 1) add([](KernelCase& u) { u.q_pos[1] = u.q_pos[0] + 1; });
     }
     if (breaks.empty()) return Verdict::pass();
     const Break& broken = breaks[c.data_seed % breaks.size()];
-    KernelCaseV2 u = c;
+    KernelCase u = c;
     broken.apply(u);
     const auto refused = [&](const std::string& reason, int rc, const std::string& write_outside) {
         if (!write_outside.empty())
@@ -231,8 +231,8 @@ Verdict refuses_undeclared(const KernelUnderTest& kernel, const KernelCaseV2& c)
     if (u.layout.kind == LayoutKind::varlen || u.layout.kind == LayoutKind::paged) u.layout.kv_capacity = 0;
     if (u.dense()) one_q_len(u);
     if (!u.alibi_slopes.empty()) u.alibi_slopes.resize(std::size_t(u.q_heads), 0.5f);
-    const LogicalInputsV2 in = fill_inputs_v2(u);
-    BuiltV2 built = build_v2(u, in);
+    const KernelInputs in = fill_inputs(u);
+    Built built = build_case(u, in);
     const std::string reason = d.unsupported_reason(built.problem);
     if (reason.empty()) return Verdict::pass();  // this case could not be moved outside the declaration
     const int rc = invoke(kernel, built.problem);
@@ -244,8 +244,8 @@ Verdict refuses_undeclared(const KernelUnderTest& kernel, const KernelCaseV2& c)
 // well-formed problem, and production kernels (FlashAttention's paged path among them) do not
 // re-validate block tables for speed. The buffers are sized so that even a kernel that reads
 // the bad index stays inside them (a spare K/V head, a spare block).
-Verdict refuses_malformed(const KernelUnderTest& kernel, const KernelCaseV2& c0) {
-    KernelCaseV2 c = c0;
+Verdict refuses_malformed(const KernelUnderTest& kernel, const KernelCase& c0) {
+    KernelCase c = c0;
     const int which = int(c.data_seed % 3);
     std::string what;
     if (which == 0) {
@@ -259,8 +259,8 @@ Verdict refuses_malformed(const KernelUnderTest& kernel, const KernelCaseV2& c0)
         one_q_len(c);
         if (c.max_kv_len() == 0) c.kv_lens[0] = 1, c.q_pos[0] = 0;
     }
-    const LogicalInputsV2 in = fill_inputs_v2(c);
-    BuiltV2 built = build_v2(c, in);
+    const KernelInputs in = fill_inputs(c);
+    Built built = build_case(c, in);
     attncheck_problem_v2& p = built.problem;
     if (which == 0) {
         p.kv_heads = 2;

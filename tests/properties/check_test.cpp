@@ -75,19 +75,19 @@ TEST_CASE("CheckOptions::from_environment reads the replay variables", "[check]"
 
 TEST_CASE("the large tier reaches tile edges, long decode contexts and wide heads early", "[check][generators]") {
     int longest_decode = 0, widest = 0, longest_q = 0, large = 0, cases = 0;
-    const rc::Gen<KernelCase> gen = gen_kernel_case();
+    const rc::Gen<KernelCase> gen = gen_kernel_case({}, KernelDeclaration{});
     const PropertyResult r = run_property(
         "spread",
         [&] {
             const KernelCase c = *gen;
             ++cases;
-            if (c.mode == OffsetMode::decode) longest_decode = std::max(longest_decode, c.kv_len);
+            if (c.mode == OffsetMode::decode) longest_decode = std::max(longest_decode, c.max_kv_len());
             widest = std::max({widest, c.head_dim, c.value_dim});
-            longest_q = std::max(longest_q, c.q_len);
-            large += c.kv_len > 64 || c.head_dim > 32 ? 1 : 0;
+            longest_q = std::max(longest_q, c.max_q_len());
+            large += c.max_kv_len() > 64 || c.head_dim > 32 ? 1 : 0;
             return Verdict::pass();
         },
-        RunParams{1, 300});
+        RunParams{1, 1000});
     REQUIRE(r.status == Status::pass);
     CHECK(longest_decode > 512);  // past a 512-key split-K chunk
     CHECK(widest >= 64);

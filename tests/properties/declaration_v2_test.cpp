@@ -1,6 +1,6 @@
 // tests/properties/declaration_v2_test.cpp — the version 2 items of a kernel declaration
 // (attncheck/declaration.hpp): parsing, printing back, contradictions, and unsupported_reason()
-// on version 2 problems built by the case builder (properties/kernel_case_v2.hpp).
+// on version 2 problems built by the case builder (properties/kernel_case.hpp).
 #include <catch2/catch.hpp>
 
 #include <stdexcept>
@@ -8,7 +8,7 @@
 
 #include "attncheck/declaration.hpp"
 #include "attncheck/problem_v2.hpp"
-#include "properties/kernel_case_v2.hpp"
+#include "properties/kernel_case.hpp"
 
 using attncheck::KernelDeclaration;
 using namespace attncheck::properties;
@@ -16,8 +16,8 @@ using namespace attncheck::properties;
 namespace {
 
 // A small well-formed case: B = 2, Hq = 4, Hk = 2, bf16, [B,H,T,D], causal chunk.
-KernelCaseV2 small_case() {
-    KernelCaseV2 c;
+KernelCase small_case() {
+    KernelCase c;
     c.dtype = ATTNCHECK_DTYPE_BF16;
     c.batch = 2, c.q_heads = 4, c.kv_heads = 2, c.head_dim = 8, c.value_dim = 8;
     c.q_lens = {3, 3};
@@ -28,8 +28,8 @@ KernelCaseV2 small_case() {
     return c;
 }
 
-std::string reason(const KernelDeclaration& d, const KernelCaseV2& c) {
-    const BuiltV2 b = build_v2(c, fill_inputs_v2(c));
+std::string reason(const KernelDeclaration& d, const KernelCase& c) {
+    const Built b = build_case(c, fill_inputs(c));
     REQUIRE(attncheck::problem_v2_error(b.problem).empty());
     return d.unsupported_reason(b.problem);
 }
@@ -113,7 +113,7 @@ TEST_CASE("padding_values: parsed, printed back and validated", "[declaration][v
 }
 
 TEST_CASE("unsupported_reason names the v2 feature a problem uses and the kernel does not declare", "[declaration][v2]") {
-    const KernelCaseV2 c = small_case();
+    const KernelCase c = small_case();
     CHECK(reason(KernelDeclaration{}, c).empty());
     CHECK_THAT(reason(KernelDeclaration::parse("dtype=f32,f16"), c), Catch::Contains("dtype bf16"));
     CHECK_THAT(reason(KernelDeclaration::parse("gqa=no"), c), Catch::Contains("gqa=no"));
@@ -123,12 +123,12 @@ TEST_CASE("unsupported_reason names the v2 feature a problem uses and the kernel
     CHECK_THAT(reason(KernelDeclaration::parse("layout=contiguous"), with_layout(c, LayoutKind::gapped)),
                Catch::Contains("layout=contiguous"));
     CHECK(reason(KernelDeclaration::parse("positions=bottom_right"), c).empty());  // q_pos = Tk - Tq
-    KernelCaseV2 general = c;
+    KernelCase general = c;
     general.q_pos = {0, 2};
     CHECK_THAT(reason(KernelDeclaration::parse("positions=bottom_right"), general), Catch::Contains("q_pos[0] = 0"));
     CHECK_THAT(reason(KernelDeclaration::parse("varlen=no"), with_layout(c, LayoutKind::varlen)), Catch::Contains("varlen=no"));
     // varlen: [T,H,D] with gaps is not contiguous, densely packed [H,T,D] (lse [H,T]) is.
-    KernelCaseV2 packed = with_layout(c, LayoutKind::varlen);
+    KernelCase packed = with_layout(c, LayoutKind::varlen);
     packed.want_lse = true;
     CHECK_THAT(reason(KernelDeclaration::parse("layout=contiguous"), packed), Catch::Contains("layout=contiguous"));
     packed.layout.varlen_contiguous = true;
@@ -136,20 +136,20 @@ TEST_CASE("unsupported_reason names the v2 feature a problem uses and the kernel
     CHECK_THAT(reason(KernelDeclaration::parse("paged=no"), with_pages(c, 4, 1, 0, 0)), Catch::Contains("paged=no"));
     CHECK_THAT(reason(KernelDeclaration::parse("block_size=16"), with_pages(c, 4, 1, 0, 0)), Catch::Contains("block_size 4"));
     CHECK(reason(KernelDeclaration::parse("block_size=4"), with_pages(c, 4, 1, 0, 0)).empty());
-    KernelCaseV2 w = c;
+    KernelCase w = c;
     w.window_left = 1;
     CHECK_THAT(reason(KernelDeclaration::parse("window=no"), w), Catch::Contains("window=no"));
-    KernelCaseV2 s = c;
+    KernelCase s = c;
     s.softcap = 5;
     CHECK_THAT(reason(KernelDeclaration::parse("softcap=no"), s), Catch::Contains("softcap=no"));
-    KernelCaseV2 a = c;
+    KernelCase a = c;
     a.alibi_slopes = {0.5f, 0.25f, 0.125f, 0.0625f};
     CHECK_THAT(reason(KernelDeclaration::parse("alibi=no"), a), Catch::Contains("alibi=no"));
-    KernelCaseV2 l = c;
+    KernelCase l = c;
     l.want_lse = true;
     CHECK_THAT(reason(KernelDeclaration::parse("lse=no"), l), Catch::Contains("lse=no"));
     // v1 items read per sequence: the longest sequence's keys against max_kv_len.
-    KernelCaseV2 longer = c;
+    KernelCase longer = c;
     longer.kv_lens = {5, 9};
     longer.q_pos = {2, 6};
     CHECK_THAT(reason(KernelDeclaration::parse("max_kv_len=8"), longer), Catch::Contains("9 keys > max_kv_len=8"));

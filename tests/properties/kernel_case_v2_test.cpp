@@ -1,4 +1,4 @@
-// tests/properties/kernel_case_v2_test.cpp — version 2 cases (properties/kernel_case_v2.hpp): the
+// tests/properties/kernel_case_v2_test.cpp — version 2 cases (properties/kernel_case.hpp): the
 // generator stays within the ABI and the declaration, every layout holds the same logical
 // numbers, unread elements are poisoned, out/lse guards catch stray writes, the guard page
 // catches an over-read, and the transforms keep the logical problem.
@@ -14,7 +14,7 @@
 
 #include "attncheck/declaration.hpp"
 #include "attncheck/problem_v2.hpp"
-#include "properties/kernel_case_v2.hpp"
+#include "properties/kernel_case.hpp"
 #include "properties/runner.hpp"
 #include "tests/properties/ci_params.hpp"
 
@@ -25,7 +25,7 @@ using namespace attncheck::properties;
 namespace {
 
 // Every logical element of q, k, v as the built problem addresses it.
-void require_same_logical(const KernelCaseV2& c, const LogicalInputsV2& in, const BuiltV2& b) {
+void require_same_logical(const KernelCase& c, const KernelInputs& in, const Built& b) {
     const attncheck_problem_v2& p = b.problem;
     for (int s = 0; s < c.batch; ++s) {
         REQUIRE(q_len_of(p, s) == c.q_lens[std::size_t(s)]);
@@ -44,8 +44,8 @@ void require_same_logical(const KernelCaseV2& c, const LogicalInputsV2& in, cons
     }
 }
 
-KernelCaseV2 small_case(LayoutKind kind) {
-    KernelCaseV2 c;
+KernelCase small_case(LayoutKind kind) {
+    KernelCase c;
     c.dtype = ATTNCHECK_DTYPE_F16;
     c.batch = 2, c.q_heads = 4, c.kv_heads = 2, c.head_dim = 5, c.value_dim = 3;
     c.q_lens = {2, 2};
@@ -82,13 +82,13 @@ TEST_CASE("generated v2 cases are well formed, and within a declaration", "[case
         "dtype=bf16; gqa=no; layout=contiguous; positions=bottom_right; varlen=no; block_size=4,8; window=no; softcap=no; "
         "alibi=no; lse=no; head_dim=8,16; value_dim=same; mask=causal; max_kv_len=40; max_q_len=24");
     // At the CI seed (ci_params.hpp), through the runner the properties use.
-    const auto well_formed = [](const CaseOptionsV2& o, const KernelDeclaration& d) {
-        const rc::Gen<KernelCaseV2> gen = gen_kernel_case_v2(o, d);
+    const auto well_formed = [](const CaseOptions& o, const KernelDeclaration& d) {
+        const rc::Gen<KernelCase> gen = gen_kernel_case(o, d);
         const PropertyResult r = run_property(
             "generated cases",
             [&] {
-                const KernelCaseV2 c = *gen.as("case");
-                const BuiltV2 b = build_v2(c, fill_inputs_v2(c));
+                const KernelCase c = *gen.as("case");
+                const Built b = build_case(c, fill_inputs(c));
                 if (const std::string e = problem_v2_error(b.problem); !e.empty()) return Verdict::fail("malformed: " + e);
                 if (const std::string e = d.unsupported_reason(b.problem); !e.empty()) return Verdict::fail("undeclared: " + e);
                 return Verdict::pass();
@@ -124,11 +124,11 @@ TEST_CASE("generated v2 cases are well formed, and within a declaration", "[case
 }
 
 TEST_CASE("causality's cases of a decode-only kernel have keys after the query row", "[case_v2]") {
-    const rc::Gen<KernelCaseV2> gen = gen_kernel_case_v2({.need_causal_future = true}, KernelDeclaration::parse("max_q_len=1"));
+    const rc::Gen<KernelCase> gen = gen_kernel_case({.need_causal_future = true}, KernelDeclaration::parse("max_q_len=1"));
     const PropertyResult r = run_property(
         "decode cases with future keys",
         [&] {
-            const KernelCaseV2 c = *gen.as("case");
+            const KernelCase c = *gen.as("case");
             if (!c.causal) return Verdict::fail("not causal");
             bool future = false;
             for (int b = 0; b < c.batch; ++b) {
@@ -145,9 +145,9 @@ TEST_CASE("causality's cases of a decode-only kernel have keys after the query r
 TEST_CASE("every layout holds the same logical numbers, and unread elements are poison", "[case_v2]") {
     for (const LayoutKind kind : {LayoutKind::bhtd, LayoutKind::bthd, LayoutKind::gapped, LayoutKind::varlen, LayoutKind::paged}) {
         CAPTURE(to_string(kind));
-        const KernelCaseV2 c = small_case(kind);
-        const LogicalInputsV2 in = fill_inputs_v2(c);
-        const BuiltV2 b = build_v2(c, in);
+        const KernelCase c = small_case(kind);
+        const KernelInputs in = fill_inputs(c);
+        const Built b = build_case(c, in);
         REQUIRE(problem_v2_error(b.problem) == "");
         require_same_logical(c, in, b);
         // k has poison: padding rows (dense), gaps, unused blocks or rows of the last block.
@@ -163,10 +163,10 @@ TEST_CASE("every layout holds the same logical numbers, and unread elements are 
 }
 
 TEST_CASE("a contiguous varlen batch is densely packed [H,T,D], lse [H,T], and holds the same numbers", "[case_v2]") {
-    KernelCaseV2 c = small_case(LayoutKind::varlen);
+    KernelCase c = small_case(LayoutKind::varlen);
     c.layout.varlen_contiguous = true;
-    const LogicalInputsV2 in = fill_inputs_v2(c);
-    BuiltV2 b = build_v2(c, in);
+    const KernelInputs in = fill_inputs(c);
+    Built b = build_case(c, in);
     attncheck_problem_v2& p = b.problem;
     REQUIRE(problem_v2_error(p) == "");
     require_same_logical(c, in, b);
@@ -196,8 +196,8 @@ TEST_CASE("a contiguous varlen batch is densely packed [H,T,D], lse [H,T], and h
 TEST_CASE("out and lse read back in logical order, and writes outside them are named", "[case_v2]") {
     for (const LayoutKind kind : {LayoutKind::bthd, LayoutKind::gapped, LayoutKind::varlen}) {
         CAPTURE(to_string(kind));
-        const KernelCaseV2 c = small_case(kind);
-        BuiltV2 b = build_v2(c, fill_inputs_v2(c));
+        const KernelCase c = small_case(kind);
+        Built b = build_case(c, fill_inputs(c));
         attncheck_problem_v2& p = b.problem;
         write_every_output(p);
         CHECK(b.unwritten().empty());
@@ -245,27 +245,27 @@ TEST_CASE("a read past an input placed against the guard page faults", "[case_v2
 }
 
 TEST_CASE("transforms keep the logical problem", "[case_v2]") {
-    const KernelCaseV2 c = small_case(LayoutKind::bhtd);
-    const LogicalInputsV2 in = fill_inputs_v2(c);
+    const KernelCase c = small_case(LayoutKind::bhtd);
+    const KernelInputs in = fill_inputs(c);
     // GQA -> MHA: query head h reads the original kv head h / 2.
-    KernelCaseV2 mha = c;
-    LogicalInputsV2 rep = in;
+    KernelCase mha = c;
+    KernelInputs rep = in;
     replicate_kv_heads(mha, rep);
     REQUIRE(mha.kv_heads == 4);
     for (int h = 0; h < 4; ++h) CHECK(rep.k_at(1, h, 2, 4, mha) == in.k_at(1, h / 2, 2, 4, c));
-    require_same_logical(mha, rep, build_v2(mha, rep));
+    require_same_logical(mha, rep, build_case(mha, rep));
     // A sequence alone.
-    const KernelCaseV2 one = sequence_alone(c, 1);
-    const LogicalInputsV2 one_in = sequence_inputs(c, in, 1);
+    const KernelCase one = sequence_alone(c, 1);
+    const KernelInputs one_in = sequence_inputs(c, in, 1);
     CHECK(one.kv_lens == std::vector<int>{3});
     CHECK(one_in.v_at(0, 1, 2, 2, one) == in.v_at(1, 1, 2, 2, c));
     // Rows [1, 2) of sequence 0 alone: q_pos 5, causal keys 0..5.
-    const KernelCaseV2 rows = rows_alone(c, 0, 1, 2);
-    const LogicalInputsV2 rows_in = rows_inputs(c, in, 0, 1, 2);
+    const KernelCase rows = rows_alone(c, 0, 1, 2);
+    const KernelInputs rows_in = rows_inputs(c, in, 0, 1, 2);
     CHECK(rows.q_pos == std::vector<int>{5});
     CHECK(rows.kv_lens == std::vector<int>{6});
     CHECK(rows_in.q_at(0, 3, 0, 4, rows) == in.q_at(0, 3, 1, 4, c));
     // Another capacity / block permutation: the same logical numbers.
-    require_same_logical(c, in, build_v2(with_capacity(c, 30), in));
-    require_same_logical(c, in, build_v2(with_pages(c, 2, 99, 5, 3), in));
+    require_same_logical(c, in, build_case(with_capacity(c, 30), in));
+    require_same_logical(c, in, build_case(with_pages(c, 2, 99, 5, 3), in));
 }

@@ -15,7 +15,7 @@
 #include "attncheck/problem_v2.hpp"
 #include "properties/decoder_properties.hpp"
 #include "properties/fuzz.hpp"
-#include "properties/kernel_properties_v2.hpp"
+#include "properties/kernel_properties.hpp"
 #include "properties/property_runs.hpp"
 #include "reference/attention_v2.hpp"
 #include "tests/properties/ci_params.hpp"
@@ -216,8 +216,8 @@ int refusing_reference(const attncheck_problem_v2* p) {
     return fn(p);
 }
 
-const KernelPropertyV2& property(const std::string& name) {
-    for (const auto& p : kernel_properties_v2())
+const KernelProperty& property(const std::string& name) {
+    for (const auto& p : kernel_properties())
         if (p.name == name) return p;
     FAIL("no v2 property " << name);
     throw;
@@ -251,8 +251,8 @@ TEST_CASE("the reference kernel and a plain float32 kernel pass every v2 propert
                                      v2_kernel("plain_f32", plain_kernel<Bug::none>),
                                      v2_kernel("plain_f32 (additive -inf mask over every key of Tk(b))",
                                                plain_kernel<Bug::additive_mask>)})
-        for (const KernelPropertyV2& prop : kernel_properties_v2()) {
-            const PropertyResult r = run_kernel_property_v2(prop, k, p);
+        for (const KernelProperty& prop : kernel_properties()) {
+            const PropertyResult r = run_kernel_property(prop, k, p);
             INFO(report(r, k.name));
             CHECK(r.status == Status::pass);
             CHECK(r.unsupported == 0);
@@ -269,7 +269,7 @@ TEST_CASE("split-KV kernels of both merge styles agree with the oracle on out an
     for (const KernelUnderTest& k : {v2_kernel("split_kv (chunks rescaled, one division)", split_kernel<Merge::rescaled>),
                                      v2_kernel("split_kv (normalised chunks merged by lse)", split_kernel<Merge::normalised>)})
         for (const char* name : {"agreement", "lse", "split_agreement", "row_sums"}) {
-            const PropertyResult r = run_kernel_property_v2(property(name), k, p);
+            const PropertyResult r = run_kernel_property(property(name), k, p);
             INFO(report(r, k.name));
             CHECK(r.status == Status::pass);
             CHECK(r.unsupported == 0);
@@ -282,8 +282,8 @@ TEST_CASE("a narrow declaration: cases stay within it and what is outside is ref
     // declares less than it accepts; the same declaration passes every other property.
     const KernelUnderTest k = v2_kernel("plain_f32 (declared narrow)", plain_kernel<Bug::none>,
                                         "dtype=f16; window=no; varlen=no; layout=contiguous; block_size=8; max_kv_len=40");
-    for (const KernelPropertyV2& prop : kernel_properties_v2()) {
-        const PropertyResult r = run_kernel_property_v2(prop, k, p);
+    for (const KernelProperty& prop : kernel_properties()) {
+        const PropertyResult r = run_kernel_property(prop, k, p);
         INFO(report(r, k.name));
         if (prop.name == "refuses_undeclared") {
             CHECK(r.status == Status::fail);
@@ -316,7 +316,7 @@ TEST_CASE("each planted v2 bug fails the property meant for it", "[properties_v2
         {v2_kernel("softcap_skipped", plain_kernel<Bug::softcap_skipped>), "softcap_bound", "outside [-softcap, softcap]"},
     };
     for (const auto& t : planted) {
-        const PropertyResult r = run_kernel_property_v2(property(t.property), t.kernel, p);
+        const PropertyResult r = run_kernel_property(property(t.property), t.kernel, p);
         INFO(report(r, t.kernel.name));
         CHECK(r.status == Status::fail);
         CHECK_THAT(r.message, Catch::Contains(t.says));
@@ -325,16 +325,16 @@ TEST_CASE("each planted v2 bug fails the property meant for it", "[properties_v2
 
 TEST_CASE("a kernel that accepts a malformed problem gets a note, one that refuses it none", "[properties_v2]") {
     const RunParams p = params(30);
-    const PropertyResult lax = run_kernel_property_v2(property("refuses_malformed"), v2_kernel("no_checks", plain_kernel<Bug::no_checks>), p);
+    const PropertyResult lax = run_kernel_property(property("refuses_malformed"), v2_kernel("no_checks", plain_kernel<Bug::no_checks>), p);
     INFO(report(lax, "no_checks"));
     CHECK(lax.status == Status::pass);
     CHECK(lax.notes > 0);
     CHECK_THAT(lax.note, Catch::Contains("accepted a malformed problem"));
-    const PropertyResult version = run_kernel_property_v2(property("abi_version"), v2_kernel("no_checks", plain_kernel<Bug::no_checks>), p);
+    const PropertyResult version = run_kernel_property(property("abi_version"), v2_kernel("no_checks", plain_kernel<Bug::no_checks>), p);
     INFO(report(version, "no_checks"));
     CHECK(version.status == Status::fail);
     CHECK_THAT(version.message, Catch::Contains("accepted abi_version"));
-    const PropertyResult strict = run_kernel_property_v2(property("refuses_malformed"), v2_kernel("plain", plain_kernel<Bug::none>), p);
+    const PropertyResult strict = run_kernel_property(property("refuses_malformed"), v2_kernel("plain", plain_kernel<Bug::none>), p);
     CHECK(strict.status == Status::pass);
     CHECK(strict.notes == 0);
 }
@@ -342,11 +342,11 @@ TEST_CASE("a kernel that accepts a malformed problem gets a note, one that refus
 TEST_CASE("a kernel that refuses a layout fails layout_invariance unless it declares layout=contiguous", "[properties_v2]") {
     const RunParams p = params(40);
     const PropertyResult undeclared =
-        run_kernel_property_v2(property("layout_invariance"), v2_kernel("contiguous_only", plain_kernel<Bug::contiguous_only>), p);
+        run_kernel_property(property("layout_invariance"), v2_kernel("contiguous_only", plain_kernel<Bug::contiguous_only>), p);
     INFO(report(undeclared, "contiguous_only"));
     CHECK(undeclared.status == Status::fail);
     CHECK_THAT(undeclared.message, Catch::Contains("was refused") && Catch::Contains("within the declaration"));
-    const PropertyResult declared = run_kernel_property_v2(
+    const PropertyResult declared = run_kernel_property(
         property("layout_invariance"), v2_kernel("contiguous_only", plain_kernel<Bug::contiguous_only>, "layout=contiguous; varlen=no"), p);
     INFO(report(declared, "contiguous_only, declared"));
     CHECK(declared.status == Status::pass);
@@ -356,14 +356,14 @@ TEST_CASE("a kernel that refuses a layout fails layout_invariance unless it decl
 TEST_CASE("layout=contiguous: varlen cases are densely packed [H,T,D], and no property's case is refused", "[properties_v2]") {
     const RunParams p = params(60);
     const KernelUnderTest k = v2_kernel("reference_v2 (contiguous only)", refusing_reference<0>, kRefusing[0]);
-    for (const KernelPropertyV2& prop : kernel_properties_v2()) {
+    for (const KernelProperty& prop : kernel_properties()) {
         if (!not_applicable(prop, k.declaration).empty()) continue;  // layout_invariance
-        const PropertyResult r = run_kernel_property_v2(prop, k, p);
+        const PropertyResult r = run_kernel_property(prop, k, p);
         INFO(report(r, k.name));
         CHECK(r.status == Status::pass);
         CHECK(r.unsupported == 0);
     }
-    const PropertyResult varlen = run_kernel_property_v2(property("batch"), k, p);
+    const PropertyResult varlen = run_kernel_property(property("batch"), k, p);
     INFO(report(varlen, k.name));
     CHECK(varlen.status == Status::pass);
     CHECK(varlen.cases == p.cases);  // every case drawn (p: RC_PARAMS may set the budget)
@@ -372,13 +372,13 @@ TEST_CASE("layout=contiguous: varlen cases are densely packed [H,T,D], and no pr
 
 TEST_CASE("tanh_ulps=4096 lets a softcap tanh of 12 significant bits pass agreement - undeclared, it fails", "[properties_v2]") {
     const RunParams p = params(100);
-    const PropertyResult undeclared = run_kernel_property_v2(property("agreement"), v2_kernel("tanh_12_bits", plain_kernel<Bug::tanh_12_bits>), p);
+    const PropertyResult undeclared = run_kernel_property(property("agreement"), v2_kernel("tanh_12_bits", plain_kernel<Bug::tanh_12_bits>), p);
     INFO(report(undeclared, "tanh_12_bits"));
     CHECK(undeclared.status == Status::fail);
     CHECK_THAT(undeclared.counterexample, Catch::Contains("softcap="));
     for (const char* name : {"agreement", "softcap_bound", "split_agreement", "batch"}) {
         const PropertyResult declared =
-            run_kernel_property_v2(property(name), v2_kernel("tanh_12_bits", plain_kernel<Bug::tanh_12_bits>, "tanh_ulps=4096"), p);
+            run_kernel_property(property(name), v2_kernel("tanh_12_bits", plain_kernel<Bug::tanh_12_bits>, "tanh_ulps=4096"), p);
         INFO(report(declared, "tanh_12_bits, declared tanh_ulps=4096"));
         CHECK(declared.status == Status::pass);
     }
@@ -387,12 +387,12 @@ TEST_CASE("tanh_ulps=4096 lets a softcap tanh of 12 significant bits pass agreem
 TEST_CASE("a decode-only kernel (max_q_len=1): causality checks single rows with keys after them", "[properties_v2]") {
     const RunParams p = params(60);
     const KernelUnderTest ok = v2_kernel("reference_v2 (max_q_len=1)", refusing_reference<1>, kRefusing[1]);
-    const PropertyResult r = run_kernel_property_v2(property("causality"), ok, p);
+    const PropertyResult r = run_kernel_property(property("causality"), ok, p);
     INFO(report(r, ok.name));
     CHECK(r.status == Status::pass);
     CHECK(r.unsupported == 0);
     // A decode kernel that lets a row see the keys after its position fails it.
-    const PropertyResult bad = run_kernel_property_v2(
+    const PropertyResult bad = run_kernel_property(
         property("causality"), v2_kernel("sees_future", refusing_reference<1, plain_kernel<Bug::sees_future>>, kRefusing[1]), p);
     INFO(report(bad, "sees_future, max_q_len=1"));
     CHECK(bad.status == Status::fail);
@@ -400,13 +400,13 @@ TEST_CASE("a decode-only kernel (max_q_len=1): causality checks single rows with
     // Nothing to split in a single row: not applicable by the declaration, and a run of it
     // anyway (as check_kernel does when asked for it by name) says so instead of passing.
     CHECK_THAT(not_applicable(property("split_agreement"), ok.declaration), Catch::Contains("nothing to split"));
-    const PropertyResult split = run_kernel_property_v2(property("split_agreement"), ok, p);
+    const PropertyResult split = run_kernel_property(property("split_agreement"), ok, p);
     INFO(report(split, ok.name));
     CHECK(split.status == Status::not_applicable);
     CHECK(split.vacuous == split.cases);
     CHECK_THAT(split.message, Catch::Contains("nothing to check on any of the") && Catch::Contains("nothing to split"));
     // A kernel that takes prefills counts only the cases with rows to split.
-    const PropertyResult full = run_kernel_property_v2(property("split_agreement"), v2_kernel("reference_v2", attncheck_reference_kernel_v2), p);
+    const PropertyResult full = run_kernel_property(property("split_agreement"), v2_kernel("reference_v2", attncheck_reference_kernel_v2), p);
     INFO(report(full, "reference_v2"));
     CHECK(full.status == Status::pass);
     CHECK(full.vacuous < full.cases);
@@ -420,12 +420,12 @@ TEST_CASE("softcap_bound stays within a declared value_dim, reading the keys ove
     const RunParams p = params(60);
     for (const KernelUnderTest& k : {v2_kernel("reference_v2 (value_dim=4..8)", refusing_reference<2>, kRefusing[2]),
                                      v2_kernel("reference_v2 (value_dim=3)", refusing_reference<3>, kRefusing[3])}) {
-        const PropertyResult r = run_kernel_property_v2(property("softcap_bound"), k, p);
+        const PropertyResult r = run_kernel_property(property("softcap_bound"), k, p);
         INFO(report(r, k.name));
         CHECK(r.status == Status::pass);
         CHECK(r.unsupported == 0);
     }
-    const PropertyResult bad = run_kernel_property_v2(
+    const PropertyResult bad = run_kernel_property(
         property("softcap_bound"), v2_kernel("softcap_skipped", refusing_reference<3, plain_kernel<Bug::softcap_skipped>>, kRefusing[3]),
         params(100));
     INFO(report(bad, "softcap_skipped, value_dim=3"));
@@ -442,7 +442,7 @@ int varlen_only_reference(const attncheck_problem_v2* p) {
 
 TEST_CASE("dense=no: a varlen-only kernel passes every property it can be posed and refuses none", "[properties_v2]") {
     const KernelUnderTest k = v2_kernel("reference_v2 (varlen only)", varlen_only_reference, "dense=no");
-    for (const KernelPropertyV2& prop : kernel_properties_v2()) {
+    for (const KernelProperty& prop : kernel_properties()) {
         const std::string why = not_applicable(prop, k.declaration);
         INFO(prop.name << ": " << why);
         if (prop.name == "layout_invariance" || prop.name == "paged_permutation") {
@@ -450,20 +450,20 @@ TEST_CASE("dense=no: a varlen-only kernel passes every property it can be posed 
             continue;
         }
         REQUIRE(why.empty());
-        const PropertyResult r = run_kernel_property_v2(prop, k, params(30));
+        const PropertyResult r = run_kernel_property(prop, k, params(30));
         INFO(report(r, k.name));
         CHECK(r.status == Status::pass);
         CHECK(r.unsupported == 0);
     }
     // Undeclared, most of its cases are refused: what the declaration is for.
-    CHECK(run_kernel_property_v2(property("agreement"), v2_kernel("varlen only, undeclared", varlen_only_reference), params(30))
+    CHECK(run_kernel_property(property("agreement"), v2_kernel("varlen only, undeclared", varlen_only_reference), params(30))
               .unsupported > 0);
 }
 
 TEST_CASE("padding_values=finite: a kernel that weighs padding by 0 passes and the report says NaN was not tried", "[properties_v2]") {
     const KernelUnderTest k = v2_kernel("padding_read (padding_values=finite)", plain_kernel<Bug::padding_read>, "padding_values=finite");
     for (const char* name : {"poison_invisible", "agreement", "capacity_invariance"}) {
-        const PropertyResult r = run_kernel_property_v2(property(name), k, params(60));
+        const PropertyResult r = run_kernel_property(property(name), k, params(60));
         INFO(report(r, k.name));
         CHECK(r.status == Status::pass);
         if (std::string(name) == "poison_invisible")
@@ -473,12 +473,12 @@ TEST_CASE("padding_values=finite: a kernel that weighs padding by 0 passes and t
     }
     // Undeclared, the same kernel fails: NaN is what uninitialised padding may hold.
     const PropertyResult undeclared =
-        run_kernel_property_v2(property("poison_invisible"), v2_kernel("padding_read", plain_kernel<Bug::padding_read>), params(60));
+        run_kernel_property(property("poison_invisible"), v2_kernel("padding_read", plain_kernel<Bug::padding_read>), params(60));
     CHECK(undeclared.status == Status::fail);
 }
 
 TEST_CASE("softcap_bound names a visible key left out as such instead of blaming the softcap", "[properties_v2]") {
-    const PropertyResult r = run_kernel_property_v2(property("softcap_bound"), v2_kernel("skips_key0", plain_kernel<Bug::skips_key0>), params(60));
+    const PropertyResult r = run_kernel_property(property("softcap_bound"), v2_kernel("skips_key0", plain_kernel<Bug::skips_key0>), params(60));
     INFO(report(r, "skips_key0"));
     CHECK(r.status == Status::fail);
     CHECK_THAT(r.message, Catch::Contains("is visible to the row but has probability") &&
@@ -488,14 +488,14 @@ TEST_CASE("softcap_bound names a visible key left out as such instead of blaming
 
 TEST_CASE("no_oob_read leaves an inaccurate result to agreement", "[properties_v2]") {
     const KernelUnderTest gqa = v2_kernel("gqa_modulus", plain_kernel<Bug::gqa_modulus>);
-    const PropertyResult read = run_kernel_property_v2(property("no_oob_read"), gqa, params(60));
+    const PropertyResult read = run_kernel_property(property("no_oob_read"), gqa, params(60));
     INFO(report(read, "gqa_modulus"));
     CHECK(read.status == Status::pass);
-    CHECK(run_kernel_property_v2(property("agreement"), gqa, params(60)).status == Status::fail);
+    CHECK(run_kernel_property(property("agreement"), gqa, params(60)).status == Status::fail);
 }
 
 TEST_CASE("a NaN where the other call is finite is named as such, not as a nan or inf ratio", "[properties_v2]") {
-    const PropertyResult r = run_kernel_property_v2(property("batch"),
+    const PropertyResult r = run_kernel_property(property("batch"),
                                                     v2_kernel("nan_in_varlen", plain_kernel<Bug::nan_in_varlen>), params(30));
     INFO(report(r, "nan_in_varlen"));
     CHECK(r.status == Status::fail);
@@ -508,7 +508,6 @@ TEST_CASE("fuzz --list: every property name is followed by at least two spaces",
     print_property_list(os);
     const std::string text = os.str();
     std::vector<std::string> names;
-    for (const auto& prop : kernel_properties_v2()) names.push_back(prop.name);
     for (const auto& prop : kernel_properties()) names.push_back(prop.name);
     for (const auto& prop : decoder_properties()) names.push_back(prop.name);
     std::istringstream lines(text);

@@ -7,7 +7,6 @@
 #include "kernels/registry.hpp"
 #include "properties/decoder_properties.hpp"
 #include "properties/kernel_properties.hpp"
-#include "properties/kernel_properties_v2.hpp"
 #include "properties/property_runs.hpp"
 #include "properties/runner.hpp"
 #include "tests/properties/ci_params.hpp"
@@ -16,11 +15,6 @@ using namespace attncheck;
 using namespace attncheck::properties;
 
 namespace {
-
-PropertyResult run(const KernelProperty& prop, const KernelUnderTest& k, const RunParams& params) {
-    const rc::Gen<KernelCase> gen = gen_kernel_case(prop.options);
-    return run_property(prop.name, [&] { return prop.check(k, *gen.as("case")); }, params);
-}
 
 PropertyResult run(const DecoderProperty& prop, const DecoderUnderTest& d, const RunParams& params) {
     const rc::Gen<DecoderCase> gen = gen_decoder_case(prop.options);
@@ -39,18 +33,13 @@ KernelUnderTest under_test(const KernelEntry& e) {
     return k;
 }
 
-// Every kernel property of the entry's ABI version, each result in turn to `each`; stops early
-// when `each` returns false.
+// Every kernel property the entry's ABI version can pose, each result in turn to `each`; stops
+// early when `each` returns false.
 template <class Each>
 void each_kernel_property(const KernelEntry& e, const RunParams& params, Each each) {
-    const KernelUnderTest k = under_test(e);
-    if (e.fn_v2) {
-        for (const KernelPropertyV2& prop : kernel_properties_v2())
-            if (!each(run_kernel_property_v2(prop, k, params))) return;
-        return;
-    }
+    const KernelUnderTest k = checked(under_test(e));
     for (const KernelProperty& prop : kernel_properties())
-        if (!each(run(prop, k, params))) return;
+        if (not_applicable(prop, k.declaration).empty() && !each(run_kernel_property(prop, k, params))) return;
 }
 
 // Every kernel of a role passes every kernel property of its ABI version; with

@@ -7,7 +7,9 @@
 
 #include <rapidcheck.h>
 
+#include "attncheck/abi_v1.hpp"
 #include "optimized/decoder.hpp"
+#include "properties/kernel_properties.hpp"
 #include "reference/decoder.hpp"
 
 namespace attncheck::zoo {
@@ -29,7 +31,8 @@ std::mutex g_draw;
 }  // namespace
 
 properties::KernelCase draw_kernel_case(std::uint64_t seed, std::uint64_t index) {
-    static const rc::Gen<properties::KernelCase> gen = properties::gen_kernel_case();
+    static const rc::Gen<properties::KernelCase> gen =
+        properties::gen_kernel_case({}, properties::checked_declaration({}, /*v2=*/false));
     const std::lock_guard<std::mutex> lock(g_draw);
     return gen(stream_for(seed, index, 1), int(index % kSizes)).value();
 }
@@ -40,20 +43,17 @@ properties::DecoderCase draw_decoder_case(std::uint64_t seed, std::uint64_t inde
     return gen(stream_for(seed, index, 2), int(index % kSizes)).value();
 }
 
-BoundedKernelCase::BoundedKernelCase(const properties::KernelCase& kc) : c(kc), in(properties::fill_inputs(kc)) {
-    const attncheck_problem p = c.problem();
-    oracle = reference::attention_bounded(p, in.q.data(), in.k.data(), in.v.data());
-}
+BoundedKernelCase::BoundedKernelCase(const properties::KernelCase& kc)
+    : c(kc), in(properties::fill_inputs(kc)), oracle(reference::attention_v2_oracle(properties::build_case(c, in).problem)) {}
 
 KernelRatio kernel_ratio(attncheck_kernel_fn fn, const BoundedKernelCase& bc) {
     KernelRatio r;
-    const attncheck_problem p = bc.c.problem();
-    std::vector<float> out(bc.c.out_size(), 0.0f);  // [B, H, Tq, Dv]
-    if (fn(&p, bc.in.q.data(), bc.in.k.data(), bc.in.v.data(), out.data()) != ATTNCHECK_OK) {
+    properties::Built b = properties::build_case(bc.c, bc.in);
+    if (v1_call(fn, b.problem) != ATTNCHECK_OK) {
         r.refused = true;
         return r;
     }
-    r.agreement = check_against_bound(out, bc.oracle.value, bc.oracle.bound);
+    r.agreement = check_against_bound(b.out_logical(), bc.oracle.out, bc.oracle.out_bound);
     return r;
 }
 

@@ -2,14 +2,15 @@
 // cases, outside RapidCheck's runner: what correct_kernels_test and bench/bound_campaign measure.
 //
 // Case number `index` of a run with seed `seed` is drawn from the suite's generators
-// (properties/kernel_case.hpp's gen_kernel_case, decoder_case.hpp's gen_decoder_case, default
-// options: every style, offset mode, padding and the large tier) with a RapidCheck random stream
+// (properties/kernel_case.hpp's gen_kernel_case on the problems ABI version 1 can pose, as the
+// kernels measured are of version 1; decoder_case.hpp's gen_decoder_case; default options: every
+// style, offset mode, padding and the large tier) with a RapidCheck random stream
 // keyed by (seed, index) and the size index % 101, so a case is the same on any thread count
 // and replays alone: `attncheck_bound_campaign --seed S --first I --cases 1`.
 //
 // The test ratio of a candidate is max over its elements of |candidate - oracle| / bound
-// (tolerance.hpp's check_against_bound), the bound being reference::attention_bounded's or
-// DecoderBound's: at most 1 for any correct float32 evaluation.
+// (tolerance.hpp's check_against_bound), the bound being the oracle's (reference/attention_v2.hpp)
+// or DecoderBound's: at most 1 for any correct float32 evaluation.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +21,7 @@
 #include "attncheck/tolerance.hpp"
 #include "properties/decoder_case.hpp"
 #include "properties/kernel_case.hpp"
+#include "reference/attention_v2.hpp"
 #include "reference/error_bound.hpp"
 
 namespace attncheck::zoo {
@@ -32,7 +34,7 @@ properties::DecoderCase draw_decoder_case(std::uint64_t seed, std::uint64_t inde
 struct BoundedKernelCase {
     properties::KernelCase c;
     properties::KernelInputs in;
-    reference::BoundedOutput oracle;
+    reference::OracleV2 oracle;
     explicit BoundedKernelCase(const properties::KernelCase& kc);
 };
 

@@ -1,5 +1,5 @@
-// properties/kernel_case_v2_gen.cpp — the version 2 case generator (gen_kernel_case_v2): cases
-// within what a kernel declares, shaped by what a property needs (CaseOptionsV2).
+// properties/kernel_case_gen.cpp — the case generator (gen_kernel_case): cases
+// within what a kernel declares, shaped by what a property needs (CaseOptions).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -9,18 +9,16 @@
 
 #include <rapidcheck.h>
 
-#include "properties/kernel_case_v2.hpp"
+#include "properties/kernel_case.hpp"
 #include "properties/pick.hpp"
 
 namespace attncheck::properties {
 
 namespace {
 
-// Lengths next to powers of two and the usual tile sizes (16, 32, 64-key tiles, 96-key tiles), and
-// past the usual split-K chunk of a decode kernel (512 keys).
+// Lengths next to powers of two and the usual tile sizes (16, 32, 64-key tiles, 96-key tiles).
 const std::vector<int>& tile_edges() {
-    static const std::vector<int> edges = {15,  16,  17,  31,  32,  33,  63,  64,  65,  95,  96,  97,  127, 128,
-                                           129, 191, 192, 193, 255, 256, 257, 383, 384, 385, 511, 512, 513, 577};
+    static const std::vector<int> edges = {15, 16, 17, 31, 32, 33, 63, 64, 65, 95, 96, 97, 127, 128, 129, 191, 192, 193, 255, 256, 257};
     return edges;
 }
 
@@ -53,14 +51,17 @@ std::vector<int> widths_of(const std::vector<KernelDeclaration::Range>& ranges) 
 int draw_width(bool large, const char* label) {
     using namespace rc;
     if (large)
-        return *gen::resize(100, gen::weightedOneOf<int>({{3, gen::element(16, 32, 64, 80, 96, 128)}, {1, gen::inRange(1, 130)}}))
+        // The SIMD widths, their neighbours (a vector loop's remainder) and anything.
+        return *gen::resize(100, gen::weightedOneOf<int>({{3, gen::element(16, 32, 64, 80, 96, 128)},
+                                                          {2, gen::element(15, 17, 31, 33, 63, 65, 79, 81, 95, 97, 127, 129)},
+                                                          {1, gen::inRange(1, 130)}}))
                     .as(label);
     return *gen::weightedOneOf<int>({{1, gen::just(1)}, {4, gen::inRange(1, 9)}, {2, gen::inRange(1, 33)}}).as(label);
 }
 
-KernelCaseV2 draw_case(const CaseOptionsV2& o, const KernelDeclaration& d, bool large) {
+KernelCase draw_case(const CaseOptions& o, const KernelDeclaration& d, bool large) {
     using namespace rc;
-    KernelCaseV2 c;
+    KernelCase c;
 
     // dtype, among the declared ones.
     std::vector<std::pair<int, std::int32_t>> dtypes;
@@ -159,10 +160,22 @@ KernelCaseV2 draw_case(const CaseOptionsV2& o, const KernelDeclaration& d, bool 
     const int lo_kv = o.need_causal_future || o.need_invisible ? 2 : 1;
     // A dense layout has one Tq for every sequence; a dense cache without declared padding one Tk.
     const bool one_tk = dense && c.layout.kind != LayoutKind::paged && !d.padding;
-    const int common_tk = draw_kv_len(lo_kv, std::max(lo_kv, kv_limit), large, "Tk");
+    // Half the long decode steps: a context longer than the other modes', beside 512 mostly.
+    const auto draw_tk = [&](const char* label) {
+        if (kv_limit > hi_kv && pick<bool>({{1, false}, {1, true}}, "long context")) {
+            std::vector<int> near;
+            for (const int e : {511, 512, 513})
+                if (e > hi_kv && e <= kv_limit) near.push_back(e);
+            if (!near.empty() && pick<bool>({{1, true}, {1, false}}, "beside 512"))
+                return *gen::resize(100, gen::elementOf(near)).as(label);
+            return *gen::resize(100, gen::inRange(hi_kv + 1, kv_limit + 1)).as(label);
+        }
+        return draw_kv_len(lo_kv, std::max(lo_kv, hi_kv), large, label);
+    };
+    const int common_tk = draw_tk("Tk");
     const int common_tq = dense ? clamp_to(draw_kv_len(1, hi_q, large, "Tq"), 1, std::min(hi_q, hi_kv)) : 1;
     for (std::size_t b = 0; b < Bz; ++b) {
-        int Tk = one_tk || b == 0 ? common_tk : draw_kv_len(lo_kv, std::max(lo_kv, kv_limit), large, "Tk(b)");
+        int Tk = one_tk || b == 0 ? common_tk : draw_tk("Tk(b)");
         switch (c.mode) {
             case OffsetMode::prefill:
                 if (dense) Tk = std::min(common_tq, hi_kv), Tk = std::max(Tk, lo_kv);
@@ -274,7 +287,7 @@ KernelCaseV2 draw_case(const CaseOptionsV2& o, const KernelDeclaration& d, bool 
 
 }  // namespace
 
-rc::Gen<KernelCaseV2> gen_kernel_case_v2(const CaseOptionsV2& o, const KernelDeclaration& d) {
+rc::Gen<KernelCase> gen_kernel_case(const CaseOptions& o, const KernelDeclaration& d) {
     const int percent = std::clamp(o.large_percent, 0, 100);
     const rc::Gen<bool> tier =
         rc::gen::map(rc::gen::resize(100, rc::gen::inRange(0, 100)), [percent](int r) { return r >= 100 - percent; });

@@ -1,4 +1,4 @@
-// properties/probabilities_v2.cpp — the version 2 properties that read a kernel's probabilities
+// properties/probabilities.cpp — the properties that read a kernel's probabilities
 // through chosen values: all ones (out = the row's sum of probabilities) and the identity
 // (out[i, j] = p_ij), and what they show: row_sums, probabilities, softcap_bound.
 #include <algorithm>
@@ -8,8 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "properties/calls_v2.hpp"
-#include "properties/kernel_properties_v2.hpp"
+#include "attncheck/tolerance.hpp"
+#include "properties/calls.hpp"
+#include "properties/kernel_properties.hpp"
 
 namespace attncheck::properties {
 namespace {
@@ -43,7 +44,7 @@ struct Probabilities {
     std::size_t at(std::size_t row, int j) const { return row * std::size_t(keys) + std::size_t(j); }
     // "[b,h,i" of logical row r, for a message.
     std::string row_name(std::size_t row) const {
-        BuiltV2 named;
+        Built named;
         named.first_row = first_row;
         named.q_lens = q_lens;
         const std::string e = named.element(row, 0);
@@ -51,27 +52,27 @@ struct Probabilities {
     }
 };
 
-Probabilities read_probabilities(const KernelUnderTest& kernel, const KernelCaseV2& c0) {
+Probabilities read_probabilities(const KernelUnderTest& kernel, const KernelCase& c0) {
     Probabilities r;
-    KernelCaseV2 c = c0;
+    KernelCase c = c0;
     r.keys = std::max(1, c.max_kv_len());
     c.value_dim = r.width = identity_width(kernel.declaration, c.head_dim, r.keys, c0.value_dim);
     const std::size_t Dv = std::size_t(c.value_dim);
-    const LogicalInputsV2 base = fill_inputs_v2(c0);
+    const KernelInputs base = fill_inputs(c0);
     const std::size_t rows = std::size_t(std::accumulate(c.q_lens.begin(), c.q_lens.end(), 0)) * std::size_t(c.q_heads);
     r.prob.assign(rows * std::size_t(r.keys), std::nan(""));
     r.oracle = r.prob;
     r.bound.assign(r.prob.size(), 0.0);
     r.q_lens = c.q_lens;
     for (int first = 0; first < r.keys; first += c.value_dim) {
-        LogicalInputsV2 in = empty_inputs_v2(c);
+        KernelInputs in = empty_inputs(c);
         in.q = base.q;
         in.k = base.k;
         for (int b = 0; b < c.batch; ++b)
             for (int h = 0; h < c.kv_heads; ++h)
                 for (int j = first; j < std::min(c.kv_lens[std::size_t(b)], first + c.value_dim); ++j)
                     in.v_at(b, h, j, j - first, c) = 1.0f;
-        const CallV2 call = call_v2(kernel, c, in);
+        const Call call = call_case(kernel, c, in);
         if (call.rc != 0) {
             r.rc = call.rc;
             return r;
@@ -96,11 +97,11 @@ Probabilities read_probabilities(const KernelUnderTest& kernel, const KernelCase
 }
 
 // The logical row of (b, h, i) in a case's first_row order.
-std::size_t row_of(const Probabilities& r, const KernelCaseV2& c, int b, int h, int i) {
+std::size_t row_of(const Probabilities& r, const KernelCase& c, int b, int h, int i) {
     return r.first_row[std::size_t(b)] + std::size_t(h) * std::size_t(c.q_lens[std::size_t(b)]) + std::size_t(i);
 }
 
-int visible_count(const KernelCaseV2& c, int b, int i) {
+int visible_count(const KernelCase& c, int b, int i) {
     int n = 0;
     for (int j = 0; j < c.kv_lens[std::size_t(b)]; ++j) n += c.visible(b, i, j) ? 1 : 0;
     return n;
@@ -108,11 +109,11 @@ int visible_count(const KernelCaseV2& c, int b, int i) {
 
 }  // namespace
 
-Verdict row_sums(const KernelUnderTest& kernel, const KernelCaseV2& c) {
+Verdict row_sums(const KernelUnderTest& kernel, const KernelCase& c) {
     // All-ones values: out[i, :] = sum_j p_ij, 1 for a row with a visible key, 0 for one without.
-    LogicalInputsV2 in = fill_inputs_v2(c);
+    KernelInputs in = fill_inputs(c);
     std::fill(in.v.begin(), in.v.end(), 1.0f);
-    const CallV2 r = call_v2(kernel, c, in);
+    const Call r = call_case(kernel, c, in);
     if (r.rc != 0) return unsupported(r.rc);
     const reference::OracleV2 o = oracle_of(kernel, c, in);
     const Agreement a = check_against_bound(r.out, o.out, o.out_bound);
@@ -123,7 +124,7 @@ Verdict row_sums(const KernelUnderTest& kernel, const KernelCaseV2& c) {
                          " visible keys): " + a.describe());
 }
 
-Verdict probabilities(const KernelUnderTest& kernel, const KernelCaseV2& c) {
+Verdict probabilities(const KernelUnderTest& kernel, const KernelCase& c) {
     const Probabilities r = read_probabilities(kernel, c);
     if (r.rc != 0) return unsupported(r.rc);
     // "p[b,h,i," of a row (appended: "p" + string trips g++ 12's -Wrestrict).
@@ -171,10 +172,10 @@ Verdict probabilities(const KernelUnderTest& kernel, const KernelCaseV2& c) {
     return Verdict::pass();
 }
 
-Verdict softcap_bound(const KernelUnderTest& kernel, const KernelCaseV2& c0) {
+Verdict softcap_bound(const KernelUnderTest& kernel, const KernelCase& c0) {
     // With scores in [-cap, cap] two visible keys' probabilities differ by a factor of at most
     // e^(2 cap). ALiBi would move the scores past the cap: it is left out.
-    KernelCaseV2 c = c0;
+    KernelCase c = c0;
     c.alibi_slopes.clear();
     const Probabilities r = read_probabilities(kernel, c);
     if (r.rc != 0) return unsupported(r.rc);

@@ -1,6 +1,6 @@
-// properties/calls_v2.cpp — how the version 2 properties call a kernel and compare what it
-// returns (properties/calls_v2.hpp).
-#include "properties/calls_v2.hpp"
+// properties/calls.cpp — how the properties call a kernel and compare what it
+// returns (properties/calls.hpp).
+#include "properties/calls.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -15,7 +15,7 @@
 namespace attncheck::properties {
 
 // A dense or paged layout has one Tq for every sequence: the shortest, when the case had several.
-void one_q_len(KernelCaseV2& c) {
+void one_q_len(KernelCase& c) {
     const int tq = *std::min_element(c.q_lens.begin(), c.q_lens.end());
     for (int& n : c.q_lens) n = tq;
 }
@@ -29,7 +29,7 @@ std::string fmt(double x) {
 
 
 // Rows (logical order) with no visible key.
-std::vector<char> empty_rows_of(const KernelCaseV2& c) {
+std::vector<char> empty_rows_of(const KernelCase& c) {
     std::vector<char> empty;
     for (int b = 0; b < c.batch; ++b)
         for (int h = 0; h < c.q_heads; ++h)
@@ -45,10 +45,10 @@ int invoke(const KernelUnderTest& kernel, const attncheck_problem_v2& p) {
     return kernel.fn_v2 ? kernel.fn_v2(&p) : v1_call(kernel.fn, p);
 }
 
-CallV2 call_v2(const KernelUnderTest& kernel, const KernelCaseV2& c, const LogicalInputsV2& in,
-               const BuildOptionsV2& options) {
-    CallV2 r;
-    r.built = build_v2(c, in, options);
+Call call_case(const KernelUnderTest& kernel, const KernelCase& c, const KernelInputs& in,
+               const BuildOptions& options) {
+    Call r;
+    r.built = build_case(c, in, options);
     r.rc = invoke(kernel, r.built.problem);
     if (r.rc != 0) return r;
     r.out = r.built.out_logical();
@@ -76,22 +76,22 @@ Verdict unsupported(int rc) { return Verdict::unsupported("kernel returned " + s
 // a layout=contiguous kernel, a padded cache for padding=no) that is the kernel's right and
 // there is nothing to compare: "" (the caller goes on). Within it, a refusal of the same logical
 // problem posed another way is a failure.
-std::string refused_within_declaration(const KernelUnderTest& kernel, const CallV2& r, const std::string& how) {
+std::string refused_within_declaration(const KernelUnderTest& kernel, const Call& r, const std::string& how) {
     if (!kernel.declaration.unsupported_reason(r.built.problem).empty()) return {};
     return "the same problem " + how + " was refused (returned " + std::to_string(r.rc) +
            ") although it is within the declaration";
 }
 
-reference::OracleV2 oracle_of(const KernelUnderTest& kernel, const KernelCaseV2& c, const LogicalInputsV2& in) {
-    KernelCaseV2 clean = c;
+reference::OracleV2 oracle_of(const KernelUnderTest& kernel, const KernelCase& c, const KernelInputs& in) {
+    KernelCase clean = c;
     clean.poison_invisible = false;
-    const BuiltV2 b = build_v2(clean, in);
+    const Built b = build_case(clean, in);
     return reference::attention_v2_oracle(b.problem, {.probabilities_rounded = kernel.declaration.rounds_probabilities,
                                                       .tanh_ulps = double(kernel.declaration.tanh_ulps)});
 }
 
 // out against the oracle, every element within its bound.
-Verdict agree_out(const std::string& what, const CallV2& r, const reference::OracleV2& o) {
+Verdict agree_out(const std::string& what, const Call& r, const reference::OracleV2& o) {
     const Agreement a = check_against_bound(r.out, o.out, o.out_bound);
     if (a.ok) return Verdict::pass();
     const std::size_t Dv = std::size_t(o.value_dim);
@@ -99,7 +99,7 @@ Verdict agree_out(const std::string& what, const CallV2& r, const reference::Ora
 }
 
 // lse against the oracle: an empty row's lse is exactly -inf, the others within their bound.
-Verdict agree_lse(const std::string& what, const CallV2& r, const reference::OracleV2& o) {
+Verdict agree_lse(const std::string& what, const Call& r, const reference::OracleV2& o) {
     std::vector<double> oracle = o.lse, bound = o.lse_bound;
     std::vector<float> candidate = r.lse;
     for (std::size_t row = 0; row < oracle.size(); ++row) {
@@ -137,7 +137,7 @@ std::string difference_text(double x, double y, double oracle, const std::string
 
 // Two results of the same logical problem: every element within the sum of both calls' bounds.
 // note_bitwise: a bitwise difference within the bounds is noted (the run counts it).
-Verdict same_within(const std::string& what, const CallV2& a, const reference::OracleV2& oa, const CallV2& b,
+Verdict same_within(const std::string& what, const Call& a, const reference::OracleV2& oa, const Call& b,
                     const reference::OracleV2& ob, const std::string& how_b) {
     std::vector<double> reference(b.out.begin(), b.out.end()), bound(oa.out_bound.size());
     for (std::size_t i = 0; i < bound.size(); ++i) bound[i] = oa.out_bound[i] + ob.out_bound[i];
@@ -169,7 +169,7 @@ Verdict same_within(const std::string& what, const CallV2& a, const reference::O
 }
 
 // Bitwise the same out (and lse) for a deterministic kernel; within the bound of each otherwise.
-Verdict same_bits(const std::string& what, const KernelUnderTest& kernel, const CallV2& a, const CallV2& b,
+Verdict same_bits(const std::string& what, const KernelUnderTest& kernel, const Call& a, const Call& b,
                   const reference::OracleV2& o, const std::string& how_b) {
     if (!kernel.declaration.deterministic) {
         if (Verdict v = agree_out(what + "(deterministic=no: within the bound, not bitwise) out", b, o); v.failed()) return v;
@@ -188,9 +188,9 @@ Verdict same_bits(const std::string& what, const KernelUnderTest& kernel, const 
 }
 
 
-First first_call(const KernelUnderTest& kernel, const KernelCaseV2& c, const BuildOptionsV2& options) {
-    First f{fill_inputs_v2(c), {}};
-    f.call = call_v2(kernel, c, f.in, options);
+First first_call(const KernelUnderTest& kernel, const KernelCase& c, const BuildOptions& options) {
+    First f{fill_inputs(c), {}};
+    f.call = call_case(kernel, c, f.in, options);
     return f;
 }
 
