@@ -69,6 +69,10 @@ inline std::int64_t tiled_key_offset(std::int64_t j, std::int64_t Dk) {
     return (j / kTileKeys) * Dk * kTileKeys + j % kTileKeys;
 }
 
+// The kernel's run on the best instruction set, on a problem already checked (attention_kernel.cpp;
+// may throw std::bad_alloc).
+int run_v1(const attncheck_problem& p, const Strides& st, const float* q, const float* k, const float* v, float* out);
+
 // attncheck_optimized_kernel on views at any non-negative strides (the version 2 kernel's
 // tensors, read and written in place): the same arithmetic, so the same bits as on contiguous
 // copies of them. ATTNCHECK_UNSUPPORTED, as from the kernel, for an invalid problem, a negative

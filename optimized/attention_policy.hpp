@@ -86,6 +86,8 @@ struct SelfAttentionShape {
     bool v1() const { return group == 1 && window < 0; }  // one call for all heads, as in v1
 };
 SelfAttentionShape self_attention_shape(const ModelConfig& c);
+// The first key a row at position p sees under a window w.
+inline int window_first(int p, int w) { return p > w ? p - w : 0; }
 // Rows per kv head of a session's cache: N, or 2(w+1) for the rolling cache of a window; with
 // tiled keys (tiled_key_cache) N rounded up to whole key tiles of the built-in kernel.
 int cache_rows(const ModelConfig& c, bool k_tiled = false);

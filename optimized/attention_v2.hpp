@@ -9,6 +9,12 @@
 
 #include "attncheck/problem_v2.hpp"
 
+namespace attncheck::optimized::attention_detail {
+// The general path of attncheck_optimized_kernel_v2 on the best instruction set: any well-formed
+// problem whose sizes fit (attention_v2.cpp).
+int run_v2(const attncheck_problem_v2& p);
+}  // namespace attncheck::optimized::attention_detail
+
 namespace attncheck::optimized::attention_v2_detail {
 
 // IEEE binary16 bits to float32, exactly. The magnitude bits shifted into a float32's place

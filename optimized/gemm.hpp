@@ -36,6 +36,7 @@ namespace attncheck::optimized {
 
 inline constexpr int kNR = 32;     // output columns per packed panel (two 16-float vectors)
 inline constexpr int kMR = 12;     // rows of the GEMM micro-kernel (12 x 32 = 24 accumulators)
+inline constexpr int kMC = 12 * kMR;  // rows of the GEMM's x block (144; gemm.cpp says why)
 inline constexpr int kSmallM = 4;  // up to this many rows the bandwidth-bound GEMV is used
 
 // W [n, k] (and bias [n], possibly absent) in the panel layout above.
@@ -90,5 +91,18 @@ float activate32(Activation32 a, float v);
 void linear_naive(const float* w, const float* bias, int n, int k, const float* x, int m, int ldx,
                   float* y, int ldy, Activation32 act = Activation32::none,
                   const float* residual = nullptr, int ldr = 0);
+
+// The pieces of linear() shared by every instruction set's code (gemm_pack.cpp); internal.
+namespace gemm_detail {
+// The depth of the GEMM's K blocks for a reduction of K, on AVX2's tiles or the others'.
+int k_block(int K, bool avx2_tiles);
+// Per-thread scratch of at least n floats, `which` 0 a tile's packed x block, 1 a tile's partial
+// sums, 2 the shared packed x. Throws std::bad_alloc when it cannot grow.
+float* thread_scratch(std::size_t n, int which);
+// The micro-panel [kc, kMR] of rows i0 .. i0 + kMR of x (rows past m zero), columns k0 .. k0 + kc.
+void pack_micro_panel(const float* x, int m, int ldx, int i0, int k0, int kc, float* dst);
+// Micro-panel ip of row block ib, K block at k0 (kc_block deep), of x packed once per call.
+void pack_x_unit(const float* x, int m, int ldx, int K, int kc_block, int ib, int k0, int ip, float* apack);
+}  // namespace gemm_detail
 
 }  // namespace attncheck::optimized

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "attncheck/problem.hpp"
 #include "attncheck/problem_v2.hpp"
 
 namespace attncheck {
@@ -21,6 +22,12 @@ bool contiguous(const attncheck_tensor_v2& t, int B, int H, int rows, int width)
 }
 
 }  // namespace
+
+attncheck_problem v1_fields_of(const attncheck_problem_v2& p) {
+    return make_problem({.batch = p.batch, .heads = p.q_heads, .q_len = p.q_len, .kv_len = p.kv_len,
+                         .head_dim = p.head_dim, .value_dim = p.value_dim, .q_offset = p.batch > 0 ? p.q_pos[0] : 0,
+                         .causal = p.causal != 0, .kv_valid_len = p.kv_lens, .scale = p.scale});
+}
 
 std::string v1_call_of(const attncheck_problem_v2& p, V1Call& call) {
     if (p.struct_size < std::int32_t(sizeof(attncheck_problem_v2))) return "struct_size smaller than version 2's";
@@ -42,20 +49,10 @@ std::string v1_call_of(const attncheck_problem_v2& p, V1Call& call) {
     if (!contiguous(p.v, B, H, p.kv_len, p.value_dim)) return "v is not contiguous [B, H, Tk, Dv]";
     if (!contiguous(p.out, B, H, p.q_len, p.value_dim)) return "out is not contiguous [B, H, Tq, Dv]";
 
-    attncheck_problem& v1 = call.problem;
-    v1.abi_version = p.abi_version == ATTNCHECK_ABI_VERSION_2 ? ATTNCHECK_ABI_VERSION
-                     : p.abi_version < ATTNCHECK_ABI_VERSION_2 ? 0
-                                                               : ATTNCHECK_ABI_VERSION + 1;
-    v1.batch = p.batch;
-    v1.heads = p.q_heads;
-    v1.q_len = p.q_len;
-    v1.kv_len = p.kv_len;
-    v1.head_dim = p.head_dim;
-    v1.value_dim = p.value_dim;
-    v1.q_offset = B > 0 ? p.q_pos[0] : 0;
-    v1.causal = p.causal;
-    v1.kv_valid_len = p.kv_lens;
-    v1.scale = p.scale;
+    call.problem = v1_fields_of(p);
+    call.problem.abi_version = p.abi_version == ATTNCHECK_ABI_VERSION_2 ? ATTNCHECK_ABI_VERSION
+                               : p.abi_version < ATTNCHECK_ABI_VERSION_2 ? 0
+                                                                         : ATTNCHECK_ABI_VERSION + 1;
     call.q = static_cast<const float*>(p.q.data);
     call.k = static_cast<const float*>(p.k.data);
     call.v = static_cast<const float*>(p.v.data);

@@ -25,6 +25,12 @@ struct V1Call {
     float* out = nullptr;
 };
 
+// The version 1 problem of p's fields, whatever its layout and features: batch, q_heads as heads,
+// lengths, widths, q_pos[0] as q_offset, causal, kv_lens as kv_valid_len, scale, abi_version 1.
+// Only meaningful when version 1 can pose p (v1_call_of() checks), or, as the optimized version 2
+// kernel uses it, for a problem whose only difference from version 1 is its strides.
+attncheck_problem v1_fields_of(const attncheck_problem_v2& p);
+
 // "" and `call` filled when version 1 can pose p, else the first reason it cannot ("dtype f16",
 // "kv_heads 1 < q_heads 2", "q_pos differs between sequences", ...). The version numbers map:
 // a well-formed version 2 problem is version 1's ATTNCHECK_ABI_VERSION, and any other

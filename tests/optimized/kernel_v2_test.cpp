@@ -29,6 +29,7 @@
 #include <catch2/catch.hpp>
 
 #include "attncheck/kernels.hpp"
+#include "attncheck/abi_v1.hpp"
 #include "attncheck/problem_v2.hpp"
 #include "optimized/attention_v2.hpp"
 #include "reference/attention_v2.hpp"
@@ -37,6 +38,8 @@
 namespace {
 
 using attncheck::q_len_of;
+using attncheck::V1Call;
+using attncheck::v1_call_of;
 using attncheck::visible_v2;
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
@@ -534,22 +537,10 @@ TEST_CASE("kernel v2: a problem version 1 can express gives the v1 kernel's bits
             s.seed = 90 + std::uint64_t(pad);
             Built bt(s, 0.0f);
             const attncheck_problem_v2& p = bt.p;
-            std::vector<std::int32_t> valid(bt.kv_lens.begin(), bt.kv_lens.end());
-            attncheck_problem v1{};
-            v1.abi_version = ATTNCHECK_ABI_VERSION;
-            v1.batch = p.batch;
-            v1.heads = p.q_heads;
-            v1.q_len = p.q_len;
-            v1.kv_len = p.kv_len;
-            v1.head_dim = p.head_dim;
-            v1.value_dim = p.value_dim;
-            v1.q_offset = p.q_pos[0];
-            v1.causal = p.causal;
-            v1.kv_valid_len = valid.data();
-            v1.scale = p.scale;
+            V1Call v1;
+            REQUIRE(v1_call_of(p, v1) == "");
             std::vector<float> out(bt.out.f32.size());
-            REQUIRE(attncheck_optimized_kernel(&v1, static_cast<const float*>(p.q.data), static_cast<const float*>(p.k.data),
-                                               static_cast<const float*>(p.v.data), out.data()) == ATTNCHECK_OK);
+            REQUIRE(attncheck_optimized_kernel(&v1.problem, v1.q, v1.k, v1.v, out.data()) == ATTNCHECK_OK);
             REQUIRE(bt.run() == ATTNCHECK_OK);
             REQUIRE(std::memcmp(out.data(), bt.out.f32.data(), out.size() * sizeof(float)) == 0);
             check_spec(s);
