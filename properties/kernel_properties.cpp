@@ -2,6 +2,28 @@
 // kernel_properties() (at the bottom) that registers them. Every kernel call goes through
 // call_case() (properties/calls.hpp); the properties that read probabilities are in
 // probabilities.cpp, the refusals in refusals.cpp.
+//
+// Quick start for adding a kernel property (it runs on kernels of both ABI versions)
+//   1. Write the check, in the section "the properties" below:
+//          Verdict my_property(const KernelUnderTest& kernel, const KernelCase& c)
+//      c is one generated case (properties/kernel_case.hpp: dtype, heads, per-sequence lengths
+//      and positions, mask, window, softcap, ALiBi, lse, layout, input style, data seed).
+//      first_call(kernel, c) gives its logical inputs and the kernel's answer read back in the
+//      oracle's order; call the kernel again only through call_case() (a fresh build: poison
+//      outside the problem, guarded outputs), on c or on a transform of it (with_layout,
+//      sequence_alone, rows_alone, ...). oracle_of() is the float64 oracle with its bounds;
+//      agree_out() / agree_lse() compare with it, same_within() / same_bits() two calls.
+//   2. Register it: add {"my_property", "what it checks, in one line", {options}, my_property}
+//      to the table in kernel_properties(). The options (CaseOptions) make the generator build
+//      the cases the check needs, e.g. {.need_causal_future = true}; it never filters. If a
+//      declaration can exclude what it needs, say so in not_applicable() (a version 1 kernel's
+//      declaration lacks every version 2 feature). The name must differ from every decoder
+//      property's. Add its row to the table of docs/kernel-authors.md (section 4b).
+//   3. Return a Verdict (properties/verdict.hpp): Verdict::pass(), Verdict::fail(message) naming
+//      the element and both values ("out[0,1,2,3] [b,h,i,c] ..."), unsupported(rc) when the
+//      kernel refused the case (not a failure), or Verdict::pass_with_note().
+//   4. Run it: `attncheck fuzz --property my_property` (every built-in kernel of both versions),
+//      and `attncheck fuzz --mutants` to see it kill mutants.
 #include "properties/kernel_properties.hpp"
 
 #include <omp.h>
