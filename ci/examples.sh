@@ -44,25 +44,17 @@ build_and_install() {
   cmake --install "$install_build" --prefix "$prefix"
 }
 
-outside_project() {
-  cmake -S examples/outside-project -B "$work/outside-project" -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_PREFIX_PATH="$prefix"
-  cmake --build "$work/outside-project" -j"$(jobs)"
-  ctest --test-dir "$work/outside-project" --output-on-failure
+# build_example DIR [ctest]: configures and builds examples/DIR against the install in $prefix;
+# with `ctest`, runs its tests too.
+build_example() {
+  cmake -S "examples/$1" -B "$work/$1" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix"
+  cmake --build "$work/$1" -j"$(jobs)"
+  if [ "${2:-}" = ctest ]; then ctest --test-dir "$work/$1" --output-on-failure; fi
 }
 
-c_kernel_build() {
-  cmake -S examples/c-kernel -B "$work/c-kernel" -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_PREFIX_PATH="$prefix"
-  cmake --build "$work/c-kernel" -j"$(jobs)"
-}
-
-flash_kernel_build() {
-  cmake -S examples/flash-kernel -B "$work/flash-kernel" -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_PREFIX_PATH="$prefix"
-  cmake --build "$work/flash-kernel" -j"$(jobs)"
-  ctest --test-dir "$work/flash-kernel" --output-on-failure
-}
+outside_project() { build_example outside-project ctest; }
+c_kernel_build() { build_example c-kernel; }
+flash_kernel_build() { build_example flash-kernel ctest; }
 
 # expect_fuzz WANT_RC PATTERN LIB SYMBOL [FLAGS...]: runs the installed `attncheck fuzz` on a
 # kernel library, shows its output, and fails unless it exits WANT_RC and prints PATTERN (grep -E).

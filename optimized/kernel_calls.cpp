@@ -9,6 +9,7 @@
 
 #include "attncheck/error.hpp"
 #include "attncheck/problem.hpp"
+#include "attncheck/problem_shape_v2.hpp"
 #include "attncheck/problem_v2.hpp"
 
 namespace attncheck::optimized {
@@ -61,22 +62,14 @@ void call_builtin(const attncheck_problem& p, const attention_detail::Strides& s
 // A float32 problem of the model's shape, tensors to be set by the caller.
 attncheck_problem_v2 problem_v2(const PackedWeights& P, int batch, int q_heads, int kv_heads, int q_len, int kv_len,
                                 const int32_t* q_pos, const int32_t* kv_lens, bool causal, int window) {
-    attncheck_problem_v2 p{};
-    p.abi_version = ATTNCHECK_ABI_VERSION_2;
-    p.struct_size = sizeof(attncheck_problem_v2);
-    p.dtype = ATTNCHECK_DTYPE_F32;
-    p.batch = batch;
-    p.q_heads = q_heads;
-    p.kv_heads = kv_heads;
-    p.head_dim = p.value_dim = P.config.head_dim();
+    const int d = P.config.head_dim();
+    attncheck_problem_v2 p = make_problem_v2({.batch = batch, .q_heads = q_heads, .kv_heads = kv_heads, .head_dim = d,
+                                              .value_dim = d, .causal = causal, .window_left = window,
+                                              .scale = P.attn_scale});
     p.q_len = q_len;
     p.kv_len = kv_len;
     p.kv_lens = kv_lens;
     p.q_pos = q_pos;
-    p.causal = causal;
-    p.window_left = window;
-    p.window_right = -1;
-    p.scale = P.attn_scale;
     return p;
 }
 

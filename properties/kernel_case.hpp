@@ -231,7 +231,7 @@ struct CaseOptions {
     bool need_softcap = false;
     int min_batch = 1;
     int large_percent = 15;     // the large tier: lengths next to tile sizes, wider heads
-    int max_kv = 0;             // the longest Tk (0: the generator's own limits: 64, 260 large, 600 for a large decode step)
+    int max_kv = 0;             // the longest Tk (0: the generator's own limits: 64, 260 large, 520 for a large decode step)
 };
 
 // Cases within what the kernel declares; a property that needs a feature the kernel does not

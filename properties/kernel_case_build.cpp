@@ -16,6 +16,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "attncheck/problem_shape_v2.hpp"
 #include "attncheck/problem_v2.hpp"
 #include "properties/stream.hpp"
 
@@ -159,20 +160,11 @@ Built build_case(const KernelCase& c, const KernelInputs& in, const BuildOptions
     r.q_lens = c.q_lens;
     const int B = c.batch;
     const std::size_t Bz = std::size_t(B);
+    r.problem = make_problem_v2({.dtype = c.dtype, .batch = B, .q_heads = c.q_heads, .kv_heads = c.kv_heads,
+                                 .head_dim = c.head_dim, .value_dim = c.value_dim, .causal = c.causal,
+                                 .window_left = c.window_left, .window_right = c.window_right, .scale = c.scale,
+                                 .softcap = c.softcap});
     attncheck_problem_v2& p = r.problem;
-    p.abi_version = ATTNCHECK_ABI_VERSION_2;
-    p.struct_size = std::int32_t(sizeof(attncheck_problem_v2));
-    p.dtype = c.dtype;
-    p.batch = B;
-    p.q_heads = c.q_heads;
-    p.kv_heads = c.kv_heads;
-    p.head_dim = c.head_dim;
-    p.value_dim = c.value_dim;
-    p.causal = c.causal ? 1 : 0;
-    p.window_left = c.window_left;
-    p.window_right = c.window_right;
-    p.scale = c.scale;
-    p.softcap = c.softcap;
     const int max_q = std::max(1, c.max_q_len()), max_k = std::max(1, c.max_kv_len());
     const LayoutKind kind = c.layout.kind;
 

@@ -151,7 +151,7 @@ KernelCase draw_case(const CaseOptions& o, const KernelDeclaration& d, bool larg
     // A decode step of the large tier may have a long context, past a decode kernel's split-K
     // chunk (512 keys); the other modes keep to 260 keys (their cost grows with Tq * Tk).
     const int kv_limit = large && c.mode == OffsetMode::decode
-                             ? clamp_to(d.max_kv_len ? d.max_kv_len : 1 << 30, 1, std::min(600, o.max_kv ? o.max_kv : 1 << 30))
+                             ? clamp_to(d.max_kv_len ? d.max_kv_len : 1 << 30, 1, std::min(520, o.max_kv ? o.max_kv : 1 << 30))
                              : hi_kv;
     const std::size_t Bz = std::size_t(c.batch);
     c.q_lens.assign(Bz, 1);

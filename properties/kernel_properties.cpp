@@ -417,7 +417,7 @@ const std::vector<KernelProperty>& kernel_properties() {
         {"split_agreement", "a prefill agrees with its rows called as chunks and decode steps, split next to tile sizes",
          {.need_prefill = true, .large_percent = 30}, split_agreement},
         {"softcap_bound", "with softcap, two visible keys' probabilities differ by at most e^(2 cap) (scores within the cap)",
-         {.need_softcap = true}, softcap_bound},
+         {.need_softcap = true, .max_kv = 128}, softcap_bound},
         {"no_oob_write", "nothing written outside out and lse (guards, gaps), and every element of them written", {}, no_oob_write},
         {"inputs_unchanged", "q, k, v (padding and gaps included) bitwise unchanged by the call", {}, inputs_unchanged},
         {"no_oob_read", "q, k, v placed against a guard page: a read past their end faults (a crash of the case), and the result must not change with the placement", {}, no_oob_read},

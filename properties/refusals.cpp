@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "attncheck/abi_v1.hpp"
+#include "attncheck/problem_shape_v2.hpp"
 #include "attncheck/problem_v2.hpp"
 #include "properties/calls.hpp"
 
@@ -68,17 +69,11 @@ std::optional<LazyCall> call_lazily(const KernelUnderTest& kernel, const KernelC
     std::memset(out.data() + guard + out_bytes, kGuardByte, guard);
     std::vector<std::int32_t> q_pos(u.q_pos.begin(), u.q_pos.end());
     q_pos.resize(std::size_t(B), q_pos.empty() ? 0 : q_pos[0]);
-    attncheck_problem_v2 p{};
-    p.abi_version = ATTNCHECK_ABI_VERSION_2;
-    p.struct_size = std::int32_t(sizeof(attncheck_problem_v2));
-    p.dtype = u.dtype;
-    p.batch = u.batch, p.q_heads = u.q_heads, p.kv_heads = u.kv_heads;
-    p.head_dim = u.head_dim, p.value_dim = u.value_dim;
+    attncheck_problem_v2 p = make_problem_v2({.dtype = u.dtype, .batch = u.batch, .q_heads = u.q_heads,
+                                              .kv_heads = u.kv_heads, .head_dim = u.head_dim,
+                                              .value_dim = u.value_dim, .causal = u.causal, .scale = u.scale});
     p.q_len = std::int32_t(Tq), p.kv_len = std::int32_t(Tk);
     p.q_pos = q_pos.data();
-    p.causal = u.causal ? 1 : 0;
-    p.window_left = p.window_right = -1;
-    p.scale = u.scale;
     const auto dense = [](void* data, std::int64_t H, std::int64_t T, std::int64_t D) {
         return attncheck_tensor_v2{data, {H * T * D, T * D, D, 1}};
     };

@@ -1,4 +1,6 @@
-// reference/problem_v2.cpp — problem_v2_error() and describe_v2() (attncheck/problem_v2.hpp).
+// reference/problem_v2.cpp — problem_v2_error(), make_problem_v2() and describe_v2()
+// (attncheck/problem_v2.hpp).
+#include "attncheck/problem_shape_v2.hpp"
 #include "attncheck/problem_v2.hpp"
 
 #include <cmath>
@@ -100,6 +102,19 @@ std::string problem_v2_error(const attncheck_problem_v2& p) {
         for (int d = 0; d < 3; ++d)
             if (p.lse_stride[d] < 0) return "lse_stride[" + str(d) + "] is negative";
     return {};
+}
+
+attncheck_problem_v2 make_problem_v2(const ProblemShapeV2& s) {
+    attncheck_problem_v2 p{};
+    p.abi_version = ATTNCHECK_ABI_VERSION_2;
+    p.struct_size = std::int32_t(sizeof(attncheck_problem_v2));
+    p.dtype = s.dtype;
+    p.batch = s.batch, p.q_heads = s.q_heads, p.kv_heads = s.kv_heads;
+    p.head_dim = s.head_dim, p.value_dim = s.value_dim;
+    p.causal = s.causal ? 1 : 0;
+    p.window_left = s.window_left, p.window_right = s.window_right;
+    p.scale = s.scale, p.softcap = s.softcap;
+    return p;
 }
 
 std::string describe_v2(const attncheck_problem_v2& p) {

@@ -28,8 +28,9 @@
 
 #include <catch2/catch.hpp>
 
-#include "attncheck/kernels.hpp"
 #include "attncheck/abi_v1.hpp"
+#include "attncheck/kernels.hpp"
+#include "attncheck/problem_shape_v2.hpp"
 #include "attncheck/problem_v2.hpp"
 #include "optimized/attention_v2.hpp"
 #include "reference/attention_v2.hpp"
@@ -142,23 +143,15 @@ struct Built {
         const int B = s.B;
         const int max_tq = *std::max_element(s.tq.begin(), s.tq.end());
         const int max_tk = *std::max_element(s.tk.begin(), s.tk.end());
-        p.abi_version = ATTNCHECK_ABI_VERSION_2;
-        p.struct_size = sizeof(attncheck_problem_v2);
-        p.dtype = s.dtype;
-        p.batch = B;
-        p.q_heads = s.Hq;
-        p.kv_heads = s.Hk;
-        p.head_dim = s.Dk;
-        p.value_dim = s.Dv;
+        p = attncheck::make_problem_v2({.dtype = s.dtype, .batch = B, .q_heads = s.Hq, .kv_heads = s.Hk,
+                                        .head_dim = s.Dk, .value_dim = s.Dv, .causal = bool(s.causal),
+                                        .window_left = s.window_left, .window_right = s.window_right,
+                                        .scale = s.scale != 0 ? s.scale : float(1.0 / std::sqrt(double(s.Dk))),
+                                        .softcap = s.softcap});
         p.q_len = std::max(1, max_tq);
         p.kv_len = std::max(1, max_tk + (s.varlen || s.block_size ? 0 : s.kv_padding));
         q_pos.assign(s.pos.begin(), s.pos.end());
         p.q_pos = q_pos.data();
-        p.causal = s.causal;
-        p.window_left = s.window_left;
-        p.window_right = s.window_right;
-        p.scale = s.scale != 0 ? s.scale : float(1.0 / std::sqrt(double(s.Dk)));
-        p.softcap = s.softcap;
         if (s.alibi) {
             for (int h = 0; h < s.Hq; ++h) slopes.push_back(std::ldexp(1.0f, -(h + 1)));
             p.alibi_slopes = slopes.data();

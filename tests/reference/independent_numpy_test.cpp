@@ -116,8 +116,10 @@ double compare_with_numpy(const ScratchDir& dir, test::VariantCase& v) {
 
 }  // namespace
 
-TEST_CASE("reference<double> agrees with the independent NumPy decoder on every configuration",
-          "[reference][independent]") {
+// The worst reference-vs-NumPy error, as a fraction of max|logit|, over n variant cases
+// (test id `id`, the index's config from `config`), printed; skipped with a warning without NumPy.
+template <class Config>
+void compare_variants(std::uint64_t id, int n, Config config, const char* which) {
     if (!python_has_numpy()) {
         WARN(kPython << " cannot import numpy: the independent-implementation check is skipped");
         SUCCEED();
@@ -126,28 +128,20 @@ TEST_CASE("reference<double> agrees with the independent NumPy decoder on every 
     REQUIRE(fs::exists(script_path()));
     ScratchDir dir;
     double worst = 0;
-    for (int index = 0; index < test::kNumVariants; ++index) {
-        test::VariantCase v(31, index);
+    for (int index = 0; index < n; ++index) {
+        test::VariantCase v(id, index, config(index));
         worst = std::max(worst, compare_with_numpy(dir, v));
     }
-    WARN("worst reference-vs-numpy error over " << test::kNumVariants << " variants: " << worst
-                                                << " x max|logit|");
+    WARN("worst reference-vs-numpy error over " << n << " " << which << ": " << worst << " x max|logit|");
+}
+
+TEST_CASE("reference<double> agrees with the independent NumPy decoder on every configuration",
+          "[reference][independent]") {
+    compare_variants(31, test::kNumVariants, [](int index) { return test::variant(index); }, "variants");
 }
 
 TEST_CASE("reference<double> agrees with the independent NumPy decoder with GQA, windows and rope",
           "[reference][independent][v2]") {
-    if (!python_has_numpy()) {
-        WARN(kPython << " cannot import numpy: the independent-implementation check is skipped");
-        SUCCEED();
-        return;
-    }
-    REQUIRE(fs::exists(script_path()));
-    ScratchDir dir;
-    double worst = 0;
-    for (int index = 0; index < test::kNumVariantsV2; ++index) {
-        test::VariantCase v(32, index, test::variant_v2(index));
-        worst = std::max(worst, compare_with_numpy(dir, v));
-    }
-    WARN("worst reference-vs-numpy error over " << test::kNumVariantsV2 << " version 2 variants: " << worst
-                                                << " x max|logit|");
+    compare_variants(32, test::kNumVariantsV2, [](int index) { return test::variant_v2(index); },
+                     "version 2 variants");
 }

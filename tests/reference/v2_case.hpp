@@ -19,6 +19,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "attncheck/problem_shape_v2.hpp"
 #include "attncheck/problem_v2.hpp"
 
 namespace attncheck::test {
@@ -101,24 +102,15 @@ public:
             if (!s.kv_lens && !s.block_size && s.tk[std::size_t(b)] != std::max(s.kv_capacity, s.tk[0]))
                 throw std::invalid_argument("V2Case: dense keys without kv_lens fill the capacity");
         }
-        p.abi_version = ATTNCHECK_ABI_VERSION_2;
-        p.struct_size = sizeof(attncheck_problem_v2);
-        p.dtype = s.dtype;
-        p.batch = B;
-        p.q_heads = s.q_heads;
-        p.kv_heads = s.kv_heads;
-        p.head_dim = s.head_dim;
-        p.value_dim = s.value_dim;
+        p = attncheck::make_problem_v2({.dtype = s.dtype, .batch = B, .q_heads = s.q_heads, .kv_heads = s.kv_heads,
+                                        .head_dim = s.head_dim, .value_dim = s.value_dim, .causal = bool(s.causal),
+                                        .window_left = s.window_left, .window_right = s.window_right,
+                                        .scale = s.scale, .softcap = s.softcap});
         p.q_len = *std::max_element(s.tq.begin(), s.tq.end());
         const int tk_max = *std::max_element(s.tk.begin(), s.tk.end());
         p.kv_len = std::max({1, s.kv_capacity, tk_max});  // >= 1 even when every sequence is empty
         q_pos.assign(s.q_pos.begin(), s.q_pos.end());
         p.q_pos = q_pos.data();
-        p.causal = s.causal;
-        p.window_left = s.window_left;
-        p.window_right = s.window_right;
-        p.scale = s.scale;
-        p.softcap = s.softcap;
         if (!s.alibi.empty()) {
             slopes = s.alibi;
             p.alibi_slopes = slopes.data();
