@@ -55,6 +55,9 @@ void every_kernel_property_passes(KernelRole role, bool accepts_everything) {
                 CHECK(r.cases == params.cases);
                 CHECK(r.unsupported == 0);
             }
+            // A correct kernel's metamorphic calls may differ in the last bits (a note); the
+            // version 2 reference kernel rounds the float64 result, so its never do.
+            if (std::string(e->name) == "reference_v2" && r.property != "refuses_malformed") CHECK(r.notes == 0);
             return true;
         });
 }
