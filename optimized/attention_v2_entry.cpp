@@ -25,14 +25,9 @@ namespace {
 // never used, so any value is accepted there).
 bool rows_contiguous(const attncheck_tensor_v2& t, std::int64_t width) { return width == 1 || t.stride[3] == 1; }
 
-// Whether p says nothing that version 1 cannot say, its tensors' layout aside.
+// Whether p says nothing that version 1 cannot say, and its tensors' rows are contiguous.
 bool v1_expressible(const attncheck_problem_v2& p) {
-    if (p.dtype != ATTNCHECK_DTYPE_F32 || p.q_heads != p.kv_heads) return false;
-    if (p.cu_seqlens_q || p.cu_seqlens_k || p.block_table || p.alibi_slopes || p.lse) return false;
-    if (p.window_left != -1 || p.window_right != -1 || p.softcap != 0.0f) return false;
-    for (int b = 1; b < p.batch; ++b)
-        if (p.q_pos[b] != p.q_pos[0]) return false;
-    return rows_contiguous(p.q, p.head_dim) && rows_contiguous(p.k, p.head_dim) &&
+    return !attncheck::beyond_v1_features(p) && rows_contiguous(p.q, p.head_dim) && rows_contiguous(p.k, p.head_dim) &&
            rows_contiguous(p.v, p.value_dim) && rows_contiguous(p.out, p.value_dim);
 }
 

@@ -103,19 +103,17 @@ CheckReport check(KernelUnderTest kernel, const CheckOptions& options) {
         throw std::invalid_argument("check_kernel(" + name + "): " + e.what());
     }
     kernel.declaration = checked_declaration(declaration, v2);
-    std::string abi_v1_lacks;  // one line for what version 1 of the ABI cannot pose
     for (const auto& prop : kernel_properties()) {
-        if (!selected(prop.name)) continue;
+        if (!selected(prop.name) || (!v2 && needs_abi_v2(prop))) continue;  // the latter on one line, below
         if (const std::string why = not_applicable(prop, kernel.declaration); !why.empty()) {
-            if (why.rfind(kAbiV1Lacks, 0) == 0) abi_v1_lacks += (abi_v1_lacks.empty() ? "" : ", ") + prop.name;
-            else not_applicable_lines += "  " + prop.name + ": not applicable (" + why + ")\n";
+            not_applicable_lines += "  " + prop.name + ": not applicable (" + why + ")\n";
             continue;
         }
         results.push_back(run_kernel_property(prop, kernel, RunParams{report.seed, options.cases}));
         budgets.push_back(options.cases);
     }
-    if (!abi_v1_lacks.empty())
-        not_applicable_lines += "  not applicable (version 1 of the ABI lacks what they need): " + abi_v1_lacks + "\n";
+    if (const std::string names = v2 ? "" : abi_v1_lacks(selected); !names.empty())
+        not_applicable_lines += "  " + std::string(kAbiV1LacksLine) + names + "\n";
     // The kernel runs in the decoder when its declaration lets the decoder call it.
     const std::string no_decoder = decoder_unavailable(declaration, v2);
     const bool decoder_level = options.decoder && no_decoder.empty();

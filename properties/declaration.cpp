@@ -305,8 +305,10 @@ bool contiguous_layout(const attncheck_problem_v2& p) {
 }  // namespace
 
 std::string KernelDeclaration::unsupported_reason(const attncheck_problem_v2& p) const {
-    if (V1Call call; abi_v1)
+    if (abi_v1) {
+        V1Call call;
         if (const std::string why = v1_call_of(p, call); !why.empty()) return "version 1 of the ABI cannot pose it: " + why;
+    }
     if (!allows_dtype(p.dtype))
         return std::string("dtype ") + dtype_name(p.dtype) + " is not declared (" + to_string() + ")";
     if (!allows_head_dim(p.head_dim))

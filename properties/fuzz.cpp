@@ -272,9 +272,7 @@ void print_property_list(std::ostream& os) {
     for (const auto& p : decoder_properties()) fit(p.name);
     const int column = int(width + 2);
     // What a version 1 kernel (attncheck/kernel_abi.h) cannot be posed.
-    std::string v1_lacks;
-    for (const auto& p : kernel_properties())
-        if (!not_applicable(p, checked_declaration({}, false)).empty()) v1_lacks += (v1_lacks.empty() ? "" : ", ") + p.name;
+    const std::string v1_lacks = abi_v1_lacks([](const std::string&) { return true; });
     os << "kernel-level properties:\n";
     for (const auto& p : kernel_properties()) os << "  " << std::left << std::setw(column) << p.name << p.summary << "\n";
     os << "(a kernel of ABI version 1, attncheck/kernel_abi.h, gets all but " << v1_lacks

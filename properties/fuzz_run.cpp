@@ -90,10 +90,8 @@ KernelDeclaration declaration_of(const LoadedKernel& lk, const FuzzOptions& o) {
 std::vector<std::pair<std::string, std::string>> kernel_properties_by_applicability(bool v2,
                                                                                    const KernelDeclaration& declaration) {
     std::vector<std::pair<std::string, std::string>> out;
-    const auto add = [&](const auto& props) {
-        for (const auto& p : props) out.emplace_back(p.name, not_applicable(p, checked_declaration(declaration, v2)));
-    };
-    add(kernel_properties());
+    const KernelDeclaration checked = checked_declaration(declaration, v2);
+    for (const auto& p : kernel_properties()) out.emplace_back(p.name, not_applicable(p, checked));
     return out;
 }
 
@@ -118,21 +116,20 @@ void run_kernel_subject(const FuzzOptions& o, std::uint64_t seed, const KernelUn
     };
     // What version 1 of the ABI lacks is one line; what a declaration excludes, a line each. A
     // mutant run's table says all (kind mutant).
-    std::string abi_v1_lacks;
+    const bool v1 = k.fn_v2 == nullptr, say = kind != RowKind::mutant;
     for (const auto& prop : kernel_properties()) {
         if (const std::string why = not_applicable(prop, k.declaration); !why.empty()) {
-            if (!selected(o, prop.name) || kind == RowKind::mutant) continue;
-            if (why.rfind(kAbiV1Lacks, 0) == 0) abi_v1_lacks += (abi_v1_lacks.empty() ? "" : ", ") + prop.name;
-            else std::cout << progress_label(kind, k.name, prop.name) << ": not applicable (" << why << ")\n";
+            if (selected(o, prop.name) && say && !(v1 && needs_abi_v2(prop)))
+                std::cout << progress_label(kind, k.name, prop.name) << ": not applicable (" << why << ")\n";
             continue;
         }
         run(prop.name, [&](const RunParams& params, const Progress& progress) {
             return run_kernel_property(prop, k, params, progress, channel);
         });
     }
-    if (!abi_v1_lacks.empty())
-        std::cout << "[" << to_string(kind) << " " << k.name
-                  << "] not applicable (version 1 of the ABI lacks what they need): " << abi_v1_lacks << "\n";
+    if (const std::string names = v1 && say ? abi_v1_lacks([&](const std::string& n) { return selected(o, n); }) : "";
+        !names.empty())
+        std::cout << "[" << to_string(kind) << " " << k.name << "] " << kAbiV1LacksLine << names << "\n";
 }
 
 void run_decoder_subject(const FuzzOptions& o, const RunParams& params, int capped_from, const DecoderUnderTest& d,

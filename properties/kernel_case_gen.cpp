@@ -68,18 +68,7 @@ KernelCase draw_case(const CaseOptions& o, const KernelDeclaration& d, bool larg
     if (d.dtype_f32) dtypes.push_back({2, ATTNCHECK_DTYPE_F32});
     if (d.dtype_f16) dtypes.push_back({1, ATTNCHECK_DTYPE_F16});
     if (d.dtype_bf16) dtypes.push_back({1, ATTNCHECK_DTYPE_BF16});
-    {
-        int total = 0;
-        for (const auto& w : dtypes) total += w.first;
-        int r = *gen::resize(100, gen::inRange(0, total)).as("dtype");
-        for (const auto& w : dtypes) {
-            if (r < w.first) {
-                c.dtype = w.second;
-                break;
-            }
-            r -= w.first;
-        }
-    }
+    c.dtype = pick_in(dtypes, "dtype");
 
     // Layout kind.
     std::vector<LayoutKind> kinds;
@@ -122,8 +111,12 @@ KernelCase draw_case(const CaseOptions& o, const KernelDeclaration& d, bool larg
     else c.causal = pick<bool>({{3, true}, {1, false}}, "causal");
 
     // Lengths and positions.
+    // The longest Tk: the generator's own limit for the tier, within the property's and the kernel's.
+    const auto kv_cap = [&](int own) {
+        return clamp_to(d.max_kv_len ? d.max_kv_len : 1 << 30, 1, std::min(own, o.max_kv ? o.max_kv : 1 << 30));
+    };
     const int own_kv = std::min(large ? 260 : 64, o.max_kv ? o.max_kv : 1 << 30);
-    const int hi_kv = clamp_to(d.max_kv_len ? d.max_kv_len : 1 << 30, 1, own_kv);
+    const int hi_kv = kv_cap(large ? 260 : 64);
     const int hi_q = clamp_to(d.max_q_len ? d.max_q_len : 1 << 30, 1, std::min(large ? 160 : 64, own_kv));
     // One query row at most (max_q_len=1): a key after the row is one past its position in the
     // cache, q_pos[b] < Tk(b) - 1 (needs positions=any; not_applicable() says so otherwise).
@@ -135,24 +128,11 @@ KernelCase draw_case(const CaseOptions& o, const KernelDeclaration& d, bool larg
     else if (decode_future) modes = {{1, OffsetMode::general}};
     else if (o.need_causal_future) modes = {{1, OffsetMode::prefill}, {1, OffsetMode::chunk}};
     else if (o.need_invisible) modes = {{1, OffsetMode::decode}, {1, OffsetMode::chunk}};
-    {
-        int total = 0;
-        for (const auto& m : modes) total += m.first;
-        int r = *gen::resize(100, gen::inRange(0, total)).as("mode");
-        for (const auto& m : modes) {
-            if (r < m.first) {
-                c.mode = m.second;
-                break;
-            }
-            r -= m.first;
-        }
-    }
+    c.mode = pick_in(modes, "mode");
     if (o.need_prefill) c.batch = 1;
     // A decode step of the large tier may have a long context, past a decode kernel's split-K
     // chunk (512 keys); the other modes keep to 260 keys (their cost grows with Tq * Tk).
-    const int kv_limit = large && c.mode == OffsetMode::decode
-                             ? clamp_to(d.max_kv_len ? d.max_kv_len : 1 << 30, 1, std::min(520, o.max_kv ? o.max_kv : 1 << 30))
-                             : hi_kv;
+    const int kv_limit = large && c.mode == OffsetMode::decode ? kv_cap(520) : hi_kv;
     const std::size_t Bz = std::size_t(c.batch);
     c.q_lens.assign(Bz, 1);
     c.kv_lens.assign(Bz, 1);

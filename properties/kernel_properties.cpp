@@ -434,7 +434,7 @@ std::string not_applicable(const KernelProperty& prop, const KernelDeclaration& 
     const CaseOptions& o = prop.options;
     // A version 1 kernel did not declare version 2's items: the ABI it is written against lacks them.
     const auto lacks = [&](const char* item, const char* feature) {
-        return d.abi_v1 ? std::string(kAbiV1Lacks) + " " + feature : std::string("declared ") + item;
+        return d.abi_v1 ? std::string("version 1 of the ABI has no ") + feature : std::string("declared ") + item;
     };
     if (o.need_lse && !d.lse) return lacks("lse=no", "lse output");
     if (o.need_varlen && !d.varlen) return lacks("varlen=no", "packed variable-length batches");
@@ -463,6 +463,15 @@ std::string not_applicable(const KernelProperty& prop, const KernelDeclaration& 
     if (prop.name == "layout_invariance" && !d.layout_any) return lacks("layout=contiguous", "layout but contiguous [B,H,T,D]");
     if (prop.name == "split_agreement" && d.max_q_len == 1) return "declared max_q_len=1: a single query row has nothing to split";
     return {};
+}
+
+bool needs_abi_v2(const KernelProperty& prop) { return !not_applicable(prop, checked_declaration({}, false)).empty(); }
+
+std::string abi_v1_lacks(const std::function<bool(const std::string&)>& keep) {
+    std::string names;
+    for (const KernelProperty& p : kernel_properties())
+        if (needs_abi_v2(p) && keep(p.name)) names += (names.empty() ? "" : ", ") + p.name;
+    return names;
 }
 
 std::string untried(const KernelProperty& prop, const KernelDeclaration& d) {

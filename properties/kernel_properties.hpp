@@ -15,6 +15,7 @@
 // Dimension legend: B = batch, Hq / Hk = query / kv heads, Tq(b) / Tk(b), Dk, Dv.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -75,8 +76,13 @@ const std::vector<KernelProperty>& kernel_properties();
 // can): its cases need a feature the declaration excludes. Such a property is not run (the run
 // says "not applicable"): a kernel that honestly declares less is not reported "not checked".
 std::string not_applicable(const KernelProperty& prop, const KernelDeclaration& declaration);
-// How not_applicable() begins when the ABI of a version 1 kernel lacks the feature.
-inline constexpr const char* kAbiV1Lacks = "version 1 of the ABI has no";
+// Whether prop needs what version 1 of the ABI lacks: not applicable to every version 1 kernel,
+// whatever it declares. The reports name such properties on one line (kAbiV1LacksLine +
+// abi_v1_lacks()) rather than one line each.
+bool needs_abi_v2(const KernelProperty& prop);
+// The names of the properties needs_abi_v2() holds for, among those `keep` accepts, comma-separated.
+std::string abi_v1_lacks(const std::function<bool(const std::string&)>& keep);
+inline constexpr const char* kAbiV1LacksLine = "not applicable (version 1 of the ABI lacks what they need): ";
 
 // What `prop` leaves untried because of what a kernel declares ("" when nothing), e.g. NaN in
 // padding under padding_values=finite. run_kernel_property reports it as the run's warning.

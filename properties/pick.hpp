@@ -1,6 +1,6 @@
-// properties/pick.hpp — a weighted choice for the case generators that shrinks towards its first
+// properties/pick.hpp — a weighted choice for the case generator that shrinks towards its first
 // option (gen::weightedElement does not shrink): one integer draw, mapped onto the options by
-// their weights. Shared by kernel_case.cpp and kernel_case_v2_gen.cpp.
+// their weights. Used by kernel_case_gen.cpp.
 #pragma once
 
 #include <initializer_list>
@@ -10,8 +10,10 @@
 
 namespace attncheck::properties {
 
-template <class T>
-T pick(std::initializer_list<std::pair<int, T>> options, const char* label) {
+// One of `options`, a non-empty range of (weight, value) pairs (a list made at run time, such as
+// the dtypes a kernel declares).
+template <class Options>
+auto pick_in(const Options& options, const char* label) {
     int total = 0;
     for (const auto& o : options) total += o.first;
     // At full size: RapidCheck scales ranges by the case size, which would make the first
@@ -22,6 +24,11 @@ T pick(std::initializer_list<std::pair<int, T>> options, const char* label) {
         r -= o.first;
     }
     return options.begin()->second;  // unreachable: r < total
+}
+
+template <class T>
+T pick(std::initializer_list<std::pair<int, T>> options, const char* label) {
+    return pick_in(options, label);
 }
 
 }  // namespace attncheck::properties

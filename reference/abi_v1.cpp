@@ -29,11 +29,9 @@ attncheck_problem v1_fields_of(const attncheck_problem_v2& p) {
                          .causal = p.causal != 0, .kv_valid_len = p.kv_lens, .scale = p.scale});
 }
 
-std::string v1_call_of(const attncheck_problem_v2& p, V1Call& call) {
-    if (p.struct_size < std::int32_t(sizeof(attncheck_problem_v2))) return "struct_size smaller than version 2's";
-    if (p.dtype != ATTNCHECK_DTYPE_F32) return std::string("dtype ") + dtype_name(p.dtype);
-    if (p.kv_heads != p.q_heads)
-        return "kv_heads " + std::to_string(p.kv_heads) + " != q_heads " + std::to_string(p.q_heads);
+const char* beyond_v1_features(const attncheck_problem_v2& p) {
+    if (p.dtype != ATTNCHECK_DTYPE_F32) return "a dtype other than float32";
+    if (p.kv_heads != p.q_heads) return "kv_heads != q_heads (grouped-query heads)";
     if (p.cu_seqlens_q || p.cu_seqlens_k) return "a packed variable-length batch (cu_seqlens)";
     if (p.block_table) return "a paged KV cache";
     if (p.window_left >= 0 || p.window_right >= 0) return "a sliding window";
@@ -43,6 +41,12 @@ std::string v1_call_of(const attncheck_problem_v2& p, V1Call& call) {
     if (!p.q_pos) return "no q_pos";
     for (int b = 1; b < p.batch; ++b)
         if (p.q_pos[b] != p.q_pos[0]) return "q_pos differs between sequences (version 1 has one q_offset)";
+    return nullptr;
+}
+
+std::string v1_call_of(const attncheck_problem_v2& p, V1Call& call) {
+    if (p.struct_size < std::int32_t(sizeof(attncheck_problem_v2))) return "struct_size smaller than version 2's";
+    if (const char* why = beyond_v1_features(p)) return why;
     const int B = p.batch, H = p.q_heads;
     if (!contiguous(p.q, B, H, p.q_len, p.head_dim)) return "q is not contiguous [B, H, Tq, Dk]";
     if (!contiguous(p.k, B, H, p.kv_len, p.head_dim)) return "k is not contiguous [B, H, Tk, Dk]";

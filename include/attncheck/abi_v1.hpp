@@ -31,8 +31,15 @@ struct V1Call {
 // kernel uses it, for a problem whose only difference from version 1 is its strides.
 attncheck_problem v1_fields_of(const attncheck_problem_v2& p);
 
-// "" and `call` filled when version 1 can pose p, else the first reason it cannot ("dtype f16",
-// "kv_heads 1 < q_heads 2", "q_pos differs between sequences", ...). The version numbers map:
+// Null when version 1 can say everything p says, its tensors' strides aside (float32, kv_heads =
+// q_heads, dense, one q_pos for every sequence, no window, softcap, ALiBi or lse), else the first
+// thing it cannot (a static string: the optimized version 2 kernel asks on every call). v1_call_of()
+// adds the layout; that kernel's fast path, version 1's arithmetic on strided views, needs only
+// contiguous rows.
+const char* beyond_v1_features(const attncheck_problem_v2& p);
+
+// "" and `call` filled when version 1 can pose p, else the first reason it cannot ("a dtype other
+// than float32", "q is not contiguous [B, H, Tq, Dk]", ...). The version numbers map:
 // a well-formed version 2 problem is version 1's ATTNCHECK_ABI_VERSION, and any other
 // abi_version one version 1 does not know either (0 below 2, 2 above), so a kernel's refusal of
 // unknown versions is tested through the adapter.
