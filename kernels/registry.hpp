@@ -46,6 +46,8 @@ struct KernelEntry {
     // True for a kernel that may read outside its inputs (k, v, block_table) on some problems:
     // call it only with the inputs against guard pages, or in an isolated worker.
     bool reads_out_of_bounds = false;
+    // The kernel's backward pass (kernel_abi_v2.h, attncheck_grads_v2), or null when it has none.
+    attncheck_kernel_v2_backward_fn backward_v2 = nullptr;
 };
 
 // The kernel as the optimized decoder takes it: the entry's function with what the entry

@@ -117,6 +117,19 @@ attncheck_problem_v2 make_problem_v2(const ProblemShapeV2& s) {
     return p;
 }
 
+std::string grads_v2_error(const attncheck_problem_v2& p, const attncheck_grads_v2& g) {
+    if (auto e = problem_v2_error(p); !e.empty()) return e;
+    if (!p.lse) return "lse is null (a backward call reads the forward's lse)";
+    if (p.block_table) return "a block_table is given (a backward call takes dense or varlen k and v)";
+    if (g.struct_size < std::int32_t(sizeof(attncheck_grads_v2)))
+        return "grads struct_size " + str(g.struct_size) + " is smaller than this header's " + str(sizeof(attncheck_grads_v2));
+    if (auto e = tensor_error("dout", g.dout); !e.empty()) return e;
+    if (auto e = tensor_error("dq", g.dq); !e.empty()) return e;
+    if (auto e = tensor_error("dk", g.dk); !e.empty()) return e;
+    if (auto e = tensor_error("dv", g.dv); !e.empty()) return e;
+    return {};
+}
+
 std::string describe_v2(const attncheck_problem_v2& p) {
     std::ostringstream os;
     os << "dtype=" << dtype_name(p.dtype) << " B=" << p.batch << " Hq=" << p.q_heads << " Hk=" << p.kv_heads

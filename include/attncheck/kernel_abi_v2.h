@@ -17,9 +17,11 @@
  *
  * Room to grow: struct_size is sizeof(attncheck_problem_v2) as the caller built it, so later
  * minor versions append fields after the last one here, and a kernel built against this
- * header reads only what it knows. The backward pass (KERNEL_ABI.md's last row) will be a
- * second entry point taking this same problem (with out and lse as the forward wrote them)
- * plus a struct of gradient tensors; nothing here needs to change for it.
+ * header reads only what it knows.
+ *
+ * The backward pass (a minor addition, at the end of this header) is a second entry point
+ * taking this same problem, with out and lse as the forward wrote them, and the gradient
+ * tensors (attncheck_grads_v2).
  *
  * Dimension legend: B = batch, Hq = q_heads, Hk = kv_heads, Tq / Tk = query rows / keys of a
  * sequence, Dk = head_dim, Dv = value_dim.
@@ -124,6 +126,39 @@ typedef struct attncheck_problem_v2 {
 } attncheck_problem_v2;
 
 typedef int (*attncheck_kernel_v2_fn)(const attncheck_problem_v2* p);
+
+/* The backward pass: the gradients of a scalar loss L with respect to q, k and v, given
+ * dout = dL/dout, for the forward problem p:
+ *     int my_kernel_backward(const attncheck_problem_v2* p, const attncheck_grads_v2* g);
+ * exported by a library as `<symbol>_backward` beside the forward `<symbol>`.
+ *
+ * p is the forward's problem as the forward was called, with out and lse holding what the
+ * forward wrote: both are inputs here (read only), and lse is never null (float32, its rows'
+ * probabilities are exp(s_j - lse)). A backward call never has a block_table (a paged cache is
+ * an inference layout; a kernel refuses one). With P the forward's probabilities (zero for a
+ * key a row does not see), for each row and the keys it sees:
+ *     dv_j  = sum over rows of P_ij dout_i           dP_ij = dout_i . v_j
+ *     D_i   = dout_i . out_i  (= sum_j P_ij dP_ij)   dS_ij = P_ij (dP_ij - D_i)
+ *     with softcap: dS_ij *= 1 - tanh(scale q_i.k_j / softcap)^2   (ALiBi adds a constant)
+ *     dq_i  = scale sum_j dS_ij k_j                  dk_j  = scale sum_i dS_ij q_i
+ * dk and dv of kv head hk are summed over the query heads of its group (GQA).
+ *
+ * Every element of dq, dk and dv is written: dq for every query row (0 for a row that sees no
+ * key), dk and dv for every k / v row of the dense tensors (kv_len rows per sequence: rows past
+ * kv_lens[b], and keys no row sees, get 0) or every packed row (varlen). Elements are of
+ * p->dtype. The kernel must not write anything else, change its inputs (q, k, v, out, lse,
+ * dout), or read outside them; memory no row reads may hold NaN or Inf, as in the forward.
+ * Returns ATTNCHECK_OK, or nonzero for a problem it does not support, as a whole. */
+typedef struct attncheck_grads_v2 {
+    int32_t struct_size;       /* sizeof(attncheck_grads_v2) of the caller */
+    int32_t reserved;          /* 0 */
+    attncheck_tensor_v2 dout;  /* (b, Hq, row, Dv): read, indexed as out */
+    attncheck_tensor_v2 dq;    /* (b, Hq, row, Dk): written, indexed as q */
+    attncheck_tensor_v2 dk;    /* (b, Hk, row, Dk): written, indexed as k (dense or varlen) */
+    attncheck_tensor_v2 dv;    /* (b, Hk, row, Dv): written, indexed as v */
+} attncheck_grads_v2;
+
+typedef int (*attncheck_kernel_v2_backward_fn)(const attncheck_problem_v2* p, const attncheck_grads_v2* g);
 
 #ifdef __cplusplus
 }

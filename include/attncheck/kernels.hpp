@@ -22,4 +22,12 @@ int attncheck_optimized_kernel(const attncheck_problem* p, const float* q, const
 // paged K/V, lse); a problem version 1 can express goes to attncheck_optimized_kernel unchanged.
 // Returns ATTNCHECK_UNSUPPORTED for a malformed problem (problem_v2_error() not empty).
 int attncheck_optimized_kernel_v2(const attncheck_problem_v2* p);
+
+// Backward passes (kernel_abi_v2.h, attncheck_grads_v2). Return ATTNCHECK_UNSUPPORTED for a
+// malformed call (grads_v2_error() not empty).
+// The float64 oracle's gradients (reference/attention_grad.hpp) rounded to the dtype.
+int attncheck_reference_kernel_v2_backward(const attncheck_problem_v2* p, const attncheck_grads_v2* g);
+// FlashAttention-2's backward on a CPU: P recomputed from lse, dS = P (dP - D); OpenMP over key
+// blocks for dk and dv and over query blocks for dq, no atomics: deterministic.
+int attncheck_optimized_kernel_v2_backward(const attncheck_problem_v2* p, const attncheck_grads_v2* g);
 }

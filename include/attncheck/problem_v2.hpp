@@ -152,6 +152,15 @@ inline std::int64_t lse_offset_v2(const attncheck_problem_v2& p, int b, int h, i
 // [0, num_blocks) and that covers every sequence's keys, non-null tensors, strides >= 0.
 std::string problem_v2_error(const attncheck_problem_v2& p);
 
+// The k / v rows of sequence b that a backward call writes dk / dv for: every row of a dense
+// tensor (kv_len, padding past kv_lens[b] included), the sequence's packed rows of a varlen one.
+inline int kv_rows_of(const attncheck_problem_v2& p, int b) { return p.cu_seqlens_k ? kv_len_of(p, b) : p.kv_len; }
+
+// Why a backward call (kernel_abi_v2.h, attncheck_grads_v2) is malformed ("" when well formed):
+// problem_v2_error(p), then lse null, a block table, g's struct_size, a null gradient tensor or
+// a negative stride.
+std::string grads_v2_error(const attncheck_problem_v2& p, const attncheck_grads_v2& g);
+
 // One line: "dtype=bf16 B=2 Hq=8 Hk=2 Tq=5 Tk=97 Dk=64 Dv=64 causal window=16 softcap=30 ...".
 std::string describe_v2(const attncheck_problem_v2& p);
 
