@@ -44,6 +44,8 @@ struct ScoredKey {
     double p = 0;  // the softmax weight p_j
 };
 
+}  // namespace
+
 // The score of key j for (b, h, row i) and the bound on its float32 evaluation, up to (not
 // including) the exponential's stage, which needs the row's maximum.
 //   dot and scale:  e0 = u ((Dk + 4) |scale| sum_d |q_d k_d| + |s0|)
@@ -55,7 +57,7 @@ struct ScoredKey {
 //                   base 2, log2 e folded into the slope (2u |beta|) and into c (2u |c| <=
 //                   2u (|s| + |beta|), the |s| part counted with the exponential's stage); one
 //                   spare; the subtraction u |s|:  e_s = (1 + u) e_c + 6u |beta| + u |s|
-ScoredKey score_of(const attncheck_problem_v2& p, const OracleV2Options& options, int b, int h, int i, int j) {
+ScoreV2 score_v2(const attncheck_problem_v2& p, double tanh_ulps, int b, int h, int i, int j) {
     const int hk = kv_head_of(p, h);
     const double scale = double(p.scale);
     double dot = 0, mag = 0;
@@ -65,23 +67,33 @@ ScoredKey score_of(const attncheck_problem_v2& p, const OracleV2Options& options
         dot += qd * kd;
         mag += std::abs(qd * kd);
     }
-    const double s0 = scale * dot;
-    double s = s0;
-    double e = u * ((double(p.head_dim) + 4.0) * std::abs(scale) * mag + std::abs(s0));
+    ScoreV2 r;
+    r.s0 = scale * dot;
+    r.s = r.s0;
+    double e = u * ((double(p.head_dim) + 4.0) * std::abs(scale) * mag + std::abs(r.s0));
     if (p.softcap > 0) {
         const double cap = double(p.softcap);
-        s = cap * std::tanh(s0 / cap);
-        const double t = 2.0 * options.tanh_ulps * u;
-        const double ex = e + 2.0 * u * (std::abs(s0) + e);
-        e = (1.0 + u) * (1.0 + t) * ex + (t + 2.0 * u) * std::abs(s);
+        r.s = cap * std::tanh(r.s0 / cap);
+        const double t = 2.0 * tanh_ulps * u;
+        const double ex = e + 2.0 * u * (std::abs(r.s0) + e);
+        e = (1.0 + u) * (1.0 + t) * ex + (t + 2.0 * u) * std::abs(r.s);
     }
+    r.e_capped = e;
     if (p.alibi_slopes) {
         const double a = double(p.q_pos[b]) + double(i);
         const double beta = double(p.alibi_slopes[h]) * (a - double(j));
-        s -= beta;
-        e = (1.0 + u) * e + 6.0 * u * std::abs(beta) + u * std::abs(s);
+        r.s -= beta;
+        e = (1.0 + u) * e + 6.0 * u * std::abs(beta) + u * std::abs(r.s);
     }
-    return {j, s, e, 0.0};
+    r.e = e;
+    return r;
+}
+
+namespace {
+
+ScoredKey score_of(const attncheck_problem_v2& p, const OracleV2Options& options, int b, int h, int i, int j) {
+    const ScoreV2 sc = score_v2(p, options.tanh_ulps, b, h, i, j);
+    return {j, sc.s, sc.e, 0.0};
 }
 
 // Row (b, h, i) into the oracle's logical row r.

@@ -46,6 +46,18 @@ struct OracleV2 {
 // Throws std::invalid_argument naming the problem when problem_v2_error(p) is not empty.
 OracleV2 attention_v2_oracle(const attncheck_problem_v2& p, const OracleV2Options& options = {});
 
+// The score of key j for (sequence b, query head h, row i) in float64 (s0 = scale q.k, then
+// softcap and ALiBi as the ABI defines them), with the bound on its float32 evaluation up to,
+// not including, the exponential's stage (docs/numerics.md, "Version 2"): the oracle's and the
+// gradient oracle's (attention_grad.hpp) first step.
+struct ScoreV2 {
+    double s0 = 0;        // scale q.k
+    double s = 0;         // the score
+    double e = 0;         // |a float32 kernel's score - s| <= e
+    double e_capped = 0;  // the same for the softcapped score before ALiBi (e without ALiBi)
+};
+ScoreV2 score_v2(const attncheck_problem_v2& p, double tanh_ulps, int b, int h, int i, int j);
+
 // x rounded to nearest even in `dtype` (ATTNCHECK_DTYPE_*) directly from float64, as a float:
 // what the reference kernel stores (no double rounding through float32).
 float round_double_to(std::int32_t dtype, double x);

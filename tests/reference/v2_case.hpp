@@ -41,7 +41,7 @@ struct Spec {
     bool causal = true;
     int window_left = -1, window_right = -1;
     float scale = 1.0f, softcap = 0.0f;
-    std::vector<float> alibi;             // empty, or Hq slopes
+    std::vector<float> alibi = {};        // empty, or Hq slopes
     bool lse = true;
 };
 
