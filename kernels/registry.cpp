@@ -7,6 +7,7 @@
 #include "kernels/registry.hpp"
 
 #include "kernels/mutants.hpp"
+#include "kernels/zoo_backward.hpp"
 #include "kernels/zoo_v2.hpp"
 #include "reference/attention_v2.hpp"
 
@@ -49,7 +50,8 @@ const std::vector<KernelEntry>& kernel_registry() {
              .bug = "",
              .reads_only_visible_keys = true},
             // Version 2 (attncheck/kernel_abi_v2.h): the float64 oracle's values rounded to the
-            // problem's dtype (reference/attention_v2.cpp); reads only visible keys.
+            // problem's dtype (reference/attention_v2.cpp); reads only visible keys. Its backward:
+            // the float64 gradient oracle rounded (reference/attention_grad.cpp).
             {.name = "reference_v2",
              .fn = nullptr,
              .description = "ABI v2: the float64 oracle rounded to the dtype (every v2 feature)",
@@ -57,7 +59,8 @@ const std::vector<KernelEntry>& kernel_registry() {
              .declaration = "",
              .bug = "",
              .reads_only_visible_keys = false,
-             .fn_v2 = attncheck_reference_kernel_v2},
+             .fn_v2 = attncheck_reference_kernel_v2,
+             .backward_v2 = attncheck_reference_kernel_v2_backward},
             // Reads only keys some row of its query block sees; a problem version 1 expresses
             // is handed to `optimized` (optimized/attention_v2.cpp).
             {.name = "optimized_v2",
@@ -71,6 +74,7 @@ const std::vector<KernelEntry>& kernel_registry() {
         };
         for (KernelEntry& e : zoo_entries()) all.push_back(std::move(e));
         for (KernelEntry& e : zoo_v2_entries()) all.push_back(std::move(e));
+        for (KernelEntry& e : zoo_backward_entries()) all.push_back(std::move(e));
         return all;
     }();
     return registry;

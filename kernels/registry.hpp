@@ -48,6 +48,9 @@ struct KernelEntry {
     bool reads_out_of_bounds = false;
     // The kernel's backward pass (kernel_abi_v2.h, attncheck_grads_v2), or null when it has none.
     attncheck_kernel_v2_backward_fn backward_v2 = nullptr;
+    // A backward zoo entry (kernels/zoo_backward.cpp): its forward is a built-in, checked as such,
+    // and its bug (if any) is in the backward, so the mutant run gives it the gradient properties only.
+    bool backward_only = false;
 };
 
 // The kernel as the optimized decoder takes it: the entry's function with what the entry

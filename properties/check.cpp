@@ -103,8 +103,14 @@ CheckReport check(KernelUnderTest kernel, const CheckOptions& options) {
         throw std::invalid_argument("check_kernel(" + name + "): " + e.what());
     }
     kernel.declaration = checked_declaration(declaration, v2);
+    kernel.declaration.set_backward(v2 && kernel.backward);
+    std::string without_backward;  // the gradient properties of a kernel without a backward, on one line
     for (const auto& prop : kernel_properties()) {
         if (!selected(prop.name) || (!v2 && needs_abi_v2(prop))) continue;  // the latter on one line, below
+        if (v2 && !kernel.backward && needs_backward(prop)) {
+            without_backward += (without_backward.empty() ? "" : ", ") + prop.name;
+            continue;
+        }
         if (const std::string why = not_applicable(prop, kernel.declaration); !why.empty()) {
             not_applicable_lines += "  " + prop.name + ": not applicable (" + why + ")\n";
             continue;
@@ -114,6 +120,7 @@ CheckReport check(KernelUnderTest kernel, const CheckOptions& options) {
     }
     if (const std::string names = v2 ? "" : abi_v1_lacks(selected); !names.empty())
         not_applicable_lines += "  " + std::string(kAbiV1LacksLine) + names + "\n";
+    if (!without_backward.empty()) not_applicable_lines += "  " + std::string(kNoBackwardLine) + without_backward + "\n";
     // The kernel runs in the decoder when its declaration lets the decoder call it.
     const std::string no_decoder = decoder_unavailable(declaration, v2);
     const bool decoder_level = options.decoder && no_decoder.empty();
@@ -175,6 +182,16 @@ CheckReport check_kernel(attncheck_kernel_v2_fn fn, const std::string& name, con
     if (!fn) throw std::invalid_argument("check_kernel(" + name + "): the kernel function pointer is null");
     KernelUnderTest kernel{name, nullptr, false};
     kernel.fn_v2 = fn;
+    return check(kernel, options);
+}
+
+CheckReport check_kernel(attncheck_kernel_v2_fn fn, attncheck_kernel_v2_backward_fn backward, const std::string& name,
+                         const CheckOptions& options) {
+    if (!fn) throw std::invalid_argument("check_kernel(" + name + "): the kernel function pointer is null");
+    if (!backward) throw std::invalid_argument("check_kernel(" + name + "): the backward function pointer is null");
+    KernelUnderTest kernel{name, nullptr, false};
+    kernel.fn_v2 = fn;
+    kernel.backward = backward;
     return check(kernel, options);
 }
 

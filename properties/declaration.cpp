@@ -156,6 +156,10 @@ void KernelDeclaration::apply(const std::string& text) {
             rounds_probabilities = parse_yes_no(item, value);
         } else if (key == "tanh_ulps") {
             tanh_ulps = parse_positive(item, value);
+        } else if (key == "backward") {
+            backward_said = parse_yes_no(item, value) ? Said::yes : Said::no;
+        } else if (key == "deterministic_backward") {
+            deterministic_backward = parse_yes_no(item, value);
         } else if (key == "padding_values") {
             if (value == "any") padding_finite = false;
             else if (value == "finite") padding_finite = true;
@@ -164,7 +168,8 @@ void KernelDeclaration::apply(const std::string& text) {
             bad(item, "unknown key '" + key +
                           "' (known: head_dim, value_dim, max_kv_len, max_q_len, max_batch, max_heads, mask, padding, "
                           "empty_rows, deterministic, dtype, gqa, layout, positions, varlen, dense, paged, block_size, window, "
-                          "softcap, alibi, lse, rounds_probabilities, tanh_ulps, padding_values)");
+                          "softcap, alibi, lse, rounds_probabilities, tanh_ulps, padding_values, backward, "
+                          "deterministic_backward)");
         }
     }
     // Contradictions between items, whatever their order.
@@ -191,6 +196,7 @@ void KernelDeclaration::limit_to_abi_v1() {
     window = softcap = alibi = lse = false;
     rounds_probabilities = false;
     padding_finite = true;
+    backward = false;  // version 1 has no backward entry point
 }
 
 std::string KernelDeclaration::to_string() const {
@@ -235,6 +241,8 @@ std::string KernelDeclaration::to_string() const {
     if (rounds_probabilities) items.push_back("rounds_probabilities=yes");
     if (tanh_ulps != kDefaultTanhUlps) items.push_back("tanh_ulps=" + std::to_string(tanh_ulps));
     if (padding_finite) items.push_back("padding_values=finite");
+    if (backward_said != Said::unsaid) items.push_back(backward_said == Said::yes ? "backward=yes" : "backward=no");
+    if (!deterministic_backward) items.push_back("deterministic_backward=no");
     std::string s;
     for (const auto& i : items) s += (s.empty() ? "" : "; ") + i;
     return s;

@@ -35,6 +35,7 @@ int usage_error(const std::string& message) {
 KernelUnderTest under_test(const KernelEntry& e) {
     KernelUnderTest k{e.name, e.fn, true, KernelDeclaration::parse(e.declaration)};
     k.fn_v2 = e.fn_v2;
+    set_backward(k, e.backward_v2);
     return k;
 }
 
@@ -51,6 +52,7 @@ IsolatedSubject isolated(const KernelEntry& e, const FuzzOptions& o, RowKind kin
     s.v2 = e.fn_v2 != nullptr;
     s.declaration = KernelDeclaration::parse(e.declaration);
     s.declaration.apply(o.declare);
+    s.declaration.set_backward(e.fn_v2 && e.backward_v2);
     s.kind = kind;
     s.library = false;
     s.verdict_lines = kind != RowKind::mutant;
@@ -77,6 +79,7 @@ std::vector<KernelUnderTest> selected_kernels(const FuzzOptions& o, bool everyth
     for (auto& k : kernels) {
         k.declaration = KernelDeclaration::parse(find_kernel(k.name)->declaration);
         k.declaration.apply(o.declare);
+        set_backward(k, k.backward);
     }
     return kernels;
 }
@@ -105,8 +108,15 @@ std::string nothing_selected(const FuzzOptions& o, const std::vector<PlannedKern
 // prove nothing), then every mutant, a line of the kill table each as it finishes.
 int run_mutants(const FuzzOptions& o, std::uint64_t seed, std::vector<Row>& rows, nlohmann::json& json_out) {
     ProgressLine line(o.progress);
+    // A backward zoo entry runs the selected gradient properties only (its forward is a built-in).
+    FuzzOptions gradients_only = o;
+    gradients_only.properties.clear();
+    for (const KernelProperty& p : kernel_properties())
+        if (needs_backward(p) && selected(o, p.name)) gradients_only.properties.push_back(p.name);
+    const auto options_of = [&](const KernelEntry& e) -> const FuzzOptions& { return e.backward_only ? gradients_only : o; };
     for (const KernelEntry* base : kernels_of(KernelRole::zoo_base))
-        run_kernel_subject(o, seed, under_test(*base), RowKind::control, rows, line);
+        if (!base->backward_only || !gradients_only.properties.empty())
+            run_kernel_subject(options_of(*base), seed, under_test(*base), RowKind::control, rows, line);
     bool controls_ok = true;
     for (const Row& r : rows)
         if (r.kind == RowKind::control && r.result.status != Status::pass) controls_ok = false;
@@ -116,10 +126,13 @@ int run_mutants(const FuzzOptions& o, std::uint64_t seed, std::vector<Row>& rows
     std::vector<int> kill_cases;
     for (const KernelEntry* m : mutants) {
         std::vector<Row> mine;
-        if (m->reads_out_of_bounds)
-            run_isolated(o, seed, isolated(*m, o, RowKind::mutant), mine);
-        else
-            run_kernel_subject(o, seed, under_test(*m), RowKind::mutant, mine, line);
+        if (m->backward_only && gradients_only.properties.empty()) {
+            // nothing selected that reaches its bug: it survives this selection
+        } else if (m->reads_out_of_bounds) {
+            run_isolated(options_of(*m), seed, isolated(*m, options_of(*m), RowKind::mutant), mine);
+        } else {
+            run_kernel_subject(options_of(*m), seed, under_test(*m), RowKind::mutant, mine, line);
+        }
         const MutantVerdict v = mutant_verdict(mine);
         if (v.first) kill_cases.push_back(v.first->result.failed_at);
         json_out["mutants"].push_back(mutant_json(m->name, m->bug, v));
@@ -225,7 +238,9 @@ std::vector<KernelUnderTest> prepare(const FuzzOptions& o, bool everything, std:
         const std::string why = decoder_unavailable(d, lk.fn_v2 != nullptr);
         planned_kernels.push_back({lk.fn_v2 != nullptr, d, why.empty(), why});
     }
-    const int planned = o.mutants ? planned_runs(o, {{false, {}, false, {}}, {true, {}, false, {}}}, false)
+    KernelDeclaration with_backward;
+    with_backward.set_backward(true);
+    const int planned = o.mutants ? planned_runs(o, {{false, {}, false, {}}, {true, with_backward, false, {}}}, false)
                                   : planned_runs(o, planned_kernels, everything || o.reference_decoder);
     if (planned == 0) throw InputError(nothing_selected(o, planned_kernels));
     for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--json", o.json}, {"--junit", o.junit}}) {

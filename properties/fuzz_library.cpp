@@ -231,6 +231,7 @@ int run_fuzz_worker(const FuzzOptions& o) {
             KernelUnderTest k{e.name, e.fn, true, KernelDeclaration::parse(e.declaration)};
             k.declaration.apply(o.declare);
             k.fn_v2 = e.fn_v2;
+            set_backward(k, e.backward_v2);
             run_kernel_subject(o, seed, k, RowKind::kernel, rows, line, &channel);
             return finish_worker(o, rows);
         }
@@ -238,6 +239,7 @@ int run_fuzz_worker(const FuzzOptions& o) {
         const KernelDeclaration declaration = declaration_of(lk, o);
         KernelUnderTest k{o.symbol, lk.fn, false, declaration};
         k.fn_v2 = lk.fn_v2;
+        set_backward(k, lk.backward_v2);
         run_kernel_subject(o, seed, k, RowKind::kernel, rows, line, &channel);
         if (decoder_unavailable(declaration, lk.fn_v2 != nullptr).empty())
             run_decoder_subject(o, run_params(o, seed, decoder_cases(o)), 0,

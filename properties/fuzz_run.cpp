@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "attncheck/error.hpp"
 #include "properties/property_runs.hpp"
 
 namespace attncheck::properties {
@@ -84,6 +85,12 @@ std::string declare_flag(const FuzzOptions& o) { return o.declare.empty() ? "" :
 KernelDeclaration declaration_of(const LoadedKernel& lk, const FuzzOptions& o) {
     KernelDeclaration d = KernelDeclaration::parse(lk.declaration);
     d.apply(o.declare);
+    if (d.backward_said == KernelDeclaration::Said::yes && !lk.backward_v2)
+        throw InputError("kernel library " + lk.path + ": declared backward=yes, but " +
+                         (lk.fn_v2 ? "it exports no '" + lk.symbol + "_backward'"
+                                   : std::string("the backward pass is a version 2 entry point and '") + lk.symbol +
+                                         "' is a version 1 kernel"));
+    d.set_backward(lk.backward_v2 != nullptr);
     return d;
 }
 
@@ -117,10 +124,15 @@ void run_kernel_subject(const FuzzOptions& o, std::uint64_t seed, const KernelUn
     // What version 1 of the ABI lacks is one line; what a declaration excludes, a line each. A
     // mutant run's table says all (kind mutant).
     const bool v1 = k.fn_v2 == nullptr, say = kind != RowKind::mutant;
+    const bool no_backward = !v1 && !k.backward && k.declaration.backward_said != KernelDeclaration::Said::no;
+    std::string without_backward;
     for (const auto& prop : kernel_properties()) {
         if (const std::string why = not_applicable(prop, k.declaration); !why.empty()) {
-            if (selected(o, prop.name) && say && !(v1 && needs_abi_v2(prop)))
+            if (no_backward && needs_backward(prop)) {
+                if (selected(o, prop.name)) without_backward += (without_backward.empty() ? "" : ", ") + prop.name;
+            } else if (selected(o, prop.name) && say && !(v1 && needs_abi_v2(prop))) {
                 std::cout << progress_label(kind, k.name, prop.name) << ": not applicable (" << why << ")\n";
+            }
             continue;
         }
         run(prop.name, [&](const RunParams& params, const Progress& progress) {
@@ -130,6 +142,8 @@ void run_kernel_subject(const FuzzOptions& o, std::uint64_t seed, const KernelUn
     if (const std::string names = v1 && say ? abi_v1_lacks([&](const std::string& n) { return selected(o, n); }) : "";
         !names.empty())
         std::cout << "[" << to_string(kind) << " " << k.name << "] " << kAbiV1LacksLine << names << "\n";
+    if (say && !without_backward.empty())
+        std::cout << "[" << to_string(kind) << " " << k.name << "] " << kNoBackwardLine << without_backward << "\n";
 }
 
 void run_decoder_subject(const FuzzOptions& o, const RunParams& params, int capped_from, const DecoderUnderTest& d,

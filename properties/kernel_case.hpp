@@ -181,6 +181,10 @@ struct Built {
     std::vector<int> q_lens;
 
     std::size_t rows() const { return first_row.back(); }
+    // The logical row of (b, h, i).
+    std::size_t row_of(int b, int h, int i) const {
+        return first_row[std::size_t(b)] + std::size_t(h) * std::size_t(q_lens[std::size_t(b)]) + std::size_t(i);
+    }
     // out in logical order [rows, Dv] (as float), and lse [rows] (empty when lse was not asked).
     std::vector<float> out_logical() const;
     std::vector<float> lse_logical() const;
@@ -197,6 +201,28 @@ struct Built {
 };
 
 Built build_case(const KernelCase& c, const KernelInputs& in, const BuildOptions& options = {});
+
+// A tensor the kernel writes besides out (the backward's dq, dk, dv), between guards as out is:
+// the elements it must write (`written`, offsets from element 0 of the view) prefilled with the
+// "never written" NaN, every other element (guards, gaps) with a canary.
+class GuardedTensor {
+public:
+    GuardedTensor() = default;
+    GuardedTensor(std::int32_t dtype, std::size_t span, const std::vector<std::int64_t>& written);
+    void* data() { return bytes_.data() + guard_ * dtype_size_; }  // element 0 of the view
+    // Prefills again: the written elements with the "never written" NaN, or with zeros.
+    void reset(bool zeros = false);
+    float at(std::int64_t offset) const;
+    bool unwritten(std::int64_t offset) const;
+    // "" or "wrote x at ... of <name>", the first element written outside the marked ones.
+    std::string write_outside(const char* name) const;
+
+private:
+    std::int32_t dtype_ = 0;
+    std::size_t dtype_size_ = 4, guard_ = 0, span_ = 0;
+    std::vector<unsigned char> bytes_;
+    std::vector<char> mask_;
+};
 
 // ---- transforms for the metamorphic properties: the same logical problem, differently posed ---
 
@@ -231,6 +257,7 @@ struct CaseOptions {
     bool need_softcap = false;
     int min_batch = 1;
     int large_percent = 15;     // the large tier: lengths next to tile sizes, wider heads
+    bool backward = false;      // a backward case: lse asked for (the backward reads it), no paged layout
     int max_kv = 0;             // the longest Tk (0: the generator's own limits: 64, 260 large, 520 for a large decode step)
 };
 

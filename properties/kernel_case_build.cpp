@@ -434,6 +434,35 @@ std::string Built::element(std::size_t row, int c) const {
 }
 
 
+GuardedTensor::GuardedTensor(std::int32_t dtype, std::size_t span, const std::vector<std::int64_t>& written)
+    : dtype_(dtype), dtype_size_(dtype_size(dtype)), guard_(std::max<std::size_t>(64, span)), span_(span) {
+    const std::size_t n = 2 * guard_ + span_;
+    bytes_.assign(n * dtype_size_, 0);
+    mask_.assign(n, 0);
+    for (const std::int64_t off : written) mask_[guard_ + std::size_t(off)] = 1;
+    reset();
+}
+
+void GuardedTensor::reset(bool zeros) {
+    for (std::size_t i = 0; i < mask_.size(); ++i)
+        set_raw(dtype_, bytes_.data(), i, mask_[i] ? (zeros ? 0u : unwritten_bits(dtype_)) : canary_bits(dtype_));
+}
+
+float GuardedTensor::at(std::int64_t offset) const {
+    return load_element(dtype_, bytes_.data(), std::int64_t(guard_) + offset);
+}
+
+bool GuardedTensor::unwritten(std::int64_t offset) const {
+    return raw(dtype_, bytes_.data(), guard_ + std::size_t(offset)) == unwritten_bits(dtype_);
+}
+
+std::string GuardedTensor::write_outside(const char* name) const {
+    for (std::size_t i = 0; i < mask_.size(); ++i)
+        if (!mask_[i] && raw(dtype_, bytes_.data(), i) != canary_bits(dtype_))
+            return "wrote " + fmt_bits(load_element(dtype_, bytes_.data(), std::int64_t(i))) + " " + where(name, i, guard_, span_);
+    return {};
+}
+
 std::string Built::write_outside() const {
     for (std::size_t i = 0; i < out_mask.size(); ++i)
         if (!out_mask[i] && raw(dtype, out_bytes.data(), i) != canary_bits(dtype))

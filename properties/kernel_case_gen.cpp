@@ -78,7 +78,7 @@ KernelCase draw_case(const CaseOptions& o, const KernelDeclaration& d, bool larg
         kinds.push_back(LayoutKind::bhtd);
         if (d.layout_any) kinds.insert(kinds.end(), {LayoutKind::bthd, LayoutKind::gapped});
         if (!o.need_dense && d.varlen) kinds.push_back(LayoutKind::varlen);
-        if (!o.need_dense && d.paged) kinds.push_back(LayoutKind::paged);
+        if (!o.need_dense && d.paged && !o.backward) kinds.push_back(LayoutKind::paged);
     }
     c.layout.kind = kinds[std::size_t(*gen::resize(100, gen::inRange<int>(0, int(kinds.size()))).as("layout"))];
     const bool dense = c.dense();
@@ -241,7 +241,7 @@ KernelCase draw_case(const CaseOptions& o, const KernelDeclaration& d, bool larg
         c.alibi_slopes.resize(std::size_t(c.q_heads));
         for (int h = 0; h < c.q_heads; ++h) c.alibi_slopes[std::size_t(h)] = std::exp2(-8.0f * float(h + 1) / float(c.q_heads));
     }
-    c.want_lse = o.need_lse || (d.lse && pick<bool>({{1, false}, {1, true}}, "lse"));
+    c.want_lse = o.need_lse || o.backward || (d.lse && pick<bool>({{1, false}, {1, true}}, "lse"));
 
     // Layout details.
     if (c.layout.kind == LayoutKind::paged) {

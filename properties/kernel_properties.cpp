@@ -41,6 +41,7 @@
 #include "attncheck/problem_v2.hpp"
 #include "attncheck/tolerance.hpp"
 #include "properties/calls.hpp"
+#include "properties/gradients.hpp"
 #include "properties/stream.hpp"
 #include "reference/attention_v2.hpp"
 
@@ -392,6 +393,11 @@ Verdict no_oob_read(const KernelUnderTest& kernel, const KernelCase& c) {
 
 }  // namespace
 
+// The gradient properties' longest key sequence: past two 64-key blocks and the 128 that block
+// sizes of backward kernels cluster at, while the float64 forward and gradient oracles of each
+// case (quadratic in the keys) keep the test stage within its budget.
+constexpr int kGradMaxKv = 144;
+
 const std::vector<KernelProperty>& kernel_properties() {
     static const std::vector<KernelProperty> all = {
         {"agreement", "out (and lse when asked) agrees with the float64 oracle within the bound of the problem's dtype", {}, agreement},
@@ -426,6 +432,24 @@ const std::vector<KernelProperty>& kernel_properties() {
          {}, refuses_undeclared},
         {"refuses_malformed", "a malformed problem (kv_heads not dividing q_heads, a block-table entry out of range, q_pos < 0) is refused (a note if not)",
          {}, refuses_malformed},
+        // The backward pass (properties/gradients.cpp), for a kernel that has one.
+        {"grad_agreement", "dq, dk, dv agree with the float64 gradient oracle within the bound (the D term, P from lse, the scale, softcap's derivative)",
+         {.backward = true, .max_kv = kGradMaxKv}, grad_agreement},
+        {"grad_writes", "the backward writes every element of dq, dk, dv (padding rows too) and nothing else, and leaves q, k, v, out, lse, dout unchanged",
+         {.backward = true, .max_kv = kGradMaxKv}, grad_writes},
+        {"grad_causality", "dk_j, dv_j take nothing from the rows that do not see key j, dq_i nothing from the keys row i does not see (exact when deterministic)",
+         {.need_causal_future = true, .backward = true, .max_kv = kGradMaxKv}, grad_causality},
+        {"grad_invisible_zero", "keys no row sees and padding rows get exactly 0 in dk, dv, empty rows 0 in dq, with garbage and NaN there",
+         {.need_invisible = true, .backward = true, .max_kv = kGradMaxKv}, grad_invisible_zero},
+        {"grad_determinism", "the same backward call twice (outputs prefilled otherwise), and on one thread, gives bitwise the same dq, dk, dv",
+         {.backward = true, .max_kv = kGradMaxKv}, grad_determinism},
+        {"grad_gqa_equals_replicated", "a kv head's dk, dv are the sums over its group of the replicated MHA's (accumulated, not written per head)",
+         {.need_gqa = true, .backward = true, .max_kv = kGradMaxKv}, grad_gqa_equals_replicated},
+        {"grad_batch", "a sequence's gradients alone equal its gradients inside a batch (dense or packed)", {.min_batch = 2, .backward = true, .max_kv = kGradMaxKv}, grad_batch},
+        {"grad_forward_consistency", "the backward on the kernel's own forward out and lse agrees with the oracle within the bound",
+         {.backward = true, .max_kv = kGradMaxKv}, grad_forward_consistency},
+        {"grad_no_oob_read", "q, k, v against a guard page: the backward faults on an over-read, and its result does not change with the placement",
+         {.backward = true, .max_kv = kGradMaxKv}, grad_no_oob_read},
     };
     return all;
 }
@@ -436,6 +460,9 @@ std::string not_applicable(const KernelProperty& prop, const KernelDeclaration& 
     const auto lacks = [&](const char* item, const char* feature) {
         return d.abi_v1 ? std::string("version 1 of the ABI has no ") + feature : std::string("declared ") + item;
     };
+    if (o.backward && !d.backward)
+        return d.abi_v1 ? "version 1 of the ABI has no backward pass"
+                        : d.backward_said == KernelDeclaration::Said::no ? "declared backward=no" : std::string(kNoBackward);
     if (o.need_lse && !d.lse) return lacks("lse=no", "lse output");
     if (o.need_varlen && !d.varlen) return lacks("varlen=no", "packed variable-length batches");
     if (o.need_paged && !d.paged) return lacks("paged=no", "paged KV cache");
@@ -461,9 +488,12 @@ std::string not_applicable(const KernelProperty& prop, const KernelDeclaration& 
         return "declared window=no with " + std::string(d.causal ? "positions=bottom_right" : "mask=none") +
                ": every key is seen by some row";
     if (prop.name == "layout_invariance" && !d.layout_any) return lacks("layout=contiguous", "layout but contiguous [B,H,T,D]");
+    if (prop.name == "grad_forward_consistency" && !d.lse) return "declared lse=no: the backward needs the forward's lse";
     if (prop.name == "split_agreement" && d.max_q_len == 1) return "declared max_q_len=1: a single query row has nothing to split";
     return {};
 }
+
+bool needs_backward(const KernelProperty& prop) { return prop.options.backward; }
 
 bool needs_abi_v2(const KernelProperty& prop) { return !not_applicable(prop, checked_declaration({}, false)).empty(); }
 

@@ -39,6 +39,9 @@ struct KernelUnderTest {
     // the same properties on version 2 problems; a version 1 kernel through v1_call()
     // (attncheck/abi_v1.hpp), on the problems version 1 can pose.
     attncheck_kernel_v2_fn fn_v2 = nullptr;
+    // The version 2 kernel's backward pass (kernel_abi_v2.h, attncheck_grads_v2), or null. It is
+    // checked by the gradient properties (properties/gradients.cpp) when declaration.backward.
+    attncheck_kernel_v2_backward_fn backward = nullptr;
     // A sequence inside a batch must give bitwise the same result as alone. True for the
     // built-ins (they split work by (b, h) only); an outside kernel may block differently per
     // batch size, so for it agreement within tolerance is required and a difference is noted.
@@ -57,7 +60,13 @@ inline KernelDeclaration checked_declaration(KernelDeclaration d, bool v2) {
 }
 inline KernelUnderTest checked(KernelUnderTest k) {
     k.declaration = checked_declaration(std::move(k.declaration), k.fn_v2 != nullptr);
+    if (!k.backward) k.declaration.backward = false;
     return k;
+}
+// A version 2 kernel with its backward pass (or none): the declaration says whether it is checked.
+inline void set_backward(KernelUnderTest& k, attncheck_kernel_v2_backward_fn fn) {
+    k.backward = k.fn_v2 ? fn : nullptr;
+    k.declaration.set_backward(k.backward != nullptr);
 }
 
 struct KernelProperty {
@@ -83,6 +92,11 @@ bool needs_abi_v2(const KernelProperty& prop);
 // The names of the properties needs_abi_v2() holds for, among those `keep` accepts, comma-separated.
 std::string abi_v1_lacks(const std::function<bool(const std::string&)>& keep);
 inline constexpr const char* kAbiV1LacksLine = "not applicable (version 1 of the ABI lacks what they need): ";
+// The gradient properties, which need the kernel's backward pass. A kernel without one has them
+// named on one line too (kNoBackwardLine).
+bool needs_backward(const KernelProperty& prop);
+inline constexpr const char* kNoBackward = "no backward pass: the kernel has no backward entry point";
+inline constexpr const char* kNoBackwardLine = "not applicable (no backward pass): ";
 
 // What `prop` leaves untried because of what a kernel declares ("" when nothing), e.g. NaN in
 // padding under padding_values=finite. run_kernel_property reports it as the run's warning.

@@ -85,5 +85,9 @@ CheckReport check_kernel(attncheck_kernel_fn fn, const std::string& name,
 // report then says so).
 CheckReport check_kernel(attncheck_kernel_v2_fn fn, const std::string& name,
                          const CheckOptions& options = CheckOptions::from_environment());
+// A version 2 kernel with its backward pass (kernel_abi_v2.h, attncheck_grads_v2): the same, and
+// the gradient properties (unless the declaration says backward=no).
+CheckReport check_kernel(attncheck_kernel_v2_fn fn, attncheck_kernel_v2_backward_fn backward, const std::string& name,
+                         const CheckOptions& options = CheckOptions::from_environment());
 
 }  // namespace attncheck

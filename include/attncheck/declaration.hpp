@@ -51,6 +51,13 @@
 //                        them by a zero weight): the suite then puts large finite garbage there
 //                        instead, and poison_invisible's report says NaN and Inf were not tried
 //
+// The backward pass (attncheck_grads_v2 in kernel_abi_v2.h), checked when the kernel has one:
+//   backward             `yes` (a kernel library must then export `<symbol>_backward`: its absence
+//                        is an error) or `no` (an exported backward is not checked). Unsaid: the
+//                        backward is checked when there is one
+//   deterministic_backward  `yes` (default: the same call gives bitwise the same dq, dk, dv, on
+//                        any thread count) or `no` (e.g. dq accumulated with atomics)
+//
 // A declaration that contradicts itself (block_size with paged=no, an empty dtype list) is
 // rejected as malformed. mask=none with positions=bottom_right is accepted: positions still
 // matter to a non-causal problem through its window and ALiBi.
@@ -98,6 +105,15 @@ struct KernelDeclaration {
     int tanh_ulps = kDefaultTanhUlps;
     bool padding_finite = false;  // padding_values=finite
     bool positions_shared = false;  // positions=shared: q_pos[b] equal for every b
+
+    // The backward pass.
+    enum class Said { unsaid, yes, no };
+    Said backward_said = Said::unsaid;  // the item backward=yes|no
+    bool deterministic_backward = true;
+    // Whether the kernel's backward pass is checked: it has one and does not declare backward=no.
+    // Not an item: set where the kernel is loaded (set_backward), false for a version 1 kernel.
+    bool backward = false;
+    void set_backward(bool has_entry_point) { backward = has_entry_point && backward_said != Said::no; }
 
     // A version 1 kernel's declaration (limit_to_abi_v1()): float32, no GQA, contiguous dense
     // tensors, shared positions, no window, softcap, ALiBi or lse, finite padding (version 1 put

@@ -124,9 +124,11 @@ LoadedKernel load_kernel_library(const std::string& path, const std::string& sym
         throw InputError(prefix(path) + "no symbol '" + symbol +
                          "' (is it exported with C linkage, extern \"C\", and not static?)");
     }
-    if (lk.abi_version == ATTNCHECK_ABI_VERSION_2)
+    if (lk.abi_version == ATTNCHECK_ABI_VERSION_2) {
         lk.fn_v2 = reinterpret_cast<attncheck_kernel_v2_fn>(fn);
-    else
+        dlerror();
+        lk.backward_v2 = reinterpret_cast<attncheck_kernel_v2_backward_fn>(dlsym(handle, (symbol + "_backward").c_str()));
+    } else
         lk.fn = reinterpret_cast<attncheck_kernel_fn>(fn);
 
     const std::string decl_name = symbol + "_declaration";

@@ -31,6 +31,8 @@ namespace attncheck::properties {
 struct LoadedKernel {
     attncheck_kernel_fn fn = nullptr;        // a version 1 kernel
     attncheck_kernel_v2_fn fn_v2 = nullptr;  // a version 2 kernel (exactly one of fn, fn_v2 is set)
+    // A version 2 kernel's `<symbol>_backward` (kernel_abi_v2.h, attncheck_grads_v2), when exported.
+    attncheck_kernel_v2_backward_fn backward_v2 = nullptr;
     int abi_version = 1;                     // what the library declares (1 when it says nothing)
     std::string path, symbol;
     void* handle = nullptr;   // the dlopen handle; never closed (fn must stay valid for the run)

@@ -253,6 +253,7 @@ TEST_CASE("a plain float32 kernel passes every v2 property", "[properties_v2]") 
                                      v2_kernel("plain_f32 (additive -inf mask over every key of Tk(b))",
                                                plain_kernel<Bug::additive_mask>)})
         for (const KernelProperty& prop : kernel_properties()) {
+            if (needs_backward(prop)) continue;  // no backward pass
             const PropertyResult r = run_kernel_property(prop, k, p);
             INFO(report(r, k.name));
             CHECK(r.status == Status::pass);
@@ -281,6 +282,7 @@ TEST_CASE("a narrow declaration: cases stay within it and what is outside is ref
     const KernelUnderTest k = v2_kernel("plain_f32 (declared narrow)", plain_kernel<Bug::none>,
                                         "dtype=f16; window=no; varlen=no; layout=contiguous; block_size=8; max_kv_len=40");
     for (const KernelProperty& prop : kernel_properties()) {
+        if (needs_backward(prop)) continue;  // no backward pass
         const PropertyResult r = run_kernel_property(prop, k, p);
         INFO(report(r, k.name));
         if (prop.name == "refuses_undeclared") {
@@ -443,6 +445,10 @@ TEST_CASE("dense=no: a varlen-only kernel passes every property it can be posed 
     for (const KernelProperty& prop : kernel_properties()) {
         const std::string why = not_applicable(prop, k.declaration);
         INFO(prop.name << ": " << why);
+        if (needs_backward(prop)) {
+            CHECK(why == kNoBackward);
+            continue;
+        }
         if (prop.name == "layout_invariance" || prop.name == "paged_permutation") {
             CHECK_THAT(why, Catch::Contains("dense=no"));
             continue;

@@ -30,16 +30,20 @@ std::string report(const PropertyResult& r, const std::string& subject) {
 KernelUnderTest under_test(const KernelEntry& e) {
     KernelUnderTest k{e.name, e.fn, true, KernelDeclaration::parse(e.declaration)};
     k.fn_v2 = e.fn_v2;
+    set_backward(k, e.backward_v2);
     return k;
 }
 
 // Every kernel property the entry's ABI version can pose, each result in turn to `each`; stops
-// early when `each` returns false.
+// early when `each` returns false. A backward zoo entry gets the gradient properties only (its
+// forward is a built-in, checked as such), as in `attncheck fuzz --mutants`.
 template <class Each>
 void each_kernel_property(const KernelEntry& e, const RunParams& params, Each each) {
     const KernelUnderTest k = checked(under_test(e));
     for (const KernelProperty& prop : kernel_properties())
-        if (not_applicable(prop, k.declaration).empty() && !each(run_kernel_property(prop, k, params))) return;
+        if (not_applicable(prop, k.declaration).empty() && (!e.backward_only || needs_backward(prop)) &&
+            !each(run_kernel_property(prop, k, params)))
+            return;
 }
 
 // Every kernel of a role passes every kernel property of its ABI version; with
