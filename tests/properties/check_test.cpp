@@ -158,3 +158,32 @@ TEST_CASE("check_kernel of a version 2 kernel runs the version 2 properties, wit
     CHECK(std::find(bad.failed.begin(), bad.failed.end(), "agreement") != bad.failed.end());
     CHECK(std::find(bad.failed.begin(), bad.failed.end(), "probabilities") != bad.failed.end());
 }
+
+TEST_CASE("check_kernel of a kernel with a backward pass runs the gradient properties", "[check][backward]") {
+    CheckOptions o;
+    o.cases = 20;
+    o.decoder = false;
+    o.only = {"agreement", "grad_agreement", "grad_causality", "grad_writes"};
+    const CheckReport good = check_kernel(attncheck_reference_kernel_v2, attncheck_reference_kernel_v2_backward, "reference_v2", o);
+    INFO(good.text);
+    CHECK(good.passed);
+    for (const char* name : {"grad_agreement", "grad_causality", "grad_writes"}) CHECK(good.text.find(name) != std::string::npos);
+
+    // Without a backward, the gradient properties are named on one line, not run.
+    const CheckReport forward_only = check_kernel(attncheck_reference_kernel_v2, "reference_v2 (forward only)", o);
+    INFO(forward_only.text);
+    CHECK(forward_only.passed);
+    CHECK(forward_only.text.find(std::string(kNoBackwardLine) + "grad_agreement, grad_writes, grad_causality") != std::string::npos);
+
+    // A backward that drops the D term fails grad_agreement with the element and the bound.
+    const KernelEntry* m = find_kernel("bwd_d_term_dropped", KernelRole::mutant);
+    REQUIRE(m);
+    REQUIRE(m->backward_v2);
+    const CheckReport bad = check_kernel(m->fn_v2, m->backward_v2, m->name, o);
+    INFO(bad.text);
+    CHECK_FALSE(bad.passed);
+    CHECK(std::find(bad.failed.begin(), bad.failed.end(), "grad_agreement") != bad.failed.end());
+    CHECK(bad.text.find("float64 oracle") != std::string::npos);
+    CHECK_THROWS_AS(check_kernel(attncheck_reference_kernel_v2, attncheck_kernel_v2_backward_fn{nullptr}, "null", o),
+                    std::invalid_argument);
+}

@@ -156,3 +156,28 @@ TEST_CASE("unsupported_reason names the v2 feature a problem uses and the kernel
     CHECK_THAT(reason(KernelDeclaration::parse("padding=no"), longer), Catch::Contains("padding=no"));
     CHECK(reason(KernelDeclaration::parse("padding=no"), c).empty());
 }
+
+TEST_CASE("backward, deterministic_backward: parsed, printed back, and set_backward follows them", "[declaration][v2][backward]") {
+    KernelDeclaration d = KernelDeclaration::parse("deterministic_backward=no");
+    CHECK_FALSE(d.deterministic_backward);
+    CHECK(d.to_string() == "deterministic_backward=no");
+    CHECK_FALSE(d.backward);  // not an item: set where the kernel is loaded
+    d.set_backward(true);
+    CHECK(d.backward);
+    d.set_backward(false);
+    CHECK_FALSE(d.backward);
+
+    KernelDeclaration off = KernelDeclaration::parse("backward=no");
+    CHECK(off.backward_said == KernelDeclaration::Said::no);
+    off.set_backward(true);  // exported, but declared not to be checked
+    CHECK_FALSE(off.backward);
+    CHECK(KernelDeclaration::parse(off.to_string()).backward_said == KernelDeclaration::Said::no);
+    CHECK(KernelDeclaration::parse("backward=yes").to_string() == "backward=yes");
+
+    CHECK_THAT(message("backward=maybe"), Catch::Contains("backward=maybe"));
+    // A version 1 kernel has no backward entry point, whatever it says.
+    KernelDeclaration v1 = KernelDeclaration::parse("");
+    v1.set_backward(true);
+    v1.limit_to_abi_v1();
+    CHECK_FALSE(v1.backward);
+}
