@@ -12,10 +12,20 @@
 // performance issue's measure of the v1 kernel (bench/kernel_bench.cpp).
 // Arg 0 is the thread count (0 = all OpenMP threads).
 //
+// The backward pass (attncheck_optimized_kernel_v2_backward), BM_AttentionV2BackwardF32: f32 MHA
+// causal prefill (8 heads, D 64, [B,T,H,D]) at T = 2048, each iteration one backward call and
+// one forward call on the same problem, alternating (8 (sequence, kv head) tasks: on 1 or 2 threads
+// the backward runs its fused split, optimized/attention_backward.cpp). Its useful flops are 5 products of 2*D flops
+// per visible (query, key) pair and head (S = Q K^T, dP = dO V^T, dV = P^T dO, dK = dS^T Q,
+// dQ = dS K: 10*D, 2.5x the forward's 4*D); gflops and frac_peak (against the FMA peak of the
+// timed windows, bench/peak_window.hpp, as BM_AttentionPrefill) for the backward, fwd_gflops and
+// fwd_frac_peak for the forward beside it, bwd_over_fwd the ratio of their times.
+//
 // Dimension legend: B = batch, Hq / Hk = query / kv heads, T = rows, D = head_dim = value_dim.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <numeric>
 #include <random>
 #include <stdexcept>
@@ -26,6 +36,7 @@
 
 #include "attncheck/kernels.hpp"
 #include "attncheck/problem_v2.hpp"
+#include "bench/peak_window.hpp"
 #include "perf/calibration.hpp"
 #include "perf/kernel_shapes.hpp"
 
@@ -178,5 +189,81 @@ BENCHMARK(BM_AttentionV2PagedDecodeGqaBf16)
     ->ArgNames({"threads", "Tk"})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
+
+// An f32 MHA causal prefill of T rows ([1, T, H, D]) with everything its backward pass reads:
+// out and lse from the forward, dout uniform in [-1, 1).
+struct BackwardProblem {
+    attncheck_problem_v2 p{};
+    attncheck_grads_v2 g{};
+    std::vector<float> q, k, v, out, lse, dout, dq, dk, dv;
+    std::vector<std::int32_t> q_pos{0};
+    double useful_flops = 0;
+};
+
+BackwardProblem& backward_problem(int T) {
+    static std::map<int, BackwardProblem> made;
+    if (const auto it = made.find(T); it != made.end()) return it->second;
+    BackwardProblem& pr = made[T];
+    attncheck_problem_v2& p = pr.p;
+    p.abi_version = ATTNCHECK_ABI_VERSION_2;
+    p.struct_size = sizeof(attncheck_problem_v2);
+    p.dtype = ATTNCHECK_DTYPE_F32;
+    p.batch = 1, p.q_heads = kHq, p.kv_heads = kHq, p.head_dim = kD, p.value_dim = kD;
+    p.q_len = T, p.kv_len = T;
+    p.q_pos = pr.q_pos.data();
+    p.causal = 1, p.window_left = -1, p.window_right = -1;
+    p.scale = 0.125f;
+    const std::int64_t bthd[4] = {std::int64_t(T) * kHq * kD, kD, kHq * kD, 1};
+    for (attncheck_tensor_v2* t : {&p.q, &p.k, &p.v, &p.out, &pr.g.dout, &pr.g.dq, &pr.g.dk, &pr.g.dv})
+        std::copy(bthd, bthd + 4, t->stride);
+    const std::size_t n = std::size_t(T) * kHq * kD;
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (auto* x : {&pr.q, &pr.k, &pr.v, &pr.dout}) {
+        x->resize(n);
+        for (float& e : *x) e = u(rng);
+    }
+    for (auto* x : {&pr.out, &pr.dq, &pr.dk, &pr.dv}) x->assign(n, 0.0f);
+    pr.lse.assign(std::size_t(T) * kHq, 0.0f);
+    p.lse = pr.lse.data();
+    p.lse_stride[0] = std::int64_t(T) * kHq, p.lse_stride[1] = T, p.lse_stride[2] = 1;
+    p.q.data = pr.q.data(), p.k.data = pr.k.data(), p.v.data = pr.v.data(), p.out.data = pr.out.data();
+    pr.g.struct_size = sizeof(attncheck_grads_v2);
+    pr.g.dout.data = pr.dout.data(), pr.g.dq.data = pr.dq.data(), pr.g.dk.data = pr.dk.data(), pr.g.dv.data = pr.dv.data();
+    if (attncheck_optimized_kernel_v2(&p) != ATTNCHECK_OK) throw std::runtime_error("the forward refused its problem");
+    const double pairs = double(T) * double(T + 1) / 2;  // causal: row i sees keys 0 .. i
+    pr.useful_flops = double(kHq) * pairs * (10.0 * kD);  // 5 products of 2*D flops per pair
+    return pr;
+}
+
+void BM_AttentionV2BackwardF32(benchmark::State& state) {
+    const Threads th(state.range(0));
+    BackwardProblem& pr = backward_problem(int(state.range(1)));
+    attncheck::perf::PeakWindows pw(th.n);  // its runs are outside the timed calls
+    double sb = 0, sf = 0;
+    for (auto _ : state) {
+        const double s = seconds([&] { return attncheck_optimized_kernel_v2_backward(&pr.p, &pr.g); });
+        sb += s;
+        sf += seconds([&] { return attncheck_optimized_kernel_v2(&pr.p); });
+        attncheck::bench::add_to_window(state, pw, s);
+    }
+    pw.finish();
+    const double n = double(state.iterations());
+    // The forward's useful flops: 4*D per visible pair (2*Dk + 2*Dv), 2/5 of the backward's.
+    const double fwd_flops = pr.useful_flops * 0.4;
+    const double gflops = pr.useful_flops / (sb / n) * 1e-9;
+    state.counters["threads"] = th.n;
+    state.counters["us_per_call"] = sb / n * 1e6;
+    state.counters["gflops"] = gflops;
+    attncheck::bench::report_peak(state, pw, gflops, th.n);
+    state.counters["fwd_gflops"] = fwd_flops / (sf / n) * 1e-9;
+    state.counters["fwd_frac_peak"] = fwd_flops / (sf / n) * 1e-9 / pw.peak_gflops();
+    state.counters["bwd_over_fwd"] = sb / sf;
+}
+BENCHMARK(BM_AttentionV2BackwardF32)
+    ->ArgsProduct({{1, 0}, {2048}})
+    ->ArgNames({"threads", "T"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -62,7 +62,8 @@ const std::vector<KernelEntry>& kernel_registry() {
              .fn_v2 = attncheck_reference_kernel_v2,
              .backward_v2 = attncheck_reference_kernel_v2_backward},
             // Reads only keys some row of its query block sees; a problem version 1 expresses
-            // is handed to `optimized` (optimized/attention_v2.cpp).
+            // is handed to `optimized` (optimized/attention_v2.cpp). Its backward: FlashAttention-2's
+            // on 64 x 64 blocks, deterministic (optimized/attention_backward.cpp).
             {.name = "optimized_v2",
              .fn = nullptr,
              .description = "ABI v2: fused online-softmax kernel, GQA without copies, paged, OpenMP, deterministic",
@@ -70,7 +71,8 @@ const std::vector<KernelEntry>& kernel_registry() {
              .declaration = "",
              .bug = "",
              .reads_only_visible_keys = false,
-             .fn_v2 = attncheck_optimized_kernel_v2},
+             .fn_v2 = attncheck_optimized_kernel_v2,
+             .backward_v2 = attncheck_optimized_kernel_v2_backward},
         };
         for (KernelEntry& e : zoo_entries()) all.push_back(std::move(e));
         for (KernelEntry& e : zoo_v2_entries()) all.push_back(std::move(e));

@@ -102,14 +102,18 @@ GradOracle attention_grad_oracle(const attncheck_problem_v2& p, const attncheck_
     const auto load = [&](const void* data, std::int64_t offset) { return double(load_element(p.dtype, data, offset)); };
     std::vector<Key> row_keys;
     std::vector<double> dO(uDv), out_exact(uDv), q(uDk), dq(uDk), aq(uDk), bq(uDk);
+    KeysValues kv;
 
     for (int b = 0; b < B; ++b)
         for (int h = 0; h < p.q_heads; ++h) {
             const int hk = kv_head_of(p, h);
+            kv.load(p, b, hk);
             for (int i = 0; i < o.q_len[std::size_t(b)]; ++i) {
+                load_query_row(p, b, h, i, q);
                 row_keys.clear();
                 for (int j = 0; j < kv_len_of(p, b); ++j)
-                    if (visible_v2(p, b, i, j)) row_keys.push_back({j, score_v2(p, options.tanh_ulps, b, h, i, j)});
+                    if (visible_v2(p, b, i, j))
+                        row_keys.push_back({j, score_v2(p, options.tanh_ulps, b, h, i, j, q.data(), kv.key(j, Dk))});
                 const std::size_t n = row_keys.size();
                 if (n == 0) continue;  // no key: dq = 0 exactly, and nothing reaches any key
                 const double nn = double(n);
@@ -144,8 +148,9 @@ GradOracle attention_grad_oracle(const attncheck_problem_v2& p, const attncheck_
                 for (int c = 0; c < Dv; ++c) dO[std::size_t(c)] = load(dout.data, q_offset_v2(p, dout, b, h, i, c));
                 std::fill(out_exact.begin(), out_exact.end(), 0.0);
                 for (Key& k : row_keys) {
+                    const double* vj = kv.value(k.j, Dv);
                     for (int c = 0; c < Dv; ++c) {
-                        const double vc = load(p.v.data, kv_offset_v2(p, p.v, b, hk, k.j, c));
+                        const double vc = vj[c];
                         out_exact[std::size_t(c)] += k.p * vc;
                         k.dP += dO[std::size_t(c)] * vc;
                         k.mdP += std::abs(dO[std::size_t(c)] * vc);
@@ -172,7 +177,6 @@ GradOracle attention_grad_oracle(const attncheck_problem_v2& p, const attncheck_
                 eD_p += g(nn + 2.0) * mag_p;
                 const double eD = sane(std::max(eD_out, eD_p));
 
-                for (int c = 0; c < Dk; ++c) q[std::size_t(c)] = load(p.q.data, q_offset_v2(p, p.q, b, h, i, c));
                 std::fill(dq.begin(), dq.end(), 0.0);
                 std::fill(aq.begin(), aq.end(), 0.0);
                 std::fill(bq.begin(), bq.end(), 0.0);
@@ -198,9 +202,10 @@ GradOracle attention_grad_oracle(const attncheck_problem_v2& p, const attncheck_
                     const std::size_t kr = o.key(b, hk, k.j);
                     o.key_seen[kr] = 1;
                     ++ak.terms[kr];
+                    const double* kj = kv.key(k.j, Dk);
                     for (int c = 0; c < Dk; ++c) {
                         const std::size_t uc = std::size_t(c);
-                        const double kc = load(p.k.data, kv_offset_v2(p, p.k, b, hk, k.j, c));
+                        const double kc = kj[c];
                         dq[uc] += scale * dS0 * kc;
                         aq[uc] += e_dS0 * std::abs(kc);
                         bq[uc] += (std::abs(dS0) + e_dS0) * std::abs(kc);

@@ -57,15 +57,32 @@ struct ScoredKey {
 //                   base 2, log2 e folded into the slope (2u |beta|) and into c (2u |c| <=
 //                   2u (|s| + |beta|), the |s| part counted with the exponential's stage); one
 //                   spare; the subtraction u |s|:  e_s = (1 + u) e_c + 6u |beta| + u |s|
-ScoreV2 score_v2(const attncheck_problem_v2& p, double tanh_ulps, int b, int h, int i, int j) {
-    const int hk = kv_head_of(p, h);
+void KeysValues::load(const attncheck_problem_v2& p, int b_, int hk_) {
+    if (b_ == b && hk_ == hk) return;
+    b = b_, hk = hk_;
+    const std::size_t Tk = std::size_t(kv_len_of(p, b)), Dk = std::size_t(p.head_dim), Dv = std::size_t(p.value_dim);
+    k.resize(Tk * Dk);
+    v.resize(Tk * Dv);
+    for (std::size_t j = 0; j < Tk; ++j) {
+        for (std::size_t c = 0; c < Dk; ++c)
+            k[j * Dk + c] = double(load_element(p.dtype, p.k.data, kv_offset_v2(p, p.k, b, hk, int(j), int(c))));
+        for (std::size_t c = 0; c < Dv; ++c)
+            v[j * Dv + c] = double(load_element(p.dtype, p.v.data, kv_offset_v2(p, p.v, b, hk, int(j), int(c))));
+    }
+}
+
+void load_query_row(const attncheck_problem_v2& p, int b, int h, int i, std::vector<double>& q) {
+    q.resize(std::size_t(p.head_dim));
+    for (int c = 0; c < p.head_dim; ++c) q[std::size_t(c)] = double(load_element(p.dtype, p.q.data, q_offset_v2(p, p.q, b, h, i, c)));
+}
+
+ScoreV2 score_v2(const attncheck_problem_v2& p, double tanh_ulps, int b, int h, int i, int j, const double* q,
+                 const double* k) {
     const double scale = double(p.scale);
     double dot = 0, mag = 0;
     for (int d = 0; d < p.head_dim; ++d) {
-        const double qd = double(load_element(p.dtype, p.q.data, q_offset_v2(p, p.q, b, h, i, d)));
-        const double kd = double(load_element(p.dtype, p.k.data, kv_offset_v2(p, p.k, b, hk, j, d)));
-        dot += qd * kd;
-        mag += std::abs(qd * kd);
+        dot += q[d] * k[d];
+        mag += std::abs(q[d] * k[d]);
     }
     ScoreV2 r;
     r.s0 = scale * dot;
@@ -91,19 +108,20 @@ ScoreV2 score_v2(const attncheck_problem_v2& p, double tanh_ulps, int b, int h, 
 
 namespace {
 
-ScoredKey score_of(const attncheck_problem_v2& p, const OracleV2Options& options, int b, int h, int i, int j) {
-    const ScoreV2 sc = score_v2(p, options.tanh_ulps, b, h, i, j);
+ScoredKey score_of(const attncheck_problem_v2& p, const OracleV2Options& options, int b, int h, int i, int j,
+                   const double* q, const KeysValues& kv) {
+    const ScoreV2 sc = score_v2(p, options.tanh_ulps, b, h, i, j, q, kv.key(j, p.head_dim));
     return {j, sc.s, sc.e, 0.0};
 }
 
 // Row (b, h, i) into the oracle's logical row r.
 void attend_row(const attncheck_problem_v2& p, const OracleV2Options& options, int b, int h, int i, std::size_t r,
-                OracleV2& o, std::vector<ScoredKey>& keys) {
+                OracleV2& o, std::vector<ScoredKey>& keys, const std::vector<double>& q, const KeysValues& kv) {
     const std::size_t Dv = std::size_t(p.value_dim);
     keys.clear();
     const int Tk = kv_len_of(p, b);
     for (int j = 0; j < Tk; ++j)
-        if (visible_v2(p, b, i, j)) keys.push_back(score_of(p, options, b, h, i, j));
+        if (visible_v2(p, b, i, j)) keys.push_back(score_of(p, options, b, h, i, j, q.data(), kv));
     const std::size_t n = keys.size();
     o.visible[r] = int(n);
     if (n == 0) {  // the ABI's empty row: out 0 and lse -inf, exactly (bounds 0)
@@ -162,7 +180,6 @@ void attend_row(const attncheck_problem_v2& p, const OracleV2Options& options, i
     //   probabilities rounded to the dtype before P V (when declared):
     //                  1.1 ud (M + |o| + first) + n tiny(dtype) max_j |v_j|
     //   the output rounded to the dtype (not float32): ud (|o| + bound) + tiny(dtype)
-    const int hk = kv_head_of(p, h);
     const double growth = std::exp(2.0 * E);
     const double arith = u * (3.0 * nn + 8.0);
     const SplitMerge merge = split_merge_output(nn, o.lse[r]);
@@ -170,7 +187,7 @@ void attend_row(const attncheck_problem_v2& p, const OracleV2Options& options, i
     for (std::size_t c = 0; c < Dv; ++c) {
         double out = 0;
         for (std::size_t t = 0; t < n; ++t) {
-            v[t] = double(load_element(p.dtype, p.v.data, kv_offset_v2(p, p.v, b, hk, keys[t].j, int(c))));
+            v[t] = kv.value(keys[t].j, p.value_dim)[c];
             out += keys[t].p * v[t];
         }
         double soft = 0, mag = 0, vmax = 0, cap = 0;
@@ -223,9 +240,16 @@ OracleV2 attention_v2_oracle(const attncheck_problem_v2& p, const OracleV2Option
     o.visible.assign(rows, 0);
     o.max_score.assign(rows, 0.0);
     std::vector<ScoredKey> keys;
+    std::vector<double> q;
+    KeysValues kv;
     for (int b = 0; b < p.batch; ++b)
-        for (int h = 0; h < p.q_heads; ++h)
-            for (int i = 0; i < o.q_len[std::size_t(b)]; ++i) attend_row(p, options, b, h, i, o.row(b, h, i), o, keys);
+        for (int h = 0; h < p.q_heads; ++h) {
+            kv.load(p, b, kv_head_of(p, h));
+            for (int i = 0; i < o.q_len[std::size_t(b)]; ++i) {
+                load_query_row(p, b, h, i, q);
+                attend_row(p, options, b, h, i, o.row(b, h, i), o, keys, q, kv);
+            }
+        }
     return o;
 }
 

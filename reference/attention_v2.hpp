@@ -56,7 +56,22 @@ struct ScoreV2 {
     double e = 0;         // |a float32 kernel's score - s| <= e
     double e_capped = 0;  // the same for the softcapped score before ALiBi (e without ALiBi)
 };
-ScoreV2 score_v2(const attncheck_problem_v2& p, double tanh_ulps, int b, int h, int i, int j);
+// q: the row's Dk query elements, k: key j's, as float64 (load_query_row, KeysValues).
+ScoreV2 score_v2(const attncheck_problem_v2& p, double tanh_ulps, int b, int h, int i, int j, const double* q,
+                 const double* k);
+
+// The keys and values of (sequence b, kv head hk) as float64, [Tk(b), Dk] and [Tk(b), Dv]: the
+// oracles read each stored element once per (sequence, kv head), not once per row that sees it.
+// load() reads them when (b, hk) changes.
+struct KeysValues {
+    int b = -1, hk = -1;
+    std::vector<double> k, v;
+    void load(const attncheck_problem_v2& p, int b, int hk);
+    const double* key(int j, int head_dim) const { return k.data() + std::size_t(j) * std::size_t(head_dim); }
+    const double* value(int j, int value_dim) const { return v.data() + std::size_t(j) * std::size_t(value_dim); }
+};
+// Row i of sequence b, query head h, as float64.
+void load_query_row(const attncheck_problem_v2& p, int b, int h, int i, std::vector<double>& q);
 
 // x rounded to nearest even in `dtype` (ATTNCHECK_DTYPE_*) directly from float64, as a float:
 // what the reference kernel stores (no double rounding through float32).
