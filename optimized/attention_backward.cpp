@@ -1,6 +1,8 @@
-// optimized/attention_backward.cpp — attncheck_optimized_kernel_v2_backward: FlashAttention-2's
-// backward pass on a CPU, for every problem of kernel ABI version 2 but a paged one (the contract
-// is attncheck_grads_v2's comment in attncheck/kernel_abi_v2.h).
+// optimized/attention_backward.cpp — the pass of attncheck_optimized_kernel_v2_backward (its
+// entry and checks: attention_backward_entry.cpp; the plan of a call, compiled once:
+// attention_backward_plan.cpp): FlashAttention-2's backward pass on a CPU, for every problem of
+// kernel ABI version 2 but a paged one (the contract is attncheck_grads_v2's comment in
+// attncheck/kernel_abi_v2.h).
 //
 // The arithmetic, per (query block of 64 rows, key block of 64 keys) that some row sees a key
 // of, for one query head h (P and dS are never stored beyond the pair):
@@ -71,141 +73,19 @@
 #include "optimized/attention_backward.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
-#include <limits>
 #include <vector>
 
 #include <omp.h>
 
 #include "attncheck/kernel_abi.h"
 #include "attncheck/kernel_abi_v2.h"
-#include "attncheck/kernels.hpp"
 #include "attncheck/problem_v2.hpp"
 #include "optimized/aligned.hpp"
 #include "optimized/attention_kernel.hpp"
 #include "optimized/attention_v2.hpp"
 #include "optimized/simd_targets.hpp"
-
-// ---- the plan of a call: compiled once (this file is re-included once per target) ------------
-#ifndef ATTNCHECK_OPTIMIZED_ATTENTION_BACKWARD_PLAN_
-#define ATTNCHECK_OPTIMIZED_ATTENTION_BACKWARD_PLAN_
-namespace attncheck::optimized::backward_detail {
-namespace {
-
-// One sequence of the call: its lengths, and where its blocks are in the packed buffers.
-struct Seq {
-    std::int64_t Tq = 0, Tk = 0, pos = 0;
-    std::int64_t kv_rows = 0;  // dk / dv rows written (kv_rows_of(): padding included)
-    std::int64_t nqb = 0;      // query blocks, ceil(Tq / 64)
-    std::int64_t nkb = 0;      // key blocks of the keys, ceil(Tk / 64): the packed ones
-    std::int64_t nkb_rows = 0; // key blocks of the dk / dv rows, ceil(kv_rows / 64)
-    std::int64_t qfirst = 0, kfirst = 0;  // its first query / key block among all sequences'
-};
-
-// Floats of a packed query block: Q [64, Dk], Q^T [Dk, 64], dO [64, Dv], dO^T [Dv, 64],
-// lse [64], D [64]; of a packed key block: K [64, Dk], K^T [Dk, 64], V [64, Dv]. Every part is
-// a multiple of 16 floats, so each starts on a cache line when the block does.
-struct Layout {
-    std::int64_t Dk, Dv;
-    std::int64_t qchunk() const { return 2 * kBlock * (Dk + Dv) + 2 * kBlock; }
-    std::int64_t kchunk() const { return 2 * kBlock * Dk + kBlock * Dv; }
-    std::int64_t q_t() const { return kBlock * Dk; }
-    std::int64_t dout() const { return 2 * kBlock * Dk; }
-    std::int64_t dout_t() const { return 2 * kBlock * Dk + kBlock * Dv; }
-    std::int64_t lse() const { return 2 * kBlock * (Dk + Dv); }
-    std::int64_t d() const { return lse() + kBlock; }
-    std::int64_t k_t() const { return kBlock * Dk; }
-    std::int64_t v() const { return 2 * kBlock * Dk; }
-};
-
-struct Plan {
-    std::vector<Seq> seq;
-    std::int64_t qblocks = 0, kblocks = 0;  // packed blocks of all sequences (per head)
-    Layout lay{};
-    int G = 1;
-};
-
-std::int64_t blocks_of(std::int64_t n) { return (n + kBlock - 1) / kBlock; }
-
-// The keys seen by rows [i0, i1) of sequence s, one interval (see rows_of_key).
-Interval keys_of_rows(const attncheck_problem_v2& p, const Seq& s, std::int64_t i0, std::int64_t i1) {
-    Interval all{std::numeric_limits<std::int64_t>::max(), -1};
-    for (std::int64_t i = i0; i < std::min(i1, s.Tq); ++i) {
-        const Interval k = keys_of_row(p, s.Tk, s.pos + i);
-        if (k.empty()) continue;
-        all.lo = std::min(all.lo, k.lo);
-        all.hi = std::max(all.hi, k.hi);
-    }
-    return all;
-}
-
-// The rows that see keys [j0, j1) of sequence s, one interval.
-Interval rows_of_keys(const attncheck_problem_v2& p, const Seq& s, std::int64_t j0, std::int64_t j1) {
-    Interval all{std::numeric_limits<std::int64_t>::max(), -1};
-    for (std::int64_t j = j0; j < std::min(j1, s.Tk); ++j) {
-        const Interval r = rows_of_key(p, s.Tq, s.Tk, s.pos, j);
-        if (r.empty()) continue;
-        all.lo = std::min(all.lo, r.lo);
-        all.hi = std::max(all.hi, r.hi);
-    }
-    return all;
-}
-
-// Visible (row, key) pairs of sequence s for one query head: its work.
-double visible_pairs(const attncheck_problem_v2& p, const Seq& s) {
-    double n = 0;
-    for (std::int64_t i = 0; i < s.Tq; ++i) {
-        const Interval k = keys_of_row(p, s.Tk, s.pos + i);
-        if (!k.empty()) n += double(k.hi - k.lo + 1);
-    }
-    return n;
-}
-
-Plan make_plan(const attncheck_problem_v2& p) {
-    Plan plan;
-    plan.lay = {p.head_dim, p.value_dim};
-    plan.G = p.q_heads / p.kv_heads;
-    plan.seq.resize(std::size_t(p.batch));
-    for (int b = 0; b < p.batch; ++b) {
-        Seq& s = plan.seq[std::size_t(b)];
-        s.Tq = q_len_of(p, b);
-        s.Tk = kv_len_of(p, b);
-        s.pos = p.q_pos[b];
-        s.kv_rows = kv_rows_of(p, b);
-        s.nqb = blocks_of(s.Tq);
-        s.nkb = blocks_of(s.Tk);
-        s.nkb_rows = blocks_of(s.kv_rows);
-        s.qfirst = plan.qblocks;
-        s.kfirst = plan.kblocks;
-        plan.qblocks += s.nqb;
-        plan.kblocks += s.nkb;
-    }
-    return plan;
-}
-
-// Whether the fused split's B * Hk tasks, work w each (largest first, each to the least loaded
-// of `threads`), finish within 1.25x of a perfect split: the two-phase split does 7/5 of the
-// work, so below that the fused one is faster.
-bool fused_balances(std::vector<double> w, int threads) {
-    if (threads <= 1) return true;
-    double total = 0;
-    for (const double x : w) total += x;
-    if (total <= 0) return true;
-    std::sort(w.begin(), w.end(), [](double a, double b) { return a > b; });
-    std::vector<double> load(std::size_t(threads), 0.0);
-    for (const double x : w) *std::min_element(load.begin(), load.end()) += x;
-    return *std::max_element(load.begin(), load.end()) <= 1.25 * total / threads;
-}
-
-// The fused split keeps each task's dQ^T (G heads x the sequence's query blocks) in its scratch:
-// at most this many floats (16 MiB) per thread, else two_phase.
-constexpr std::int64_t kFusedScratchFloats = std::int64_t(4) << 20;
-
-}  // namespace
-}  // namespace attncheck::optimized::backward_detail
-#endif  // ATTNCHECK_OPTIMIZED_ATTENTION_BACKWARD_PLAN_
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "optimized/attention_backward.cpp"
@@ -213,6 +93,7 @@ constexpr std::int64_t kFusedScratchFloats = std::int64_t(4) << 20;
 #include <hwy/highway.h>
 
 #include "optimized/attention_tile.hpp"
+#include "optimized/element_rows.hpp"
 #include "optimized/key_tile.hpp"
 #include "optimized/vec16.hpp"
 
@@ -227,48 +108,6 @@ using bd::Layout;
 using bd::Plan;
 using bd::Seq;
 static_assert(bd::kBlock == kTileKeys, "tile_scores computes 64 columns");
-
-// dst[c] = element offset + c * stride of data, as float32, for c < n (a loop of its own per
-// dtype and for contiguous rows: it vectorizes).
-template <class T, class Convert>
-void load_elements(const void* data, std::int64_t offset, std::int64_t stride, std::int64_t n, float* dst,
-                   const Convert& convert) {
-    const T* src = static_cast<const T*>(data) + offset;
-    if (stride == 1)
-        for (std::int64_t c = 0; c < n; ++c) dst[c] = convert(src[c]);
-    else
-        for (std::int64_t c = 0; c < n; ++c) dst[c] = convert(src[c * stride]);
-}
-
-void load_row(std::int32_t dtype, const void* data, std::int64_t offset, std::int64_t stride, std::int64_t n,
-              float* dst) {
-    switch (dtype) {
-    case ATTNCHECK_DTYPE_BF16:
-        load_elements<std::uint16_t>(data, offset, stride, n, dst, [](std::uint16_t h) { return bf16_to_float(h); });
-        break;
-    case ATTNCHECK_DTYPE_F16:
-        load_elements<std::uint16_t>(data, offset, stride, n, dst, [](std::uint16_t h) {
-            return attention_v2_detail::f16_to_float_branchless(h);
-        });
-        break;
-    default: load_elements<float>(data, offset, stride, n, dst, [](float x) { return x; });
-    }
-}
-
-// Element offset + c * stride of data = src[c] rounded to the dtype (to nearest even), c < n.
-void store_row(std::int32_t dtype, void* data, std::int64_t offset, std::int64_t stride, std::int64_t n,
-               const float* src) {
-    if (dtype == ATTNCHECK_DTYPE_F32) {
-        float* dst = static_cast<float*>(data) + offset;
-        for (std::int64_t c = 0; c < n; ++c) dst[c * stride] = src[c];
-    } else if (dtype == ATTNCHECK_DTYPE_BF16) {
-        std::uint16_t* dst = static_cast<std::uint16_t*>(data) + offset;
-        for (std::int64_t c = 0; c < n; ++c) dst[c * stride] = float_to_bf16(src[c]);
-    } else {
-        std::uint16_t* dst = static_cast<std::uint16_t*>(data) + offset;
-        for (std::int64_t c = 0; c < n; ++c) dst[c * stride] = float_to_f16(src[c]);
-    }
-}
 
 // D = dout . out over n floats: one FMA chain in column order, the chain of a dP^T entry
 // (tile_scores): where out equals a value row (a row that sees one key), D equals that key's dP
@@ -690,25 +529,10 @@ int run_backward_target(const attncheck_problem_v2& p, const attncheck_grads_v2&
         return ATTNCHECK_UNSUPPORTED;
 
     // The split: fused where its dQ^T fits the scratch and its B * Hk tasks balance.
-    const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-    std::int64_t fused_floats = 0;
-    std::vector<double> work;  // per (sequence, kv head)
-    for (int b = 0; b < p.batch; ++b) {
-        const Seq& s = plan.seq[std::size_t(b)];
-        fused_floats = std::max(fused_floats, G * s.nqb * Dk * kBlock);
-        const double w = bd::visible_pairs(p, s) * G;
-        for (int hk = 0; hk < Hk; ++hk) work.push_back(w);
-    }
-    bool fused = fused_floats <= bd::kFusedScratchFloats && bd::fused_balances(work, threads);
-    if (schedule == int(bd::Schedule::fused)) fused = true;
-    if (schedule == int(bd::Schedule::two_phase)) fused = false;
-
-    if (fused) {
-        // Tasks (sequence, kv head), heaviest first.
-        std::vector<std::size_t> order(work.size());
-        for (std::size_t n = 0; n < order.size(); ++n) order[n] = n;
-        std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t c) { return work[a] > work[c]; });
-        return parallel_for(plan, fused_floats, order.size(),
+    const bd::Split split = bd::choose_split(p, plan, schedule, omp_in_parallel() ? 1 : omp_get_max_threads());
+    if (split.fused) {
+        const std::vector<std::size_t>& order = split.order;
+        return parallel_for(plan, split.dqt_floats, order.size(),
                             [&](Scratch& s, std::size_t n) {
                                 const int b = int(order[n] / std::size_t(Hk)), hk = int(order[n] % std::size_t(Hk));
                                 const Seq& sq = plan.seq[std::size_t(b)];
@@ -724,42 +548,19 @@ int run_backward_target(const attncheck_problem_v2& p, const attncheck_grads_v2&
                    : ATTNCHECK_UNSUPPORTED;
     }
 
-    // Two phases. dk, dv: tasks (sequence, kv head, key block), those seen by the most rows
-    // first (under causality, the first key blocks).
-    struct Task {
-        int b, head;
-        std::int64_t blk;
-        std::int64_t weight;
-    };
-    const auto by_weight = [](const Task& a, const Task& c) { return a.weight > c.weight; };
-    std::vector<Task> tasks;
-    for (int b = 0; b < p.batch; ++b) {
-        const Seq& s = plan.seq[std::size_t(b)];
-        for (std::int64_t kb = 0; kb < s.nkb_rows; ++kb) {
-            const Interval rows = rows_of_keys(p, s, kb * kBlock, (kb + 1) * kBlock);
-            for (int hk = 0; hk < Hk; ++hk) tasks.push_back({b, hk, kb, rows.empty() ? 0 : rows.hi - rows.lo + 1});
-        }
-    }
-    std::stable_sort(tasks.begin(), tasks.end(), by_weight);
+    // Two phases: dk and dv per (sequence, kv head, key block), then dq per (sequence, query
+    // head, query block), each list heaviest first.
+    std::vector<bd::Task> tasks = bd::dkdv_tasks(p, plan);
     if (!parallel_for(plan, 0, tasks.size(), [&](Scratch& s, std::size_t n) {
-            const Task& t = tasks[n];
+            const bd::Task& t = tasks[n];
             write_dkdv(x, t.b, t.head, t.blk, key_block(x, t.b, t.head, t.blk, nullptr, s), s);
         }))
         return ATTNCHECK_UNSUPPORTED;
 
-    // dq: tasks (sequence, query head, query block), those that see the most keys first.
-    tasks.clear();
-    for (int b = 0; b < p.batch; ++b) {
-        const Seq& s = plan.seq[std::size_t(b)];
-        for (std::int64_t qb = 0; qb < s.nqb; ++qb) {
-            const Interval keys = keys_of_rows(p, s, qb * kBlock, (qb + 1) * kBlock);
-            for (int h = 0; h < Hq; ++h) tasks.push_back({b, h, qb, keys.empty() ? 0 : keys.hi - keys.lo + 1});
-        }
-    }
-    std::stable_sort(tasks.begin(), tasks.end(), by_weight);
+    tasks = bd::dq_tasks(p, plan);
     return parallel_for(plan, 0, tasks.size(),
                         [&](Scratch& s, std::size_t n) {
-                            const Task& t = tasks[n];
+                            const bd::Task& t = tasks[n];
                             const Seq& sq = plan.seq[std::size_t(t.b)];
                             float* dqt = s.dqt.data();
                             std::fill_n(dqt, Dk * kBlock, 0.0f);
@@ -790,39 +591,4 @@ int run_backward_dispatched(const attncheck_problem_v2& p, const attncheck_grads
     return HWY_DYNAMIC_DISPATCH(run_backward_target)(p, g, schedule);
 }
 }  // namespace attncheck::optimized::attention_detail
-
-namespace attncheck::optimized::backward_detail {
-namespace {
-std::atomic<int> g_schedule{int(Schedule::automatic)};
-
-// Products of sizes that index a tensor, and the packed blocks' floats, must fit int64 with room;
-// the ABI's int32 fields keep each factor small, but their products could still overflow.
-bool sizes_fit(const attncheck_problem_v2& p) {
-    const unsigned __int128 limit = (unsigned __int128)INT64_MAX / 16;
-    const unsigned __int128 b = unsigned(p.batch), h = unsigned(p.q_heads);
-    const unsigned __int128 width = unsigned(p.head_dim) + unsigned(p.value_dim) + 1;
-    for (const std::int32_t rows : {p.q_len, p.kv_len})
-        if (b * h * (unsigned(rows) + unsigned(kBlock)) * 2 * width > limit) return false;
-    return true;
-}
-}  // namespace
-
-void set_schedule_for_test(Schedule s) { g_schedule.store(int(s)); }
-
-int run_backward(const attncheck_problem_v2& p, const attncheck_grads_v2& g) {
-    return attention_detail::run_backward_dispatched(p, g, g_schedule.load());
-}
-}  // namespace attncheck::optimized::backward_detail
-
-extern "C" int attncheck_optimized_kernel_v2_backward(const attncheck_problem_v2* p, const attncheck_grads_v2* g) {
-    namespace bd = attncheck::optimized::backward_detail;
-    if (!p || !g) return ATTNCHECK_UNSUPPORTED;
-    // No exception may cross the C boundary: a failed allocation reports "unsupported".
-    try {
-        if (!attncheck::grads_v2_error(*p, *g).empty() || !bd::sizes_fit(*p)) return ATTNCHECK_UNSUPPORTED;
-        return bd::run_backward(*p, *g);
-    } catch (...) {
-        return ATTNCHECK_UNSUPPORTED;
-    }
-}
 #endif  // HWY_ONCE

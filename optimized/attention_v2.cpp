@@ -73,6 +73,7 @@
 #include <hwy/highway.h>
 
 #include "optimized/attention_tile.hpp"
+#include "optimized/element_rows.hpp"
 #include "optimized/key_tile.hpp"
 #include "optimized/vec16.hpp"
 
@@ -82,33 +83,6 @@ namespace {
 
 // Packed query rows per block: G heads x max(1, kQueryBlock / G) rows.
 constexpr int kPackedRows = kQueryBlock;
-
-// dst[c] = element offset + c * stride of data, as float32, for c < n: `convert` applied to
-// each element, in a loop of its own for contiguous rows (the usual case), which vectorizes.
-template <class T, class Convert>
-void load_elements(const void* data, std::int64_t offset, std::int64_t stride, std::int64_t n, float* dst,
-                   const Convert& convert) {
-    const T* src = static_cast<const T*>(data) + offset;
-    if (stride == 1)
-        for (std::int64_t c = 0; c < n; ++c) dst[c] = convert(src[c]);
-    else
-        for (std::int64_t c = 0; c < n; ++c) dst[c] = convert(src[c * stride]);
-}
-
-void load_row(std::int32_t dtype, const void* data, std::int64_t offset, std::int64_t stride, std::int64_t n,
-              float* dst) {
-    switch (dtype) {
-    case ATTNCHECK_DTYPE_BF16:
-        load_elements<std::uint16_t>(data, offset, stride, n, dst, [](std::uint16_t h) { return bf16_to_float(h); });
-        break;
-    case ATTNCHECK_DTYPE_F16:
-        load_elements<std::uint16_t>(data, offset, stride, n, dst, [](std::uint16_t h) {
-            return attention_v2_detail::f16_to_float_branchless(h);
-        });
-        break;
-    default: load_elements<float>(data, offset, stride, n, dst, [](float x) { return x; });
-    }
-}
 
 // The keys [lo, hi] the row at absolute position a sees among Tk keys (empty when lo > hi).
 struct KeyRange {

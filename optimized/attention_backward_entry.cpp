@@ -1,0 +1,47 @@
+// optimized/attention_backward_entry.cpp — attncheck_optimized_kernel_v2_backward, the backward
+// pass of kernel ABI version 2 (attncheck/kernel_abi_v2.h, attncheck_grads_v2): its argument
+// checks, the switch between its work splits that tests set, and the call of the pass itself
+// (attention_backward.cpp) on the instruction set of this CPU.
+#include <atomic>
+#include <cstdint>
+
+#include "attncheck/kernel_abi.h"
+#include "attncheck/kernel_abi_v2.h"
+#include "attncheck/kernels.hpp"
+#include "attncheck/problem_v2.hpp"
+#include "optimized/attention_backward.hpp"
+
+namespace attncheck::optimized::backward_detail {
+namespace {
+std::atomic<int> g_schedule{int(Schedule::automatic)};
+
+// Products of sizes that index a tensor, and the packed blocks' floats, must fit int64 with room;
+// the ABI's int32 fields keep each factor small, but their products could still overflow.
+bool sizes_fit(const attncheck_problem_v2& p) {
+    const unsigned __int128 limit = (unsigned __int128)INT64_MAX / 16;
+    const unsigned __int128 b = unsigned(p.batch), h = unsigned(p.q_heads);
+    const unsigned __int128 width = unsigned(p.head_dim) + unsigned(p.value_dim) + 1;
+    for (const std::int32_t rows : {p.q_len, p.kv_len})
+        if (b * h * (unsigned(rows) + unsigned(kBlock)) * 2 * width > limit) return false;
+    return true;
+}
+}  // namespace
+
+void set_schedule_for_test(Schedule s) { g_schedule.store(int(s)); }
+
+int run_backward(const attncheck_problem_v2& p, const attncheck_grads_v2& g) {
+    return attention_detail::run_backward_dispatched(p, g, g_schedule.load());
+}
+}  // namespace attncheck::optimized::backward_detail
+
+extern "C" int attncheck_optimized_kernel_v2_backward(const attncheck_problem_v2* p, const attncheck_grads_v2* g) {
+    namespace bd = attncheck::optimized::backward_detail;
+    if (!p || !g) return ATTNCHECK_UNSUPPORTED;
+    // No exception may cross the C boundary: a failed allocation reports "unsupported".
+    try {
+        if (!attncheck::grads_v2_error(*p, *g).empty() || !bd::sizes_fit(*p)) return ATTNCHECK_UNSUPPORTED;
+        return bd::run_backward(*p, *g);
+    } catch (...) {
+        return ATTNCHECK_UNSUPPORTED;
+    }
+}
