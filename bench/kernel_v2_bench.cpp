@@ -261,7 +261,7 @@ void BM_AttentionV2BackwardF32(benchmark::State& state) {
     state.counters["bwd_over_fwd"] = sb / sf;
 }
 BENCHMARK(BM_AttentionV2BackwardF32)
-    ->ArgsProduct({{1, 0}, {2048}})
+    ->ArgsProduct({{1, 0}, {512, 2048}})
     ->ArgNames({"threads", "T"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);

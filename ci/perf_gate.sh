@@ -41,9 +41,9 @@ cd "$(dirname "$0")/.."
 # The gated benchmarks: the calibrations (context: the machine's state during each process) and
 # one or two cases of each kind of figure: kernel causal prefill T=512 (1 and all threads),
 # kernel decode kv 4096, the reference kernel at T=512 (speed-up over the optimized one measured
-# just before it), decoder prefill of `base` at T=128, decode step at ctx 128, and the decoder
-# against the reference (speed-up).
-default_filter='^BM_(FmaPeak|DramRead)|^BM_AttentionPrefill/threads:[01]/T:512/|^BM_AttentionDecode/|^BM_AttentionReference/Tq:512/|^BM_Prefill/T:128/|^BM_DecodeStep/ctx:128/|^BM_VsReference'
+# just before it), the backward pass at T=512 on one thread, decoder prefill of `base` at T=128,
+# decode step at ctx 128, and the decoder against the reference (speed-up).
+default_filter='^BM_(FmaPeak|DramRead)|^BM_AttentionPrefill/threads:[01]/T:512/|^BM_AttentionDecode/|^BM_AttentionReference/Tq:512/|^BM_AttentionV2BackwardF32/threads:1/T:512/|^BM_Prefill/T:128/|^BM_DecodeStep/ctx:128/|^BM_VsReference'
 filter=${ATTNCHECK_GATE_FILTER:-$default_filter}
 threshold=()
 [ -n "${ATTNCHECK_GATE_THRESHOLD:-}" ] && threshold=(--threshold "$ATTNCHECK_GATE_THRESHOLD")

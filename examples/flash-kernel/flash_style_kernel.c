@@ -8,14 +8,19 @@
  *   - bottom-right causal alignment (query row i of a sequence with Tq rows and Tk keys sits at
  *     Tk - Tq + i), a left sliding window, softcapping;
  *   - online softmax over key blocks, the probabilities rounded to bfloat16 before P.V (as
- *     FlashAttention does), and the log-sum-exp of every row.
+ *     FlashAttention does), and the log-sum-exp of every row;
+ *   - a backward pass, flash_attention_backward (FlashAttention-2's: P recomputed from the saved
+ *     lse, D = rowsum(dout * out), dS = P (dP - D); P and dS rounded to bfloat16 before the
+ *     products that take them, dk and dv accumulated in float32 over the query heads of a group).
  *
  * What it does not handle it declares (flash_attention_declaration below), and it refuses such
  * problems at run time as well (returns nonzero): ALiBi, varlen, other dtypes, other positions.
  *
- *   attncheck fuzz --kernel-lib libflash_style_kernel.so --symbol flash_attention */
+ *   attncheck fuzz --kernel-lib libflash_style_kernel.so --symbol flash_attention
+ * (the backward is found by its name, flash_attention_backward, and checked too). */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <attncheck/kernel_abi_v2.h>
@@ -132,5 +137,76 @@ int flash_attention(const attncheck_problem_v2* p) {
             }
         }
     }
+    return ATTNCHECK_OK;
+}
+
+/* P or dS as FlashAttention's bf16 kernels feed them to the next product: rounded to bfloat16. */
+static float to_bf16(float x) { return bf16_load(&(uint16_t){bf16_round(x)}, 0); }
+
+/* The backward (attncheck_grads_v2): dense k and v only (a backward call has no block table). */
+int flash_attention_backward(const attncheck_problem_v2* p, const attncheck_grads_v2* g) {
+    if (!p || !g || !supported(p) || p->block_table || !p->lse || g->struct_size < (int32_t)sizeof(attncheck_grads_v2))
+        return ATTNCHECK_UNSUPPORTED;
+    const int group = p->q_heads / p->kv_heads, dk = p->head_dim, dv = p->value_dim, tq = p->q_len;
+    const uint16_t *q = (const uint16_t*)p->q.data, *k = (const uint16_t*)p->k.data, *v = (const uint16_t*)p->v.data;
+    const uint16_t *out = (const uint16_t*)p->out.data, *dout = (const uint16_t*)g->dout.data;
+    uint16_t *dq = (uint16_t*)g->dq.data, *dkp = (uint16_t*)g->dk.data, *dvp = (uint16_t*)g->dv.data;
+    float* dk_acc = malloc(sizeof(float) * (size_t)p->kv_len * (size_t)dk);
+    float* dv_acc = malloc(sizeof(float) * (size_t)p->kv_len * (size_t)dv);
+    if (!dk_acc || !dv_acc) {
+        free(dk_acc);
+        free(dv_acc);
+        return ATTNCHECK_UNSUPPORTED;
+    }
+#define AT(t, b, h, r, c) ((b) * (t).stride[0] + (h) * (t).stride[1] + (int64_t)(r) * (t).stride[2] + (c) * (t).stride[3])
+    for (int b = 0; b < p->batch; ++b) {
+        const int tk = p->kv_lens ? p->kv_lens[b] : p->kv_len;
+        for (int hk = 0; hk < p->kv_heads; ++hk) {
+            memset(dk_acc, 0, sizeof(float) * (size_t)p->kv_len * (size_t)dk);
+            memset(dv_acc, 0, sizeof(float) * (size_t)p->kv_len * (size_t)dv);
+            for (int h = hk * group; h < (hk + 1) * group; ++h)
+                for (int i = 0; i < tq; ++i) {
+                    const int a = tk - tq + i;
+                    int lo = 0, hi = p->causal ? a : tk - 1;
+                    if (p->window_left >= 0 && a - p->window_left > lo) lo = a - p->window_left;
+                    if (!p->causal && p->window_right >= 0 && a + p->window_right < hi) hi = a + p->window_right;
+                    if (hi > tk - 1) hi = tk - 1;
+                    float qrow[kMaxDim], dorow[kMaxDim], dqrow[kMaxDim], D = 0.0f;
+                    for (int c = 0; c < dk; ++c) qrow[c] = bf16_load(q, AT(p->q, b, h, i, c)), dqrow[c] = 0.0f;
+                    for (int c = 0; c < dv; ++c) {
+                        dorow[c] = bf16_load(dout, AT(g->dout, b, h, i, c));
+                        D += dorow[c] * bf16_load(out, AT(p->out, b, h, i, c));
+                    }
+                    const float lse = p->lse[b * p->lse_stride[0] + h * p->lse_stride[1] + (int64_t)i * p->lse_stride[2]];
+                    for (int j = lo; j <= hi; ++j) { /* an empty row (lo > hi) has no key: dq stays 0 */
+                        float dot = 0.0f, dP = 0.0f;
+                        for (int c = 0; c < dk; ++c) dot += qrow[c] * bf16_load(k, kv_offset(p, &p->k, b, hk, j, c));
+                        float sj = p->scale * dot, dtanh = 1.0f;
+                        if (p->softcap > 0.0f) {
+                            const float t = tanhf(sj / p->softcap);
+                            sj = p->softcap * t;
+                            dtanh = 1.0f - t * t;
+                        }
+                        const float pj = expf(sj - lse);
+                        for (int c = 0; c < dv; ++c) dP += dorow[c] * bf16_load(v, kv_offset(p, &p->v, b, hk, j, c));
+                        const float ds = to_bf16(pj * (dP - D) * dtanh), pr = to_bf16(pj);
+                        for (int c = 0; c < dk; ++c) {
+                            dqrow[c] += ds * bf16_load(k, kv_offset(p, &p->k, b, hk, j, c));
+                            dk_acc[(size_t)j * dk + c] += ds * qrow[c];
+                        }
+                        for (int c = 0; c < dv; ++c) dv_acc[(size_t)j * dv + c] += pr * dorow[c];
+                    }
+                    for (int c = 0; c < dk; ++c) dq[AT(g->dq, b, h, i, c)] = bf16_round(p->scale * dqrow[c]);
+                }
+            /* Every row of the cache: rows past tk and keys no row sees get 0. */
+            for (int j = 0; j < p->kv_len; ++j) {
+                for (int c = 0; c < dk; ++c) dkp[AT(g->dk, b, hk, j, c)] = bf16_round(p->scale * dk_acc[(size_t)j * dk + c]);
+                for (int c = 0; c < dv; ++c) dvp[AT(g->dv, b, hk, j, c)] = bf16_round(dv_acc[(size_t)j * dv + c]);
+            }
+        }
+    }
+#undef AT
+    free(dk_acc);
+    free(dv_acc);
     return ATTNCHECK_OK;
 }
