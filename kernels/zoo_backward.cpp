@@ -72,6 +72,9 @@ enum class Bug {
     dq_block_overwrite,       // dq of a key block overwrites the previous blocks' instead of adding
     d_over_all_keys,          // D = sum_j P_ij dP_ij over every key of the sequence, masked ones too
     dout_with_out_strides,    // dout read through out's strides instead of its own
+    dsinks_sign_flipped,      // sinks: dsinks[h] += exp(sink - lse) D instead of -=
+    dsinks_per_sequence,      // sinks: dsinks reset for each sequence (the last one's written)
+    dsinks_unwritten,         // sinks: dsinks left unwritten
 };
 
 // ---- addressing -------------------------------------------------------------------------------
@@ -156,7 +159,10 @@ int naive_backward_unchecked(const Problem& p, const Grads& g) {
     std::vector<float> q(size(Dk)), dout(size(Dv)), dq(size(Dk)), k(size(Dk)), v(size(Dv));
     std::vector<float> dk, dv;  // [Hk, rows, Dk] and [Hk, rows, Dv] of one sequence: the scratch
     std::vector<char> seen;     // [rows]: whether some query row of the sequence sees the key
+    // With sinks, their gradients: -sum over the rows of each query head of exp(sink - lse) D.
+    std::vector<float> dsinks(size(p.q_heads), 0.0f);
     for (int b = 0; b < p.batch; ++b) {
+        if constexpr (bug == Bug::dsinks_per_sequence) std::fill(dsinks.begin(), dsinks.end(), 0.0f);
         const int Tq = q_len_of(p, b), Tk = kv_len_of(p, b), rows = kv_rows_of(p, b);
         dk.assign(size(Hk * rows * Dk), 0.0f);
         dv.assign(size(Hk * rows * Dv), 0.0f);
@@ -219,6 +225,11 @@ int naive_backward_unchecked(const Problem& p, const Grads& g) {
                     for (std::int64_t c = 0; c < Dv; ++c)
                         D += dout[size(c)] * load_element(p.dtype, p.out.data, q_offset_v2(p, p.out, b, h, i, int(c)));
                 }
+                if (p.sinks) {
+                    const float w = std::exp(p.sinks[h] - lse) * D;
+                    if constexpr (bug == Bug::dsinks_sign_flipped) dsinks[size(h)] += w;
+                    else dsinks[size(h)] -= w;
+                }
                 // What exp(s - shift) normalises by: the row's log-sum-exp.
                 float shift = lse;
                 if constexpr (bug == Bug::lse_read_as_log2) shift = lse * std::numbers::ln2_v<float>;
@@ -273,6 +284,8 @@ int naive_backward_unchecked(const Problem& p, const Grads& g) {
                     store_element(p.dtype, g.dv.data, grad_kv_offset<bug>(p, g.dv, b, hk, j, c), dv_row[c]);
             }
     }
+    if (p.sinks && bug != Bug::dsinks_unwritten)
+        for (int h = 0; h < p.q_heads; ++h) g.dsinks[h] = dsinks[size(h)];
     return ATTNCHECK_OK;
 }
 
@@ -289,10 +302,12 @@ int naive_backward(const Problem* p, const Grads* g) noexcept {
 }
 
 constexpr const char* kBase = "bwd_naive";
+// The forward (the reference kernel) and the backward take attention sinks.
+constexpr const char* kDeclaration = "sinks=yes";
 
 KernelEntry base(std::string name, attncheck_kernel_v2_backward_fn fn, std::string description) {
     return {.name = std::move(name), .fn = nullptr, .description = std::move(description),
-            .role = KernelRole::zoo_base, .declaration = "", .bug = "", .reads_only_visible_keys = false,
+            .role = KernelRole::zoo_base, .declaration = kDeclaration, .bug = "", .reads_only_visible_keys = false,
             .fn_v2 = attncheck_reference_kernel_v2, .backward_v2 = fn, .backward_only = true};
 }
 
@@ -302,7 +317,7 @@ KernelEntry base(std::string name, attncheck_kernel_v2_backward_fn fn, std::stri
 KernelEntry mutant(std::string name, attncheck_kernel_v2_backward_fn fn, std::string bug,
                    bool reads_out_of_bounds = false, bool writes_out_of_bounds = false) {
     return {.name = std::move(name), .fn = nullptr, .description = std::string(kBase) + " with one bug",
-            .role = KernelRole::mutant, .declaration = "", .writes_out_of_bounds = writes_out_of_bounds,
+            .role = KernelRole::mutant, .declaration = kDeclaration, .writes_out_of_bounds = writes_out_of_bounds,
             .bug = std::move(bug), .reads_only_visible_keys = false, .fn_v2 = attncheck_reference_kernel_v2,
             .reads_out_of_bounds = reads_out_of_bounds, .backward_v2 = fn, .backward_only = true};
 }
@@ -362,6 +377,11 @@ std::vector<KernelEntry> zoo_backward_entries() {
                "dq of each 64-key block overwrites the previous blocks' instead of adding to it (Tk > 64)"),
         mutant("bwd_d_over_all_keys", naive_backward<Bug::d_over_all_keys>,
                "D = sum_j P_ij dP_ij from the recomputed P over every key of the sequence, masked ones included"),
+        mutant("bwd_dsinks_sign_flipped", naive_backward<Bug::dsinks_sign_flipped>,
+               "sinks: dsinks[h] = +sum exp(sink - lse) D instead of -sum (the sink's weight grows the wrong way)"),
+        mutant("bwd_dsinks_per_sequence", naive_backward<Bug::dsinks_per_sequence>,
+               "sinks: dsinks reset for each sequence, so only the last sequence's rows count"),
+        mutant("bwd_dsinks_unwritten", naive_backward<Bug::dsinks_unwritten>, "sinks: dsinks left unwritten"),
         mutant("bwd_dout_with_out_strides", naive_backward<Bug::dout_with_out_strides>,
                "dout read through out's strides instead of its own",
                /*reads_out_of_bounds=*/true),

@@ -65,6 +65,9 @@ enum class Bug {
     table_stride_from_capacity,  // block_table rows ceil(kv_len / block_size) apart
     lse_contiguous,         // lse written as a contiguous [B, Hq, Tq], lse_stride ignored
     block_row_pow2_mask,    // paged: key j's row in its block as j & (block_size - 1)
+    sink_ignored,           // sinks declared, and left out of the softmax
+    sink_not_in_lse,        // the sink in out's denominator, not in lse
+    sink_of_kv_head,        // GQA: sinks[h / (Hq / Hk)] (the kv head's index) instead of sinks[h]
 };
 
 // ---- reading a problem ------------------------------------------------------------------------
@@ -211,14 +214,27 @@ float score(const Problem& p, float dot, int h, std::int64_t bias_position, std:
 }
 
 // A finished row: out = acc / sum (zeros for an empty row), lse = max + log(sum) (-inf empty).
+// A sink joins here, as one more score without a value: the row's (max, sum) rescaled to the
+// larger of max and the sink, plus exp(sink - that) (an empty row: out 0, lse = the sink).
 template <Bug bug>
 void write_row(const Problem& p, int b, int h, std::int64_t i, const float* acc, float max, float sum) {
+    float scale = 1.0f;  // what acc is multiplied by with the sink in the denominator
+    const float lse_sum = sum, lse_max = max;  // the denominator lse reads (without the sink: a bug)
+    if (p.sinks && bug != Bug::sink_ignored) {
+        float sink = p.sinks[h];
+        if constexpr (bug == Bug::sink_of_kv_head) sink = p.sinks[h / (p.q_heads / p.kv_heads)];
+        const float m = std::max(max, sink);
+        scale = sum == 0.0f ? 0.0f : std::exp(max - m);
+        sum = sum * scale + std::exp(sink - m);
+        max = m;
+    }
     const bool empty = sum == 0.0f;
     const std::int64_t o = query_row_offset(p, p.out, b, h, i);
     for (std::int64_t c = 0; c < p.value_dim; ++c)
-        store_element(p.dtype, p.out.data, o + c * p.out.stride[3], empty ? 0.0f : acc[c] / sum);
+        store_element(p.dtype, p.out.data, o + c * p.out.stride[3], empty ? 0.0f : acc[c] * scale / sum);
     if (!p.lse) return;
     float lse = empty ? kNegInf : max + std::log(sum);
+    if constexpr (bug == Bug::sink_not_in_lse) lse = lse_sum == 0.0f ? kNegInf : lse_max + std::log(lse_sum);
     if constexpr (bug == Bug::lse_log2)
         if (!empty) lse *= std::numbers::log2e_v<float>;
     if constexpr (bug == Bug::empty_row_lse_zero)
@@ -393,8 +409,8 @@ int tiled_kernel(const Problem* pp) {
 }
 
 // What the bases declare (attncheck/declaration.hpp); a mutant declares what its base does.
-constexpr const char* kNaiveDeclaration = "";
-constexpr const char* kTiledDeclaration = "rounds_probabilities=yes";
+constexpr const char* kNaiveDeclaration = "sinks=yes";
+constexpr const char* kTiledDeclaration = "rounds_probabilities=yes; sinks=yes";
 
 KernelEntry base(std::string name, attncheck_kernel_v2_fn fn, std::string description, std::string declaration) {
     return {.name = std::move(name), .fn = nullptr, .description = std::move(description),
@@ -484,6 +500,12 @@ std::vector<KernelEntry> zoo_v2_entries() {
         mutant("v2_block_row_pow2_mask", "v2_naive", naive_kernel<Bug::block_row_pow2_mask>,
                "paged cache: a key's row in its block found as j & (block_size - 1), right only for "
                "block sizes that are powers of two"),
+        mutant("v2_sink_ignored", "v2_naive", naive_kernel<Bug::sink_ignored>,
+               "attention sinks declared (sinks=yes) and left out of the softmax: rows sum to 1"),
+        mutant("v2_sink_not_in_lse", "v2_tiled", tiled_kernel<Bug::sink_not_in_lse>,
+               "the sink in out's denominator but not in lse (a backward that recomputes P from it is wrong)"),
+        mutant("v2_sink_of_kv_head", "v2_naive", naive_kernel<Bug::sink_of_kv_head>,
+               "GQA: the sink of query head h read as sinks[h / (Hq / Hk)], the kv head's index"),
     };
 }
 

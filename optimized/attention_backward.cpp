@@ -84,6 +84,7 @@
 #include "attncheck/problem_v2.hpp"
 #include "optimized/aligned.hpp"
 #include "optimized/attention_kernel.hpp"
+#include "optimized/parallel_tasks.hpp"
 #include "optimized/attention_v2.hpp"
 #include "optimized/simd_targets.hpp"
 
@@ -469,26 +470,12 @@ bool key_block(const Ctx& x, int b, int hk, std::int64_t kb, float* dqt, Scratch
     return true;
 }
 
-// Runs fn(scratch, n) for n < count over the OpenMP threads (dynamic schedule), each thread's
-// scratch sized first; false when an allocation failed (no exception may cross an OpenMP region).
+// Runs fn(scratch, n) for n < count over the OpenMP threads (parallel_tasks.hpp), each thread's
+// scratch sized first; false when an allocation failed.
 template <class Fn>
 bool parallel_for(const Plan& plan, std::int64_t dqt_floats, std::size_t count, const Fn& fn) {
-    bool failed = false;
-#pragma omp parallel
-    {
-        bool ready = true;
-        try {
-            t_scratch.reserve(plan.lay.Dk, plan.lay.Dv, dqt_floats);
-        } catch (...) {
-            ready = false;
-#pragma omp atomic write
-            failed = true;
-        }
-#pragma omp for schedule(dynamic, 1)
-        for (std::size_t n = 0; n < count; ++n)
-            if (ready) fn(t_scratch, n);
-    }
-    return !failed;
+    return parallel_tasks(
+        count, [&] { t_scratch.reserve(plan.lay.Dk, plan.lay.Dv, dqt_floats); }, [&](std::size_t n) { fn(t_scratch, n); });
 }
 
 }  // namespace

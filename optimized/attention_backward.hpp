@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "attncheck/kernel_abi_v2.h"
+#include "attncheck/problem_v2.hpp"
 
 namespace attncheck::optimized::backward_detail {
 
@@ -24,21 +24,12 @@ namespace attncheck::optimized::backward_detail {
 inline constexpr int kBlock = 64;
 
 // A closed interval of rows or keys, empty when lo > hi.
-struct Interval {
-    std::int64_t lo, hi;
-    bool empty() const { return lo > hi; }
-};
+using Interval = attncheck::KeyInterval;
 
 // The keys [lo, hi] that the row at absolute position a sees among Tk keys (the ABI's rule,
 // visible_v2(), as one interval).
 inline Interval keys_of_row(const attncheck_problem_v2& p, std::int64_t Tk, std::int64_t a) {
-    Interval r{0, Tk - 1};
-    if (p.causal)
-        r.hi = std::min(r.hi, a);
-    else if (p.window_right >= 0)
-        r.hi = std::min(r.hi, a + p.window_right);
-    if (p.window_left >= 0) r.lo = std::max(r.lo, a - p.window_left);
-    return r;
+    return visible_keys_v2(p, Tk, a);
 }
 
 // The rows [lo, hi] of a sequence (Tq rows, row 0 at position pos, Tk keys) that see key j: the

@@ -65,6 +65,7 @@
 #include "attncheck/problem_v2.hpp"
 #include "optimized/aligned.hpp"
 #include "optimized/attention_kernel.hpp"
+#include "optimized/parallel_tasks.hpp"
 #include "optimized/simd_targets.hpp"
 
 #undef HWY_TARGET_INCLUDE
@@ -84,20 +85,8 @@ namespace {
 // Packed query rows per block: G heads x max(1, kQueryBlock / G) rows.
 constexpr int kPackedRows = kQueryBlock;
 
-// The keys [lo, hi] the row at absolute position a sees among Tk keys (empty when lo > hi).
-struct KeyRange {
-    std::int64_t lo, hi;
-    bool empty() const { return lo > hi; }
-};
-KeyRange visible_keys(const attncheck_problem_v2& p, std::int64_t Tk, std::int64_t a) {
-    KeyRange r{0, Tk - 1};
-    if (p.causal)
-        r.hi = std::min(r.hi, a);
-    else if (p.window_right >= 0)
-        r.hi = std::min(r.hi, a + p.window_right);
-    if (p.window_left >= 0) r.lo = std::max(r.lo, a - p.window_left);
-    return r;
-}
+// The keys [lo, hi] a row sees: visible_keys_v2() (attncheck/problem_v2.hpp).
+using KeyRange = KeyInterval;
 
 // The union of the keys rows [i0, i1) of sequence b see: one interval, since each row's
 // interval is nondecreasing in the row (empty when no row sees a key).
@@ -105,7 +94,7 @@ KeyRange keys_of_rows(const attncheck_problem_v2& p, int b, std::int64_t i0, std
     const std::int64_t Tk = kv_len_of(p, b), pos = p.q_pos[b];
     KeyRange all{std::numeric_limits<std::int64_t>::max(), -1};
     for (std::int64_t i = i0; i < i1; ++i) {
-        const KeyRange k = visible_keys(p, Tk, pos + i);
+        const KeyRange k = visible_keys_v2(p, Tk, pos + i);
         if (k.empty()) continue;
         all.lo = std::min(all.lo, k.lo);
         all.hi = std::max(all.hi, k.hi);
@@ -321,7 +310,7 @@ void tile_pv(const attncheck_problem_v2& p, int lr0, const float* vt, std::int64
 KeyRange prepare(const attncheck_problem_v2& p, const Block& blk, Scratch& s, bool load_q) {
     const std::int64_t Tk = kv_len_of(p, blk.b), pos = p.q_pos[blk.b], Dk = p.head_dim;
     for (std::int64_t r = 0; r < blk.packed(); ++r) {
-        const KeyRange k = visible_keys(p, Tk, pos + blk.row_of(r));
+        const KeyRange k = visible_keys_v2(p, Tk, pos + blk.row_of(r));
         s.keys[std::size_t(r)] = k;
         if (!load_q) continue;
         if (k.empty())
@@ -387,12 +376,18 @@ void merge_row(Scratch& s, std::int64_t r, float m_c, float l_c, const float* o_
 }
 
 // out = o / l and lse = m + log l of every packed row of blk from the totals of s (0 and -inf
-// for a row that sees no key).
+// for a row that sees no key). A sink joins last, as a partial of its own: m = sinks[h], l = 1,
+// o = 0 (a row without keys then gives out 0 and lse = sinks[h]).
 void finalize(const attncheck_problem_v2& p, const Block& blk, Scratch& s) {
     const std::int64_t Dv = p.value_dim;
     for (std::int64_t r = 0; r < blk.packed(); ++r) {
         const int h = blk.head_of(r), i = int(blk.row_of(r));
-        const bool any = !s.keys[std::size_t(r)].empty();
+        if (p.sinks) {
+            std::fill_n(s.row.data(), Dv, 0.0f);
+            merge_partial(p.sinks[h], 1.0f, s.row.data(), s.m_tot[std::size_t(r)], s.l_tot[std::size_t(r)],
+                          s.o_tot.data() + std::size_t(r * Dv), Dv);
+        }
+        const bool any = !s.keys[std::size_t(r)].empty() || p.sinks;
         const float l = s.l_tot[std::size_t(r)];
         finalize_row(s.o_tot.data() + std::size_t(r * Dv), any ? l : 0.0f, s.row.data(), Dv);
         const std::int64_t at = q_offset_v2(p, p.out, blk.b, h, i, 0), step = p.out.stride[3];
@@ -421,26 +416,12 @@ void run_block(const attncheck_problem_v2& p, const Block& blk, Scratch& s, cons
     finalize(p, blk, s);
 }
 
-// Runs fn(scratch, n) for n < count over the OpenMP threads (dynamic schedule), each thread's
-// scratch sized first; false when an allocation failed (no exception may cross an OpenMP region).
+// Runs fn(scratch, n) for n < count over the OpenMP threads (parallel_tasks.hpp), each thread's
+// scratch sized first; false when an allocation failed.
 template <class Fn>
 bool parallel_for(const attncheck_problem_v2& p, std::int64_t packed, std::size_t count, const Fn& fn) {
-    bool failed = false;
-#pragma omp parallel
-    {
-        bool ready = true;
-        try {
-            t_scratch.reserve(packed, p.head_dim, p.value_dim);
-        } catch (...) {
-            ready = false;
-#pragma omp atomic write
-            failed = true;
-        }
-#pragma omp for schedule(dynamic, 1)
-        for (std::size_t n = 0; n < count; ++n)
-            if (ready) fn(t_scratch, n);
-    }
-    return !failed;
+    return parallel_tasks(
+        count, [&] { t_scratch.reserve(packed, p.head_dim, p.value_dim); }, [&](std::size_t n) { fn(t_scratch, n); });
 }
 
 // The (sequence, kv head) pairs' K/V tiles that some row of the call sees, converted and packed

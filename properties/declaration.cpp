@@ -152,6 +152,8 @@ void KernelDeclaration::apply(const std::string& text) {
             alibi = parse_yes_no(item, value);
         } else if (key == "lse") {
             lse = parse_yes_no(item, value);
+        } else if (key == "sinks") {
+            sinks = parse_yes_no(item, value);
         } else if (key == "rounds_probabilities") {
             rounds_probabilities = parse_yes_no(item, value);
         } else if (key == "tanh_ulps") {
@@ -168,7 +170,7 @@ void KernelDeclaration::apply(const std::string& text) {
             bad(item, "unknown key '" + key +
                           "' (known: head_dim, value_dim, max_kv_len, max_q_len, max_batch, max_heads, mask, padding, "
                           "empty_rows, deterministic, dtype, gqa, layout, positions, varlen, dense, paged, block_size, window, "
-                          "softcap, alibi, lse, rounds_probabilities, tanh_ulps, padding_values, backward, "
+                          "softcap, alibi, lse, sinks, rounds_probabilities, tanh_ulps, padding_values, backward, "
                           "deterministic_backward)");
         }
     }
@@ -193,7 +195,7 @@ void KernelDeclaration::limit_to_abi_v1() {
     positions_any = true, positions_shared = true;
     varlen = paged = false, dense = true;
     block_sizes.clear();
-    window = softcap = alibi = lse = false;
+    window = softcap = alibi = lse = sinks = false;
     rounds_probabilities = false;
     padding_finite = true;
     backward = false;  // version 1 has no backward entry point
@@ -238,6 +240,7 @@ std::string KernelDeclaration::to_string() const {
     if (!softcap) items.push_back("softcap=no");
     if (!alibi) items.push_back("alibi=no");
     if (!lse) items.push_back("lse=no");
+    if (sinks) items.push_back("sinks=yes");
     if (rounds_probabilities) items.push_back("rounds_probabilities=yes");
     if (tanh_ulps != kDefaultTanhUlps) items.push_back("tanh_ulps=" + std::to_string(tanh_ulps));
     if (padding_finite) items.push_back("padding_values=finite");
@@ -361,6 +364,7 @@ std::string KernelDeclaration::unsupported_reason(const attncheck_problem_v2& p)
     if ((p.window_left >= 0 || p.window_right >= 0) && !window) return "a sliding window, declared window=no";
     if (p.softcap > 0 && !softcap) return "softcap given, declared softcap=no";
     if (p.alibi_slopes && !alibi) return "ALiBi slopes given, declared alibi=no";
+    if (p.sinks && !sinks) return "attention sinks given, not declared (sinks=yes)";
     if (p.lse && !lse) return "lse asked for, declared lse=no";
     return {};
 }

@@ -70,6 +70,8 @@ Verdict agree_grads(const std::string& what, const GradCall& r) {
         const std::string at = g.per_key ? key_element(o, a.worst_index, g.width) : q_element(r, a.worst_index, g.width);
         return Verdict::fail(what + g.name + at + (g.per_key ? " [b,hk,j,c]: " : " [b,h,i,c]: ") + a.describe());
     }
+    if (const Agreement a = check_against_bound(r.dsinks, o.dsinks, o.dsinks_bound); !a.ok)
+        return Verdict::fail(what + "dsinks[" + std::to_string(a.worst_index) + "] [h]: " + a.describe());
     return Verdict::pass();
 }
 
@@ -173,8 +175,13 @@ GradCall call_backward(const KernelUnderTest& kernel, const KernelCase& c0, cons
         return w.empty() ? std::size_t(1) : std::size_t(*std::max_element(w.begin(), w.end()) + 1);
     };
     GuardedTensor dq(dt, span(wq), wq), dk(dt, span(wk), wk), dv(dt, span(wv), wv);
-    if (options.zero_outputs) dq.reset(true), dk.reset(true), dv.reset(true);
+    // With sinks, their gradients: Hq float32 between guards.
+    std::vector<std::int64_t> ws;
+    for (int h = 0; p.sinks && h < p.q_heads; ++h) ws.push_back(h);
+    GuardedTensor ds(ATTNCHECK_DTYPE_F32, std::max<std::size_t>(ws.size(), 1), ws);
+    if (options.zero_outputs) dq.reset(true), dk.reset(true), dv.reset(true), ds.reset(true);
     g.dq.data = dq.data(), g.dk.data = dk.data(), g.dv.data = dv.data();
+    g.dsinks = p.sinks ? static_cast<float*>(ds.data()) : nullptr;
     std::memcpy(g.dq.stride, p.q.stride, sizeof g.dq.stride);
     std::memcpy(g.dk.stride, p.k.stride, sizeof g.dk.stride);
     std::memcpy(g.dv.stride, p.v.stride, sizeof g.dv.stride);
@@ -194,7 +201,7 @@ GradCall call_backward(const KernelUnderTest& kernel, const KernelCase& c0, cons
     r.rc = kernel.backward(&p, &g);
 
     // What the call must not have done, first found first.
-    for (const auto& [name, t] : {std::pair<const char*, const GuardedTensor*>{"dq", &dq}, {"dk", &dk}, {"dv", &dv}})
+    for (const auto& [name, t] : {std::pair<const char*, const GuardedTensor*>{"dq", &dq}, {"dk", &dk}, {"dv", &dv}, {"dsinks", &ds}})
         if (r.side_effect.empty())
             if (const std::string w = t->write_outside(name); !w.empty()) r.side_effect = "the backward " + w;
     if (r.side_effect.empty()) r.side_effect = r.built.input_change();
@@ -210,6 +217,10 @@ GradCall call_backward(const KernelUnderTest& kernel, const KernelCase& c0, cons
             r.side_effect = "dq" + r.built.element(e / Dk, int(e % Dk)) + " [b,h,i,c] was never written";
         r.dq.push_back(dq.at(wq[e]));
     }
+    for (const std::int64_t h : ws) {
+        if (r.side_effect.empty() && ds.unwritten(h)) r.side_effect = "dsinks[" + std::to_string(h) + "] was never written";
+        r.dsinks.push_back(ds.at(h));
+    }
     for (std::size_t e = 0; e < wk.size(); ++e) r.dk.push_back(dk.at(wk[e]));
     for (std::size_t e = 0; e < wv.size(); ++e) r.dv.push_back(dv.at(wv[e]));
     for (const auto& [name, w, t] : {std::tuple<const char*, const std::vector<std::int64_t>*, const GuardedTensor*>{"dk", &wk, &dk},
@@ -222,6 +233,8 @@ GradCall call_backward(const KernelUnderTest& kernel, const KernelCase& c0, cons
 }
 
 // ---- the properties ---------------------------------------------------------------------------
+
+namespace {
 
 Verdict grad_agreement(const KernelUnderTest& kernel, const KernelCase& c) {
     const KernelInputs in = fill_inputs(c);
@@ -374,6 +387,15 @@ Verdict grad_determinism(const KernelUnderTest& kernel, const KernelCase& c) {
                                                   : a.built.element(e / std::size_t(width), int(e % std::size_t(width))) + " [b,h,i,c]") +
                                          " was " + fmt((*x)[e]) + ", " + how + " it is " + fmt((*y)[e]) + declared_deterministic(kernel));
             }
+    for (const auto& [other, how] : {std::pair{&b, "with dq, dk, dv prefilled with 0 instead of NaN"}, std::pair{&d, "on 1 thread"}})
+        for (std::size_t h = 0; h < a.dsinks.size(); ++h) {
+            const bool same = kernel.declaration.deterministic_backward
+                                  ? std::memcmp(&a.dsinks[h], &other->dsinks[h], sizeof(float)) == 0
+                                  : std::abs(double(other->dsinks[h]) - o.dsinks[h]) <= o.dsinks_bound[h];
+            if (!same)
+                return Verdict::fail("dsinks[" + std::to_string(h) + "] was " + fmt(a.dsinks[h]) + ", " + how + " it is " +
+                                     fmt(other->dsinks[h]) + declared_deterministic(kernel));
+        }
     return Verdict::pass();
 }
 
@@ -420,6 +442,10 @@ Verdict grad_gqa_equals_replicated(const KernelUnderTest& kernel, const KernelCa
                                                  difference_text(x0, sum, 0, "summed", bound, "the sum of the calls' bounds") +
                                                  (std::abs(double(x0) * group - sum) <= bound ? " (one head's gradient written for the group?)" : ""));
                     }
+    for (std::size_t h = 0; h < f.dsinks.size(); ++h)
+        if (!(std::abs(double(f.dsinks[h]) - double(m.dsinks[h])) <= f.oracle.dsinks_bound[h] + m.oracle.dsinks_bound[h]))
+            return Verdict::fail("dsinks[" + std::to_string(h) + "] is " + fmt(f.dsinks[h]) + " with Hk = " + std::to_string(c.kv_heads) +
+                                 ", " + fmt(m.dsinks[h]) + " with the K/V heads replicated: beyond the sum of the two calls' bounds");
     return Verdict::pass();
 }
 
@@ -462,6 +488,22 @@ Verdict grad_batch(const KernelUnderTest& kernel, const KernelCase& c) {
                                                  fmt((*bx)[in_batch] + (*by)[own]));
                     }
     }
+    // A sink's gradient sums over every row of its head, whatever the sequence: the sum of the
+    // sequences' own.
+    if (!f.dsinks.empty()) {
+        std::vector<double> sum(f.dsinks.size()), bound(f.oracle.dsinks_bound.begin(), f.oracle.dsinks_bound.end());
+        for (int b = 0; b < c.batch; ++b) {
+            const std::size_t first = f.built.first_row[std::size_t(b)], rows = f.built.first_row[std::size_t(b) + 1] - first;
+            const std::vector<float> dout_b(dout.begin() + std::ptrdiff_t(first * Dv), dout.begin() + std::ptrdiff_t((first + rows) * Dv));
+            const GradCall s = call_backward(kernel, sequence_alone(c, b), sequence_inputs(c, in, b), dout_b);
+            if (s.rc != 0) return Verdict::pass();  // refused alone: said above
+            for (std::size_t h = 0; h < sum.size(); ++h) sum[h] += s.dsinks[h], bound[h] += s.oracle.dsinks_bound[h];
+        }
+        for (std::size_t h = 0; h < sum.size(); ++h)
+            if (!(std::abs(double(f.dsinks[h]) - sum[h]) <= bound[h]))
+                return Verdict::fail("dsinks[" + std::to_string(h) + "] of the batch is " + fmt(f.dsinks[h]) +
+                                     ", the sum of the sequences' own " + fmt(sum[h]) + ": beyond the sum of the calls' bounds " + fmt(bound[h]));
+    }
     return Verdict::pass();
 }
 
@@ -492,7 +534,41 @@ Verdict grad_no_oob_read(const KernelUnderTest& kernel, const KernelCase& c) {
                 return Verdict::fail(std::string(name) + " element " + std::to_string(e) +
                                      " (logical order) is " + fmt((*x)[e]) + " with the inputs against a guard page and " +
                                      fmt((*y)[e]) + " in ordinary memory: the backward reads what lies around its inputs");
+    for (std::size_t h = 0; h < a.dsinks.size(); ++h)
+        if (!same(a.dsinks[h], b.dsinks[h]))
+            return Verdict::fail("dsinks[" + std::to_string(h) + "] is " + fmt(a.dsinks[h]) + " with the inputs against a guard page and " +
+                                 fmt(b.dsinks[h]) + " in ordinary memory: the backward reads what lies around its inputs");
     return Verdict::pass();
+}
+
+}  // namespace
+
+// The gradient properties' longest key sequence: past two 64-key blocks and the 128 that block
+// sizes of backward kernels cluster at, while the float64 forward and gradient oracles of each
+// case (quadratic in the keys) keep the test stage within its budget.
+constexpr int kGradMaxKv = 144;
+
+const std::vector<KernelProperty>& gradient_properties() {
+    static const std::vector<KernelProperty> all = {
+        {"grad_agreement", "dq, dk, dv agree with the float64 gradient oracle within the bound (the D term, P from lse, the scale, softcap's derivative)",
+         {.backward = true, .max_kv = kGradMaxKv}, grad_agreement},
+        {"grad_writes", "the backward writes every element of dq, dk, dv (padding rows too) and nothing else, and leaves q, k, v, out, lse, dout unchanged",
+         {.backward = true, .max_kv = kGradMaxKv}, grad_writes},
+        {"grad_causality", "dk_j, dv_j take nothing from the rows that do not see key j, dq_i nothing from the keys row i does not see (exact when deterministic)",
+         {.need_causal_future = true, .backward = true, .max_kv = kGradMaxKv}, grad_causality},
+        {"grad_invisible_zero", "keys no row sees and padding rows get exactly 0 in dk, dv, empty rows 0 in dq, with garbage and NaN there",
+         {.need_invisible = true, .backward = true, .max_kv = kGradMaxKv}, grad_invisible_zero},
+        {"grad_determinism", "the same backward call twice (outputs prefilled otherwise), and on one thread, gives bitwise the same dq, dk, dv",
+         {.backward = true, .max_kv = kGradMaxKv}, grad_determinism},
+        {"grad_gqa_equals_replicated", "a kv head's dk, dv are the sums over its group of the replicated MHA's (accumulated, not written per head)",
+         {.need_gqa = true, .backward = true, .max_kv = kGradMaxKv}, grad_gqa_equals_replicated},
+        {"grad_batch", "a sequence's gradients alone equal its gradients inside a batch (dense or packed)", {.min_batch = 2, .backward = true, .max_kv = kGradMaxKv}, grad_batch},
+        {"grad_forward_consistency", "the backward on the kernel's own forward out and lse agrees with the oracle within the bound",
+         {.backward = true, .max_kv = kGradMaxKv}, grad_forward_consistency},
+        {"grad_no_oob_read", "q, k, v against a guard page: the backward faults on an over-read, and its result does not change with the placement",
+         {.backward = true, .max_kv = kGradMaxKv}, grad_no_oob_read},
+    };
+    return all;
 }
 
 }  // namespace attncheck::properties

@@ -37,6 +37,7 @@ struct GradCall {
     Built built;            // the forward problem: q, k, v, out and lse as the backward read them
     reference::GradOracle oracle;
     std::vector<float> dq, dk, dv;  // logical order (GradOracle's)
+    std::vector<float> dsinks;      // [Hq] with sinks, empty without
     // "" or the first element written outside dq, dk, dv, left unwritten in them, or the first
     // input (q, k, v, out, lse, dout) the call changed.
     std::string side_effect;
@@ -50,15 +51,7 @@ std::vector<float> dout_of(const KernelCase& c);
 GradCall call_backward(const KernelUnderTest& kernel, const KernelCase& c, const KernelInputs& in,
                        const std::vector<float>& dout, const GradOptions& options = {});
 
-// The gradient properties' entries of kernel_properties() (gradients.cpp).
-Verdict grad_agreement(const KernelUnderTest& kernel, const KernelCase& c);
-Verdict grad_writes(const KernelUnderTest& kernel, const KernelCase& c);
-Verdict grad_causality(const KernelUnderTest& kernel, const KernelCase& c);
-Verdict grad_invisible_zero(const KernelUnderTest& kernel, const KernelCase& c);
-Verdict grad_determinism(const KernelUnderTest& kernel, const KernelCase& c);
-Verdict grad_gqa_equals_replicated(const KernelUnderTest& kernel, const KernelCase& c);
-Verdict grad_batch(const KernelUnderTest& kernel, const KernelCase& c);
-Verdict grad_forward_consistency(const KernelUnderTest& kernel, const KernelCase& c);
-Verdict grad_no_oob_read(const KernelUnderTest& kernel, const KernelCase& c);
+// The gradient properties (`.backward = true`), the end of kernel_properties()'s table.
+const std::vector<KernelProperty>& gradient_properties();
 
 }  // namespace attncheck::properties

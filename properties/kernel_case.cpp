@@ -95,6 +95,7 @@ std::string describe(const KernelCase& c) {
     s << " scale=" << c.scale << " (" << c.scale_kind << ")";
     if (c.softcap > 0) s << " softcap=" << c.softcap;
     if (!c.alibi_slopes.empty()) s << " alibi=" << list(c.alibi_slopes);
+    if (!c.sinks.empty()) s << " sinks=" << list(c.sinks);
     if (c.want_lse) s << " lse";
     s << " style=" << to_string(c.style) << " data_seed=" << c.data_seed << " layout=" << to_string(c.layout.kind);
     if (c.layout.kind == LayoutKind::paged)

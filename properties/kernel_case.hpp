@@ -89,6 +89,7 @@ struct KernelCase {
     std::string scale_kind = "1/sqrt(Dk)";
     float softcap = 0.0f;
     std::vector<float> alibi_slopes;  // empty: none
+    std::vector<float> sinks;         // empty: none; else one logit per query head
     bool want_lse = false;
     InputStyle style = InputStyle::normal;
     std::uint32_t data_seed = 0;
@@ -175,7 +176,7 @@ struct Built {
     std::vector<char> lse_mask;
     std::size_t lse_guard = 0, lse_span = 0;
     std::vector<std::int32_t> kv_lens, cu_q, cu_k, q_pos, block_table;
-    std::vector<float> alibi;
+    std::vector<float> alibi, sinks;
     // Logical (b, h, i) rows in oracle order: first_row[b] + h * Tq(b) + i.
     std::vector<std::size_t> first_row;
     std::vector<int> q_lens;

@@ -170,6 +170,10 @@ Built build_case(const KernelCase& c, const KernelInputs& in, const BuildOptions
 
     r.q_pos.assign(c.q_pos.begin(), c.q_pos.end());
     p.q_pos = r.q_pos.data();
+    if (!c.sinks.empty()) {
+        r.sinks = c.sinks;
+        p.sinks = r.sinks.data();
+    }
     if (!c.alibi_slopes.empty()) {
         r.alibi = c.alibi_slopes;
         p.alibi_slopes = r.alibi.data();

@@ -241,6 +241,12 @@ KernelCase draw_case(const CaseOptions& o, const KernelDeclaration& d, bool larg
         c.alibi_slopes.resize(std::size_t(c.q_heads));
         for (int h = 0; h < c.q_heads; ++h) c.alibi_slopes[std::size_t(h)] = std::exp2(-8.0f * float(h + 1) / float(c.q_heads));
     }
+    // Sinks: small logits, or one that takes most of a row's weight (a kernel that drops the sink
+    // from the denominator or from lse is far off then); multiples of 1/8, exact in every dtype.
+    if (d.sinks && pick<int>({{2, 0}, {1, 1}}, "sinks") == 1) {
+        c.sinks.resize(std::size_t(c.q_heads));
+        for (float& s : c.sinks) s = float(*gen::resize(100, gen::inRange(-40, 81)).as("sink*8")) / 8.0f;
+    }
     c.want_lse = o.need_lse || o.backward || (d.lse && pick<bool>({{1, false}, {1, true}}, "lse"));
 
     // Layout details.

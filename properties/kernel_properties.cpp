@@ -24,6 +24,8 @@
 //      kernel refused the case (not a failure), or Verdict::pass_with_note().
 //   4. Run it: `attncheck fuzz --property my_property` (every built-in kernel of both versions),
 //      and `attncheck fuzz --mutants` to see it kill mutants.
+// A property of the backward pass goes to properties/gradients.cpp the same way (its calls:
+// call_backward; its table: gradient_properties(), which this table ends with).
 #include "properties/kernel_properties.hpp"
 
 #include <omp.h>
@@ -126,10 +128,14 @@ Verdict empty_rows(const KernelUnderTest& kernel, const KernelCase& c) {
                 return Verdict::fail("out" + f.call.built.element(row, int(col)) + " [b,h,i,c] is " + fmt(x) +
                                      " in a row with no visible key: must be exactly 0" +
                                      (std::isnan(x) ? " (a kernel that returns NaN there by design declares empty_rows=nan)" : ""));
-        if (!f.call.lse.empty() && !(std::isinf(f.call.lse[row]) && f.call.lse[row] < 0))
+        // With sinks the row's softmax is its sink's alone: lse = sinks[h] (below, against the oracle).
+        if (f.call.lse.empty() || !c.sinks.empty()) continue;
+        if (!(std::isinf(f.call.lse[row]) && f.call.lse[row] < 0))
             return Verdict::fail("lse of row " + f.call.built.element(row, 0) + " is " + fmt(f.call.lse[row]) +
                                  ", a row with no visible key: must be -inf");
     }
+    if (!c.sinks.empty() && !f.call.lse.empty())
+        return agree_lse("with sinks, a row with no visible key has its sink's logit as lse: ", f.call, oracle_of(kernel, c, f.in));
     return Verdict::pass();
 }
 
@@ -393,13 +399,15 @@ Verdict no_oob_read(const KernelUnderTest& kernel, const KernelCase& c) {
 
 }  // namespace
 
-// The gradient properties' longest key sequence: past two 64-key blocks and the 128 that block
-// sizes of backward kernels cluster at, while the float64 forward and gradient oracles of each
-// case (quadratic in the keys) keep the test stage within its budget.
-constexpr int kGradMaxKv = 144;
+// The forward's properties, then the backward's (properties/gradients.cpp), in the report's order.
+std::vector<KernelProperty> with_gradient_properties(std::vector<KernelProperty> forward) {
+    const std::vector<KernelProperty>& backward = gradient_properties();
+    forward.insert(forward.end(), backward.begin(), backward.end());
+    return forward;
+}
 
 const std::vector<KernelProperty>& kernel_properties() {
-    static const std::vector<KernelProperty> all = {
+    static const std::vector<KernelProperty> all = with_gradient_properties({
         {"agreement", "out (and lse when asked) agrees with the float64 oracle within the bound of the problem's dtype", {}, agreement},
         {"lse", "the log-sum-exp output: natural log, the scale and softcap applied, -inf for an empty row", {.need_lse = true}, lse},
         {"causality", "replacing keys/values after row r's position leaves rows <= r unchanged (bitwise when deterministic)",
@@ -432,25 +440,7 @@ const std::vector<KernelProperty>& kernel_properties() {
          {}, refuses_undeclared},
         {"refuses_malformed", "a malformed problem (kv_heads not dividing q_heads, a block-table entry out of range, q_pos < 0) is refused (a note if not)",
          {}, refuses_malformed},
-        // The backward pass (properties/gradients.cpp), for a kernel that has one.
-        {"grad_agreement", "dq, dk, dv agree with the float64 gradient oracle within the bound (the D term, P from lse, the scale, softcap's derivative)",
-         {.backward = true, .max_kv = kGradMaxKv}, grad_agreement},
-        {"grad_writes", "the backward writes every element of dq, dk, dv (padding rows too) and nothing else, and leaves q, k, v, out, lse, dout unchanged",
-         {.backward = true, .max_kv = kGradMaxKv}, grad_writes},
-        {"grad_causality", "dk_j, dv_j take nothing from the rows that do not see key j, dq_i nothing from the keys row i does not see (exact when deterministic)",
-         {.need_causal_future = true, .backward = true, .max_kv = kGradMaxKv}, grad_causality},
-        {"grad_invisible_zero", "keys no row sees and padding rows get exactly 0 in dk, dv, empty rows 0 in dq, with garbage and NaN there",
-         {.need_invisible = true, .backward = true, .max_kv = kGradMaxKv}, grad_invisible_zero},
-        {"grad_determinism", "the same backward call twice (outputs prefilled otherwise), and on one thread, gives bitwise the same dq, dk, dv",
-         {.backward = true, .max_kv = kGradMaxKv}, grad_determinism},
-        {"grad_gqa_equals_replicated", "a kv head's dk, dv are the sums over its group of the replicated MHA's (accumulated, not written per head)",
-         {.need_gqa = true, .backward = true, .max_kv = kGradMaxKv}, grad_gqa_equals_replicated},
-        {"grad_batch", "a sequence's gradients alone equal its gradients inside a batch (dense or packed)", {.min_batch = 2, .backward = true, .max_kv = kGradMaxKv}, grad_batch},
-        {"grad_forward_consistency", "the backward on the kernel's own forward out and lse agrees with the oracle within the bound",
-         {.backward = true, .max_kv = kGradMaxKv}, grad_forward_consistency},
-        {"grad_no_oob_read", "q, k, v against a guard page: the backward faults on an over-read, and its result does not change with the placement",
-         {.backward = true, .max_kv = kGradMaxKv}, grad_no_oob_read},
-    };
+    });
     return all;
 }
 

@@ -150,7 +150,7 @@ Verdict probabilities(const KernelUnderTest& kernel, const KernelCase& c) {
             for (int i = 0; i < c.q_lens[std::size_t(b)]; ++i) {
                 const std::size_t row = row_of(r, c, b, h, i);
                 const std::string p = name(row);
-                double sum = 0, bound = 0;
+                double sum = 0, bound = 0, expected = 0;  // expected: 1, less a sink's weight
                 for (int j = 0; j < c.kv_lens[std::size_t(b)]; ++j) {
                     const double x = r.prob[r.at(row, j)];
                     if (!(x >= 0.0 && x <= 1.0))
@@ -161,12 +161,15 @@ Verdict probabilities(const KernelUnderTest& kernel, const KernelCase& c) {
                                              fmt(std::abs(x - r.oracle[r.at(row, j)])) + " is over the bound " +
                                              fmt(r.bound[r.at(row, j)]));
                     sum += x;
+                    expected += r.oracle[r.at(row, j)];
                     bound += r.bound[r.at(row, j)];
                 }
                 // Each p_ij is within its bound, so the sum is within the bounds' sum.
                 const int n = visible_count(c, b, i);
-                if (n > 0 && !(std::abs(sum - 1.0) <= bound))
-                    return Verdict::fail(p + ":] " + r.how + " sums to " + fmt(sum) + ", expected 1 within " + fmt(bound) +
+                if (n > 0 && !(std::abs(sum - expected) <= bound))
+                    return Verdict::fail(p + ":] " + r.how + " sums to " + fmt(sum) + ", expected " +
+                                         (c.sinks.empty() ? std::string("1") : fmt(expected) + " (1 less the sink's weight)") +
+                                         " within " + fmt(bound) +
                                          ", the sum of its elements' bounds (" + std::to_string(n) + " visible keys)");
             }
     return Verdict::pass();

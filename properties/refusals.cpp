@@ -153,6 +153,7 @@ Verdict refuses_undeclared(const KernelUnderTest& kernel, const KernelCase& c) {
         u.window_left = u.window_right = -1;
         u.softcap = 0.0f;
         u.alibi_slopes.clear();
+        u.sinks.clear();
         u.want_lse = false;
     };
     if (d.max_kv_len) breaks.push_back({true, [&d, minimal](KernelCase& u) {
@@ -226,6 +227,7 @@ Verdict refuses_undeclared(const KernelUnderTest& kernel, const KernelCase& c) {
     if (u.layout.kind == LayoutKind::varlen || u.layout.kind == LayoutKind::paged) u.layout.kv_capacity = 0;
     if (u.dense()) one_q_len(u);
     if (!u.alibi_slopes.empty()) u.alibi_slopes.resize(std::size_t(u.q_heads), 0.5f);
+    if (!u.sinks.empty()) u.sinks.resize(std::size_t(u.q_heads), 0.5f);
     const KernelInputs in = fill_inputs(u);
     Built built = build_case(u, in);
     const std::string reason = d.unsupported_reason(built.problem);
@@ -247,6 +249,7 @@ Verdict refuses_malformed(const KernelUnderTest& kernel, const KernelCase& c0) {
         // kv_heads not dividing q_heads: Hq = 3, Hk = 2, with room for 3 K/V heads.
         c.q_heads = 3, c.kv_heads = 3;
         if (!c.alibi_slopes.empty()) c.alibi_slopes.assign(3, 0.5f);
+        if (!c.sinks.empty()) c.sinks.assign(3, 0.5f);
     } else if (which == 1) {
         c.layout.kind = LayoutKind::paged;
         c.layout.spare_blocks = std::max(1, c.layout.spare_blocks);

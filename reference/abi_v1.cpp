@@ -37,6 +37,7 @@ const char* beyond_v1_features(const attncheck_problem_v2& p) {
     if (p.window_left >= 0 || p.window_right >= 0) return "a sliding window";
     if (p.softcap != 0.0f) return "softcap";
     if (p.alibi_slopes) return "ALiBi slopes";
+    if (p.sinks) return "attention sinks";
     if (p.lse) return "an lse output";
     if (!p.q_pos) return "no q_pos";
     for (int b = 1; b < p.batch; ++b)

@@ -94,6 +94,10 @@ GradOracle attention_grad_oracle(const attncheck_problem_v2& p, const attncheck_
     o.dv.assign(keys * uDv, 0.0);
     o.key_seen.assign(keys, 0);
     Accumulated ak{std::vector<double>(keys * uDk), std::vector<double>(keys * uDk), std::vector<int>(keys)};
+    // The sinks' gradients, one per query head, summed over every row of the head.
+    Accumulated as{std::vector<double>(std::size_t(p.q_heads)), std::vector<double>(std::size_t(p.q_heads)),
+                   std::vector<int>(std::size_t(p.q_heads))};
+    if (p.sinks) o.dsinks.assign(std::size_t(p.q_heads), 0.0);
     Accumulated av{std::vector<double>(keys * uDv), std::vector<double>(keys * uDv), {}};
 
     const double scale = double(p.scale), ud = unit_roundoff(p.dtype);
@@ -115,13 +119,17 @@ GradOracle attention_grad_oracle(const attncheck_problem_v2& p, const attncheck_
                     if (visible_v2(p, b, i, j))
                         row_keys.push_back({j, score_v2(p, options.tanh_ulps, b, h, i, j, q.data(), kv.key(j, Dk))});
                 const std::size_t n = row_keys.size();
-                if (n == 0) continue;  // no key: dq = 0 exactly, and nothing reaches any key
-                const double nn = double(n);
+                // No key: dq = 0 exactly, nothing reaches any key, and out = 0 makes D = 0, so
+                // the row adds nothing to its sink's gradient either.
+                if (n == 0) continue;
+                const double nn = double(n) + (p.sinks ? 1.0 : 0.0);  // the terms of the row's sums
 
-                // The exact probabilities from the exact scores (not from the given lse).
-                double m = -kInf;
+                // The exact probabilities from the exact scores (not from the given lse); a sink
+                // is one more score without a value.
+                const double sink = p.sinks ? double(p.sinks[h]) : -kInf;
+                double m = sink;
                 for (const Key& k : row_keys) m = std::max(m, k.sc.s);
-                double z = 0;
+                double z = p.sinks ? std::exp(sink - m) : 0.0;
                 for (const Key& k : row_keys) z += std::exp(k.sc.s - m);
                 const double lse = m + std::log(z);
                 for (Key& k : row_keys) k.p = std::exp(k.sc.s - lse);
@@ -133,7 +141,7 @@ GradOracle attention_grad_oracle(const attncheck_problem_v2& p, const attncheck_
                 // Flushed weights: 2^-126 absolute. Rounded to the dtype (declared): ud more.
                 const float lse_given = p.lse[lse_offset_v2(p, b, h, i)];
                 const double lse_error = std::isfinite(lse_given) ? std::abs(double(lse_given) - lse) : kInf;
-                double E_softmax = 0;
+                double E_softmax = p.sinks ? u * (4.0 * std::abs(sink) + 4.0 * std::abs(m) + 4.0) : 0.0;
                 for (const Key& k : row_keys)
                     E_softmax = std::max(E_softmax, k.sc.e + u * (4.0 * std::abs(k.sc.s) + 4.0 * std::abs(m) + 4.0));
                 const double rel_softmax = std::expm1(2.0 * E_softmax) * (1.0 + g(3.0 * nn + 10.0)) + g(3.0 * nn + 10.0);
@@ -176,6 +184,18 @@ GradOracle attention_grad_oracle(const attncheck_problem_v2& p, const attncheck_
                 }
                 eD_p += g(nn + 2.0) * mag_p;
                 const double eD = sane(std::max(eD_out, eD_p));
+
+                // The sink's gradient: -p_sink D, p_sink = exp(sink - lse~) recomputed as a key's P.
+                if (p.sinks) {
+                    const double ps = std::exp(sink - lse);
+                    const double E = u * (4.0 * std::abs(sink) + 4.0 * std::abs(double(lse_given)) + 4.0) + lse_error;
+                    const double e_ps = sane(std::max(std::expm1(E), rel_softmax) * ps + kMinNormal32);
+                    const std::size_t uh = std::size_t(h);
+                    o.dsinks[uh] -= ps * D;
+                    as.a[uh] += e_ps * (std::abs(D) + eD) + ps * eD + u * (ps + e_ps) * (std::abs(D) + eD);
+                    as.b[uh] += (ps + e_ps) * (std::abs(D) + eD);
+                    ++as.terms[uh];
+                }
 
                 std::fill(dq.begin(), dq.end(), 0.0);
                 std::fill(aq.begin(), aq.end(), 0.0);
@@ -250,6 +270,11 @@ GradOracle attention_grad_oracle(const attncheck_problem_v2& p, const attncheck_
             o.dv_bound[x] = sane(bound);
         }
     }
+    if (p.sinks) {
+        o.dsinks_bound.resize(std::size_t(p.q_heads));
+        for (std::size_t h = 0; h < o.dsinks_bound.size(); ++h)
+            o.dsinks_bound[h] = sane(as.a[h] + g(double(as.terms[h]) + 2.0) * as.b[h]);
+    }
     return o;
 }
 
@@ -280,6 +305,7 @@ extern "C" int attncheck_reference_kernel_v2_backward(const attncheck_problem_v2
                                       reference::round_double_to(p->dtype, o.dv[kr * std::size_t(p->value_dim) + std::size_t(c)]));
                 }
         }
+        for (std::size_t h = 0; h < o.dsinks.size(); ++h) g->dsinks[h] = float(o.dsinks[h]);
         return ATTNCHECK_OK;
     } catch (...) {
         return ATTNCHECK_UNSUPPORTED;

@@ -42,6 +42,7 @@ struct GradOracle {
     std::vector<double> dk, dk_bound;    // [key rows, Dk]
     std::vector<double> dv, dv_bound;    // [key rows, Dv]
     std::vector<int> key_seen;           // [key rows]: 1 when some row of some query head of the group sees the key
+    std::vector<double> dsinks, dsinks_bound;  // [Hq] with sinks (float32 in the ABI), empty without
 
     std::size_t rows() const { return first_row.back(); }
     std::size_t key_rows_total() const { return first_key.back(); }

@@ -122,8 +122,11 @@ void attend_row(const attncheck_problem_v2& p, const OracleV2Options& options, i
     const int Tk = kv_len_of(p, b);
     for (int j = 0; j < Tk; ++j)
         if (visible_v2(p, b, i, j)) keys.push_back(score_of(p, options, b, h, i, j, q.data(), kv));
+    o.visible[r] = int(keys.size());
+    // A sink is one more score, exact as given, with a value of 0 (key index -1): the bound
+    // below counts it as a key (its exponential's stage, one more term of each sum).
+    if (p.sinks) keys.push_back({-1, double(p.sinks[h]), 0.0, 0.0});
     const std::size_t n = keys.size();
-    o.visible[r] = int(n);
     if (n == 0) {  // the ABI's empty row: out 0 and lse -inf, exactly (bounds 0)
         o.lse[r] = -kInf;
         o.max_score[r] = -kInf;
@@ -187,7 +190,7 @@ void attend_row(const attncheck_problem_v2& p, const OracleV2Options& options, i
     for (std::size_t c = 0; c < Dv; ++c) {
         double out = 0;
         for (std::size_t t = 0; t < n; ++t) {
-            v[t] = kv.value(keys[t].j, p.value_dim)[c];
+            v[t] = keys[t].j < 0 ? 0.0 : kv.value(keys[t].j, p.value_dim)[c];
             out += keys[t].p * v[t];
         }
         double soft = 0, mag = 0, vmax = 0, cap = 0;

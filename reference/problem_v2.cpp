@@ -77,6 +77,9 @@ std::string problem_v2_error(const attncheck_problem_v2& p) {
     if (p.alibi_slopes)
         for (int h = 0; h < p.q_heads; ++h)
             if (!std::isfinite(p.alibi_slopes[h])) return "alibi_slopes[" + str(h) + "] is not finite";
+    if (p.sinks)
+        for (int h = 0; h < p.q_heads; ++h)
+            if (!std::isfinite(p.sinks[h])) return "sinks[" + str(h) + "] is not finite";
     if (p.block_table) {
         if (p.block_size < 1) return "block_size = " + str(p.block_size) + ", must be >= 1";
         if (p.num_blocks < 1) return "num_blocks = " + str(p.num_blocks) + ", must be >= 1";
@@ -127,6 +130,7 @@ std::string grads_v2_error(const attncheck_problem_v2& p, const attncheck_grads_
     if (auto e = tensor_error("dq", g.dq); !e.empty()) return e;
     if (auto e = tensor_error("dk", g.dk); !e.empty()) return e;
     if (auto e = tensor_error("dv", g.dv); !e.empty()) return e;
+    if (p.sinks && !g.dsinks) return "dsinks is null (a call with sinks writes their gradient)";
     return {};
 }
 
@@ -151,6 +155,11 @@ std::string describe_v2(const attncheck_problem_v2& p) {
     if (p.alibi_slopes) {
         os << " alibi=[";
         for (int h = 0; h < p.q_heads; ++h) os << (h ? "," : "") << p.alibi_slopes[h];
+        os << ']';
+    }
+    if (p.sinks) {
+        os << " sinks=[";
+        for (int h = 0; h < p.q_heads; ++h) os << (h ? "," : "") << p.sinks[h];
         os << ']';
     }
     if (p.block_table) os << " paged(block_size=" << p.block_size << " num_blocks=" << p.num_blocks << ")";

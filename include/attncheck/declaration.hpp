@@ -45,6 +45,9 @@
 //                        (relative, in float32 epsilons; default 2: glibc 2.36's tanhf reads 1.42
 //                        on every float, 2.19 in ulps of its result). tanh.approx.f32 (relative
 //                        error up to 2^-11) declares 4096; the agreement bound then allows it
+//   sinks                `no` (default) or `yes`: attention sinks (kernel_abi_v2.h, a field appended
+//                        after the first version 2 kernels were written: a kernel must say it reads
+//                        it; the suite never poses sinks to one that does not, nor probes its refusal)
 //   padding_values       `any` (default: memory no row reads - padding past a sequence's keys,
 //                        gaps, unused blocks - may hold NaN or Inf, as uninitialised memory does)
 //                        or `finite` (the kernel needs finite numbers there, e.g. it multiplies
@@ -99,6 +102,7 @@ struct KernelDeclaration {
     bool dense = true;  // false: dense=no, query rows always packed (cu_seqlens_q)
     std::vector<Range> block_sizes;  // empty: any
     bool window = true, softcap = true, alibi = true, lse = true;
+    bool sinks = false;  // sinks=yes
     bool rounds_probabilities = false;
     // The float32 ulps of the softcap's tanh (reference::OracleV2Options::tanh_ulps).
     static constexpr int kDefaultTanhUlps = 2;

@@ -123,6 +123,16 @@ typedef struct attncheck_problem_v2 {
      * row as in q (varlen: cu_seqlens_q[b] + row, stride[0] ignored). */
     float* lse;
     int64_t lse_stride[3];
+
+    /* Attention sinks (a minor addition): null, or Hq float32 logits, one per query head, as
+     * gpt-oss and StreamingLLM learn them. Sink h joins the softmax of every row of query head h
+     * as one more score that carries no value:
+     *   p_j = exp(s_j) / (exp(sinks[h]) + sum_l exp(s_l)),  out = sum_j p_j v_j,
+     *   lse = log(exp(sinks[h]) + sum_j exp(s_j)),
+     * so a row's probabilities sum to less than 1, and a row with no visible key gives out 0 and
+     * lse = sinks[h]. A kernel built against a header without this field never reads it: the
+     * suite poses sinks only to a kernel that declares sinks=yes. */
+    const float* sinks;
 } attncheck_problem_v2;
 
 typedef int (*attncheck_kernel_v2_fn)(const attncheck_problem_v2* p);
@@ -141,7 +151,8 @@ typedef int (*attncheck_kernel_v2_fn)(const attncheck_problem_v2* p);
  *     D_i   = dout_i . out_i  (= sum_j P_ij dP_ij)   dS_ij = P_ij (dP_ij - D_i)
  *     with softcap: dS_ij *= 1 - tanh(scale q_i.k_j / softcap)^2   (ALiBi adds a constant)
  *     dq_i  = scale sum_j dS_ij k_j                  dk_j  = scale sum_i dS_ij q_i
- * dk and dv of kv head hk are summed over the query heads of its group (GQA).
+ * dk and dv of kv head hk are summed over the query heads of its group (GQA). With sinks, P is
+ * exp(s_j - lse) with the sink in lse, and dsinks (below) gets the sinks' gradient.
  *
  * Every element of dq, dk and dv is written: dq for every query row (0 for a row that sees no
  * key), dk and dv for every k / v row of the dense tensors (kv_len rows per sequence: rows past
@@ -156,6 +167,9 @@ typedef struct attncheck_grads_v2 {
     attncheck_tensor_v2 dq;    /* (b, Hq, row, Dk): written, indexed as q */
     attncheck_tensor_v2 dk;    /* (b, Hk, row, Dk): written, indexed as k (dense or varlen) */
     attncheck_tensor_v2 dv;    /* (b, Hk, row, Dv): written, indexed as v */
+    /* With sinks (p->sinks not null): Hq float32, written: dL/dsinks[h] = -sum over the rows of
+     * query head h (every sequence of the call) of exp(sinks[h] - lse_i) D_i. Null otherwise. */
+    float* dsinks;
 } attncheck_grads_v2;
 
 typedef int (*attncheck_kernel_v2_backward_fn)(const attncheck_problem_v2* p, const attncheck_grads_v2* g);

@@ -121,6 +121,23 @@ inline bool visible_v2(const attncheck_problem_v2& p, int b, int i, int j) {
     return true;
 }
 
+// The keys [lo, hi] among Tk that the row at absolute position a sees: visible_v2()'s rule as one
+// interval (empty when lo > hi), for kernels that skip what no row sees. A row's interval moves
+// right by at most one key per row, so the keys of a block of rows are one interval too.
+struct KeyInterval {
+    std::int64_t lo, hi;
+    bool empty() const { return lo > hi; }
+};
+inline KeyInterval visible_keys_v2(const attncheck_problem_v2& p, std::int64_t Tk, std::int64_t a) {
+    KeyInterval r{0, Tk - 1};
+    if (p.causal)
+        r.hi = r.hi < a ? r.hi : a;
+    else if (p.window_right >= 0)
+        r.hi = r.hi < a + p.window_right ? r.hi : a + p.window_right;
+    if (p.window_left >= 0) r.lo = r.lo > a - p.window_left ? r.lo : a - p.window_left;
+    return r;
+}
+
 // Offsets (in elements) of element (b, h, row i, column c) of q / out, and of key j of
 // kv head hk in k / v (through varlen packing or the block table).
 inline std::int64_t q_offset_v2(const attncheck_problem_v2& p, const attncheck_tensor_v2& t, int b, int h, int i, int c) {

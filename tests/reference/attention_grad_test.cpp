@@ -37,9 +37,16 @@ constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 struct GradCase {
     V2Case c;
     Buffer dout, dq, dk, dv;
+    std::vector<float> sinks, dsinks;
     attncheck_grads_v2 g{};
 
-    explicit GradCase(const Spec& s, std::uint32_t seed, float range = 2.0f) : c(s) {
+    explicit GradCase(const Spec& s, std::uint32_t seed, float range = 2.0f, std::vector<float> sink_logits = {})
+        : c(s), sinks(std::move(sink_logits)) {
+        if (!sinks.empty()) {
+            c.p.sinks = sinks.data();
+            dsinks.assign(sinks.size(), std::numeric_limits<float>::quiet_NaN());
+            g.dsinks = dsinks.data();
+        }
         // Multiples of 1/64: a finite difference of 2^-10 on them is exact in float32.
         std::mt19937 rng(seed);
         std::uniform_int_distribution<int> pick(-int(64 * range), int(64 * range));
@@ -94,13 +101,31 @@ double finite_difference(GradCase& gc, Buffer& buffer, std::int64_t offset) {
     return (up - down) / (2.0 * double(d));
 }
 
+// (L(sink + d) - L(sink - d)) / 2d for sink h.
+double finite_difference_sink(GradCase& gc, std::size_t h) {
+    constexpr float d = 0x1p-10f;
+    const float x = gc.sinks[h];
+    gc.sinks[h] = x + d;
+    const double up = gc.loss();
+    gc.sinks[h] = x - d;
+    const double down = gc.loss();
+    gc.sinks[h] = x;
+    return (up - down) / (2.0 * double(d));
+}
+
 // Every gradient element of the oracle against its finite difference: |fd - g| <= 1e-5 (1 + |g|)
 // (the difference's truncation error is d^2 / 6 times a third derivative of order one).
-void check_finite_differences(const Spec& s, std::uint32_t seed) {
-    GradCase gc(s, seed);
+void check_finite_differences(const Spec& s, std::uint32_t seed, std::vector<float> sinks = {}) {
+    GradCase gc(s, seed, 2.0f, std::move(sinks));
     const GradOracle o = gc.oracle();
     const attncheck_problem_v2& p = gc.c.p;
     const auto close = [](double fd, double g) { return std::abs(fd - g) <= 1e-5 * (1.0 + std::abs(g)); };
+    for (std::size_t h = 0; h < gc.sinks.size(); ++h) {
+        const double fd = finite_difference_sink(gc, h);
+        INFO("dsinks[" << h << "] fd " << fd << " oracle " << o.dsinks[h]);
+        CHECK(close(fd, o.dsinks[h]));
+        CHECK(o.dsinks[h] != 0.0);
+    }
     for (int b = 0; b < p.batch; ++b) {
         for (int h = 0; h < p.q_heads; ++h)
             for (int i = 0; i < gc.c.tq(b); ++i)
@@ -151,6 +176,11 @@ TEST_CASE("grad oracle: central finite differences of the float64 forward", "[re
         check_finite_differences({.q_heads = 1, .kv_heads = 1, .head_dim = 4, .value_dim = 2, .tq = {4}, .tk = {4},
                                   .scale = 1.0f, .softcap = 2.0f},
                                  4);
+    }
+    SECTION("attention sinks: the sinks' own gradient, and the keys' with a sink in the softmax") {
+        check_finite_differences({.batch = 2, .q_heads = 4, .kv_heads = 2, .head_dim = 2, .value_dim = 3, .tq = {3, 2},
+                                  .tk = {5, 0}, .q_pos = {2, 0}, .varlen = true, .scale = 0.5f},
+                                 8, {0.5f, -1.25f, 2.0f, 0.0f});
     }
     SECTION("varlen with an empty sequence, padding in a dense batch") {
         check_finite_differences({.batch = 3, .q_heads = 2, .kv_heads = 1, .head_dim = 2, .value_dim = 2,
@@ -386,4 +416,27 @@ TEST_CASE("reference backward: refuses a malformed call and writes nothing", "[r
     CHECK(attncheck_reference_kernel_v2_backward(&gc.c.p, &g) != ATTNCHECK_OK);
     CHECK(attncheck_reference_kernel_v2_backward(&gc.c.p, nullptr) != ATTNCHECK_OK);
     for (std::int64_t e = 0; e < gc.dq.size(); ++e) CHECK(std::isnan(gc.dq.get(e)));
+}
+
+TEST_CASE("sinks in the forward oracle: rows sum to 1 less the sink's weight, an empty row's lse is the sink", "[reference][grad][sinks]") {
+    // One row that sees keys 0..2 with equal scores 0 (q = 0), and one sequence with no key.
+    GradCase gc({.batch = 2, .q_heads = 1, .kv_heads = 1, .head_dim = 2, .value_dim = 1, .tq = {1, 1}, .tk = {3, 0},
+                 .q_pos = {2, 0}, .varlen = true, .scale = 1.0f},
+                41, 2.0f, {1.0f});
+    for (int col = 0; col < 2; ++col) gc.c.q.set(gc.c.q_at(0, 0, 0, col), 0.0f);
+    for (int j = 0; j < 3; ++j) gc.c.v.set(gc.c.v_at(0, 0, j, 0), 1.0f);
+    const attncheck::reference::OracleV2 o = attncheck::reference::attention_v2_oracle(gc.c.p);
+    // z = 3 e^0 + e^1: the row's output (all-ones values) is 3 / (3 + e), lse = log(3 + e).
+    CHECK(o.out[o.row(0, 0, 0)] == Approx(3.0 / (3.0 + std::exp(1.0))).epsilon(1e-15));
+    CHECK(o.lse[o.row(0, 0, 0)] == Approx(std::log(3.0 + std::exp(1.0))).epsilon(1e-15));
+    CHECK(o.out[o.row(1, 0, 0)] == 0.0);
+    CHECK(o.lse[o.row(1, 0, 0)] == Approx(1.0).epsilon(1e-15));
+    // The reference kernel's backward writes dsinks, float32, from the oracle.
+    REQUIRE(attncheck_reference_kernel_v2_backward(&gc.c.p, &gc.g) == ATTNCHECK_OK);
+    const GradOracle g = gc.oracle();
+    CHECK(gc.dsinks[0] == float(g.dsinks[0]));
+    // A call with sinks but no dsinks is malformed.
+    attncheck_grads_v2 without = gc.g;
+    without.dsinks = nullptr;
+    CHECK(attncheck_reference_kernel_v2_backward(&gc.c.p, &without) != ATTNCHECK_OK);
 }

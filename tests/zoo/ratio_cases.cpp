@@ -37,6 +37,12 @@ properties::KernelCase draw_kernel_case(std::uint64_t seed, std::uint64_t index)
     return gen(stream_for(seed, index, 1), int(index % kSizes)).value();
 }
 
+properties::KernelCase draw_backward_case(std::uint64_t seed, std::uint64_t index) {
+    static const rc::Gen<properties::KernelCase> gen = properties::gen_kernel_case({.backward = true, .max_kv = 144}, {});
+    const std::lock_guard<std::mutex> lock(g_draw);
+    return gen(stream_for(seed, index, 3), int(index % kSizes)).value();
+}
+
 properties::DecoderCase draw_decoder_case(std::uint64_t seed, std::uint64_t index) {
     static const rc::Gen<properties::DecoderCase> gen = properties::gen_decoder_case();
     const std::lock_guard<std::mutex> lock(g_draw);

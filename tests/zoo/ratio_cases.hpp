@@ -28,6 +28,9 @@ namespace attncheck::zoo {
 
 properties::KernelCase draw_kernel_case(std::uint64_t seed, std::uint64_t index);
 properties::DecoderCase draw_decoder_case(std::uint64_t seed, std::uint64_t index);
+// A case of the gradient properties (every version 2 feature a backward call takes: no pages,
+// at most their 144 keys), drawn the same way.
+properties::KernelCase draw_backward_case(std::uint64_t seed, std::uint64_t index);
 
 // A kernel case with its inputs and the float64 oracle with its bound, computed once and shared
 // by every kernel checked on it.

@@ -54,6 +54,7 @@ struct Spec {
     bool alibi = false;
     float magnitude = 1.0f;  // q, k, v, dout uniform in [-magnitude, magnitude]
     std::uint32_t seed = 1;
+    std::vector<float> sinks = {};  // empty, or Hq logits
 };
 
 Spec prefill(int n) {
@@ -105,7 +106,7 @@ struct Case {
     Spec spec;
     int B;
     std::vector<std::int32_t> kv_lens, cu_q, cu_k, q_pos;
-    std::vector<float> slopes, lse;
+    std::vector<float> slopes, lse, sinks, dsinks;
     Buffer q, k, v, out, dout, dq, dk, dv;
     attncheck_problem_v2 p{};
     attncheck_grads_v2 g{};
@@ -158,6 +159,10 @@ struct Case {
         bind(g.dk, dk, s.grad_layout, k_n0, s.Hk, k_T, s.Dk, kNaN);
         bind(g.dv, dv, s.grad_layout, k_n0, s.Hk, k_T, s.Dv, kNaN);
         g.struct_size = sizeof(attncheck_grads_v2);
+        if (!s.sinks.empty()) {
+            sinks = s.sinks, dsinks.assign(s.sinks.size(), kNaN);
+            p.sinks = sinks.data(), g.dsinks = dsinks.data();
+        }
         lse.assign(std::size_t(q_n0 * s.Hq * q_T), kNaN);
         p.lse = lse.data();
         p.lse_stride[0] = s.varlen ? 0 : s.Hq * q_T, p.lse_stride[1] = q_T, p.lse_stride[2] = 1;
@@ -472,7 +477,7 @@ TEST_CASE("the backward zoo: bwd_naive and at least 18 mutants, forward the refe
         CHECK(e.fn == nullptr);
         CHECK(e.fn_v2 == &attncheck_reference_kernel_v2);  // the bugs are in the backward only
         CHECK(e.backward_v2 != nullptr);
-        CHECK(e.declaration.empty());
+        CHECK(e.declaration == "sinks=yes");  // the forward (the reference kernel) and the backward take sinks
         if (e.role == KernelRole::zoo_base) {
             bases.insert(e.name);
             CHECK(e.bug.empty());
@@ -692,6 +697,52 @@ TEST_CASE("backward mutant: dout through out's strides, on a prefill of 6, out [
     shows_bug("bwd_dout_with_out_strides", s);
 }
 
+// The sinks' mutants change dsinks only: the sink mutant `name` is off there, on `shows`, by more
+// than kMutantGap of the largest sink gradient, where the base agrees with the reference
+// backward (the float64 oracle rounded: this file's float64 loops have no sinks).
+void shows_sink_bug(const std::string& name, const Spec& shows) {
+    const KernelEntry& m = entry(name);
+    REQUIRE(m.role == KernelRole::mutant);
+    REQUIRE(!shows.sinks.empty());
+    const auto dsinks_of = [&](attncheck_kernel_v2_backward_fn fn) {
+        Case c(shows, m.fn_v2);
+        REQUIRE(fn(&c.p, &c.g) == ATTNCHECK_OK);
+        return c.dsinks;
+    };
+    const std::vector<float> want = dsinks_of(attncheck_reference_kernel_v2_backward);
+    const std::vector<float> base = dsinks_of(entry("bwd_naive").backward_v2), got = dsinks_of(m.backward_v2);
+    double scale = 0, base_gap = 0, gap = 0;
+    for (float x : want) scale = std::max(scale, double(std::fabs(x)));
+    for (std::size_t h = 0; h < want.size(); ++h) {
+        base_gap = std::max(base_gap, std::fabs(double(base[h]) - want[h]) / scale);
+        gap = std::isfinite(got[h]) ? std::max(gap, std::fabs(double(got[h]) - want[h]) / scale) : INFINITY;
+    }
+    INFO(name << " (" << m.bug << "): dsinks off by " << gap << " of their scale " << scale << ", the base by " << base_gap);
+    CHECK(scale > 0);
+    CHECK(base_gap < 1e-4);
+    CHECK(gap > kMutantGap);
+}
+
+Spec with_sinks(Spec s) {
+    s.sinks.clear();
+    for (int h = 0; h < s.Hq; ++h) s.sinks.push_back(0.5f - 0.75f * float(h));
+    return s;
+}
+
+TEST_CASE("backward mutant: dsinks with the wrong sign, on a causal prefill of 6 with sinks") {
+    shows_sink_bug("bwd_dsinks_sign_flipped", with_sinks(prefill(6)));
+}
+
+TEST_CASE("backward mutant: dsinks reset per sequence, on a varlen batch of two") {
+    Spec s = with_sinks(prefill(5));
+    s.varlen = true, s.q_rows = {5, 3}, s.keys = {5, 3}, s.q_pos = {0, 0};
+    shows_sink_bug("bwd_dsinks_per_sequence", s);
+}
+
+TEST_CASE("backward mutant: dsinks unwritten, on a causal prefill of 6 with sinks") {
+    shows_sink_bug("bwd_dsinks_unwritten", with_sinks(prefill(6)));
+}
+
 TEST_CASE("every backward mutant has a targeted case above") {
     // The names shows_bug() is called with, kept in step with the TEST_CASEs above.
     const std::set<std::string> targeted = {
@@ -700,7 +751,8 @@ TEST_CASE("every backward mutant has a targeted case above") {
         "bwd_alibi_row_relative", "bwd_softcap_derivative_dropped", "bwd_softcap_derivative_linear",
         "bwd_dk_unscaled", "bwd_dq_unscaled", "bwd_dv_from_ds", "bwd_gqa_last_head_wins", "bwd_gqa_head_modulo",
         "bwd_padding_rows_unwritten", "bwd_unseen_keys_unwritten", "bwd_empty_row_nan", "bwd_varlen_dkv_from_q",
-        "bwd_dq_block_overwrite", "bwd_d_over_all_keys", "bwd_dout_with_out_strides"};
+        "bwd_dq_block_overwrite", "bwd_d_over_all_keys", "bwd_dout_with_out_strides", "bwd_dsinks_sign_flipped",
+        "bwd_dsinks_per_sequence", "bwd_dsinks_unwritten"};
     std::set<std::string> registered;
     for (const KernelEntry& e : kernel_registry())
         if (e.role == KernelRole::mutant && e.backward_v2) registered.insert(e.name);
