@@ -76,10 +76,13 @@ Verdict unsupported(int rc) { return Verdict::unsupported("kernel returned " + s
 // a layout=contiguous kernel, a padded cache for padding=no) that is the kernel's right and
 // there is nothing to compare: "" (the caller goes on). Within it, a refusal of the same logical
 // problem posed another way is a failure.
+std::string refused_within_declaration(const KernelUnderTest& kernel, const attncheck_problem_v2& posed, int rc,
+                                       const std::string& how) {
+    if (!kernel.declaration.unsupported_reason(posed).empty()) return {};
+    return "the same problem " + how + " was refused (returned " + std::to_string(rc) + ") although it is within the declaration";
+}
 std::string refused_within_declaration(const KernelUnderTest& kernel, const Call& r, const std::string& how) {
-    if (!kernel.declaration.unsupported_reason(r.built.problem).empty()) return {};
-    return "the same problem " + how + " was refused (returned " + std::to_string(r.rc) +
-           ") although it is within the declaration";
+    return refused_within_declaration(kernel, r.built.problem, r.rc, how);
 }
 
 reference::OracleV2 oracle_of(const KernelUnderTest& kernel, const KernelCase& c, const KernelInputs& in) {

@@ -52,6 +52,9 @@ Verdict unsupported(int rc);
 // there is nothing to compare: "" (the caller goes on). Within it, a refusal of the same logical
 // problem posed another way is a failure.
 std::string refused_within_declaration(const KernelUnderTest& kernel, const Call& r, const std::string& how);
+// The same for a call that posed `posed` and returned rc (the backward's calls, gradients.cpp).
+std::string refused_within_declaration(const KernelUnderTest& kernel, const attncheck_problem_v2& posed, int rc,
+                                       const std::string& how);
 
 // The oracle of the case's logical problem, with what the kernel declares about its arithmetic.
 reference::OracleV2 oracle_of(const KernelUnderTest& kernel, const KernelCase& c, const KernelInputs& in);

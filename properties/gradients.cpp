@@ -91,13 +91,6 @@ std::string declared_deterministic(const KernelUnderTest& kernel) {
                : " (beyond the sum of the two bounds)";
 }
 
-// A backward that refuses the same problem posed another way, within what it declares, fails.
-std::string refused_within(const KernelUnderTest& kernel, const GradCall& r, const std::string& how) {
-    if (!kernel.declaration.unsupported_reason(r.built.problem).empty()) return {};
-    return "the backward refused (returned " + std::to_string(r.rc) + ") the same problem " + how +
-           " although it is within the declaration";
-}
-
 }  // namespace
 
 std::vector<float> dout_of(const KernelCase& c) {
@@ -410,7 +403,7 @@ Verdict grad_gqa_equals_replicated(const KernelUnderTest& kernel, const KernelCa
     replicate_kv_heads(mha, rin);
     const GradCall m = call_backward(kernel, mha, rin, dout);
     if (m.rc != 0) {
-        const std::string e = refused_within(kernel, m, "with the K/V heads replicated");
+        const std::string e = refused_within_declaration(kernel, m.built.problem, m.rc, "with the K/V heads replicated");
         return e.empty() ? Verdict::pass() : Verdict::fail(e);
     }
     const std::size_t Dk = std::size_t(c.head_dim), Dv = std::size_t(c.value_dim);
@@ -456,16 +449,23 @@ Verdict grad_batch(const KernelUnderTest& kernel, const KernelCase& c) {
     const GradCall f = call_backward(kernel, c, in, dout);
     if (f.rc != 0) return unsupported(f.rc);
     const std::size_t Dk = std::size_t(c.head_dim), Dv = std::size_t(c.value_dim);
+    // A sink's gradient sums over every row of its head, whatever the sequence: the batch's is
+    // compared with the sum of the sequences' own (when every sequence was taken alone).
+    std::vector<double> sink_sum(f.dsinks.size()), sink_bound(f.oracle.dsinks_bound.begin(), f.oracle.dsinks_bound.end());
+    bool every_sequence = true;
     for (int b = 0; b < c.batch; ++b) {
         const KernelCase alone = sequence_alone(c, b);
         const std::size_t first = f.built.first_row[std::size_t(b)], rows = f.built.first_row[std::size_t(b) + 1] - first;
         const std::vector<float> dout_b(dout.begin() + std::ptrdiff_t(first * Dv), dout.begin() + std::ptrdiff_t((first + rows) * Dv));
         const GradCall s = call_backward(kernel, alone, sequence_inputs(c, in, b), dout_b);
         if (s.rc != 0) {
-            const std::string e = refused_within(kernel, s, "as sequence " + std::to_string(b) + " alone");
+            const std::string e =
+                refused_within_declaration(kernel, s.built.problem, s.rc, "as sequence " + std::to_string(b) + " alone");
             if (!e.empty()) return Verdict::fail(e);
+            every_sequence = false;
             continue;
         }
+        for (std::size_t h = 0; h < sink_sum.size(); ++h) sink_sum[h] += s.dsinks[h], sink_bound[h] += s.oracle.dsinks_bound[h];
         for (std::size_t e = 0; e < rows * Dk; ++e) {
             const std::size_t at = first * Dk + e;
             if (!(std::abs(double(f.dq[at]) - double(s.dq[e])) <= f.oracle.dq_bound[at] + s.oracle.dq_bound[e]))
@@ -488,22 +488,10 @@ Verdict grad_batch(const KernelUnderTest& kernel, const KernelCase& c) {
                                                  fmt((*bx)[in_batch] + (*by)[own]));
                     }
     }
-    // A sink's gradient sums over every row of its head, whatever the sequence: the sum of the
-    // sequences' own.
-    if (!f.dsinks.empty()) {
-        std::vector<double> sum(f.dsinks.size()), bound(f.oracle.dsinks_bound.begin(), f.oracle.dsinks_bound.end());
-        for (int b = 0; b < c.batch; ++b) {
-            const std::size_t first = f.built.first_row[std::size_t(b)], rows = f.built.first_row[std::size_t(b) + 1] - first;
-            const std::vector<float> dout_b(dout.begin() + std::ptrdiff_t(first * Dv), dout.begin() + std::ptrdiff_t((first + rows) * Dv));
-            const GradCall s = call_backward(kernel, sequence_alone(c, b), sequence_inputs(c, in, b), dout_b);
-            if (s.rc != 0) return Verdict::pass();  // refused alone: said above
-            for (std::size_t h = 0; h < sum.size(); ++h) sum[h] += s.dsinks[h], bound[h] += s.oracle.dsinks_bound[h];
-        }
-        for (std::size_t h = 0; h < sum.size(); ++h)
-            if (!(std::abs(double(f.dsinks[h]) - sum[h]) <= bound[h]))
-                return Verdict::fail("dsinks[" + std::to_string(h) + "] of the batch is " + fmt(f.dsinks[h]) +
-                                     ", the sum of the sequences' own " + fmt(sum[h]) + ": beyond the sum of the calls' bounds " + fmt(bound[h]));
-    }
+    for (std::size_t h = 0; every_sequence && h < sink_sum.size(); ++h)
+        if (!(std::abs(double(f.dsinks[h]) - sink_sum[h]) <= sink_bound[h]))
+            return Verdict::fail("dsinks[" + std::to_string(h) + "] of the batch is " + fmt(f.dsinks[h]) + ", the sum of the sequences' own " +
+                                 fmt(sink_sum[h]) + ": beyond the sum of the calls' bounds " + fmt(sink_bound[h]));
     return Verdict::pass();
 }
 
