@@ -101,6 +101,11 @@ GradOracle attention_grad_oracle(const attncheck_problem_v2& p, const attncheck_
     Accumulated av{std::vector<double>(keys * uDv), std::vector<double>(keys * uDv), {}};
 
     const double scale = double(p.scale), ud = unit_roundoff(p.dtype);
+    // Underflow: a float32 result below 2^-126 may be subnormal or flushed to 0 (FTZ/DAZ, as
+    // -ffast-math or CUDA's --use_fast_math compile a kernel), off by up to 2^-126 absolutely,
+    // which no relative term covers. Every product and every partial sum is charged it; in a sum
+    // times the scale, |scale| times it when the scale comes after (numerics.md section 5).
+    const double fl = kMinNormal32, fl_scaled = std::max(1.0, std::abs(scale)) * kMinNormal32;
     const bool narrow = p.dtype != ATTNCHECK_DTYPE_F32;
     const bool rounded = options.probabilities_rounded && narrow;
     const auto load = [&](const void* data, std::int64_t offset) { return double(load_element(p.dtype, data, offset)); };
@@ -163,7 +168,7 @@ GradOracle attention_grad_oracle(const attncheck_problem_v2& p, const attncheck_
                         k.dP += dO[std::size_t(c)] * vc;
                         k.mdP += std::abs(dO[std::size_t(c)] * vc);
                     }
-                    k.edP = g(double(Dv) + 2.0) * k.mdP;
+                    k.edP = g(double(Dv) + 2.0) * k.mdP + 2.0 * double(Dv) * fl;
                 }
 
                 // D = dout . o: from the given out (a Dv-term dot of it, plus its distance from
@@ -176,13 +181,13 @@ GradOracle attention_grad_oracle(const attncheck_problem_v2& p, const attncheck_
                     eD_out += std::abs(dO[std::size_t(c)]) * (std::isfinite(given) ? std::abs(given - oc) : kInf);
                     mag_out += std::abs(dO[std::size_t(c)] * given);
                 }
-                eD_out += g(double(Dv) + 2.0) * mag_out;
+                eD_out += g(double(Dv) + 2.0) * mag_out + 2.0 * double(Dv) * fl;
                 double eD_p = 0, mag_p = 0;
                 for (const Key& k : row_keys) {
                     eD_p += k.ep * std::abs(k.dP) + (k.p + k.ep) * k.edP;
                     mag_p += (k.p + k.ep) * (std::abs(k.dP) + k.edP);
                 }
-                eD_p += g(nn + 2.0) * mag_p;
+                eD_p += g(nn + 2.0) * mag_p + 2.0 * nn * fl;
                 const double eD = sane(std::max(eD_out, eD_p));
 
                 // The sink's gradient: -p_sink D, p_sink = exp(sink - lse~) recomputed as a key's P.
@@ -192,7 +197,7 @@ GradOracle attention_grad_oracle(const attncheck_problem_v2& p, const attncheck_
                     const double e_ps = sane(std::max(std::expm1(E), rel_softmax) * ps + kMinNormal32);
                     const std::size_t uh = std::size_t(h);
                     o.dsinks[uh] -= ps * D;
-                    as.a[uh] += e_ps * (std::abs(D) + eD) + ps * eD + u * (ps + e_ps) * (std::abs(D) + eD);
+                    as.a[uh] += e_ps * (std::abs(D) + eD) + ps * eD + u * (ps + e_ps) * (std::abs(D) + eD) + 2.0 * fl;
                     as.b[uh] += (ps + e_ps) * (std::abs(D) + eD);
                     ++as.terms[uh];
                 }
@@ -203,18 +208,18 @@ GradOracle attention_grad_oracle(const attncheck_problem_v2& p, const attncheck_
                 for (const Key& k : row_keys) {
                     // dS = P (dP - D): the difference, then the product, one rounding each.
                     const double diff = k.dP - D;
-                    const double e_diff = k.edP + eD + u * (std::abs(diff) + k.edP + eD);
+                    const double e_diff = k.edP + eD + u * (std::abs(diff) + k.edP + eD) + fl;
                     const double dS = k.p * diff;
-                    double e_dS = k.ep * (std::abs(diff) + e_diff) + k.p * e_diff + u * (k.p + k.ep) * (std::abs(diff) + e_diff);
+                    double e_dS = k.ep * (std::abs(diff) + e_diff) + k.p * e_diff + u * (k.p + k.ep) * (std::abs(diff) + e_diff) + fl;
                     double dS0 = dS, e_dS0 = e_dS;
                     if (p.softcap > 0) {
                         // f = 1 - t^2 from the kernel's t (its tanh, or its capped score / cap):
                         // |t~ - t| <= e_c / cap + 2u |t|; f's error 2 |t| et + et^2 + 2u.
                         const double cap = double(p.softcap), t = std::tanh(k.sc.s0 / cap), f = 1.0 - t * t;
                         const double et = k.sc.e_capped / cap + 2.0 * u * std::abs(t);
-                        const double ef = 2.0 * std::abs(t) * et + et * et + 2.0 * u;
+                        const double ef = 2.0 * std::abs(t) * et + et * et + 2.0 * u + fl;
                         dS0 = dS * f;
-                        e_dS0 = std::abs(f) * e_dS + ef * (std::abs(dS) + e_dS) + u * (std::abs(f) + ef) * (std::abs(dS) + e_dS);
+                        e_dS0 = std::abs(f) * e_dS + ef * (std::abs(dS) + e_dS) + u * (std::abs(f) + ef) * (std::abs(dS) + e_dS) + fl;
                     }
                     if (rounded) e_dS0 += ud * (std::abs(dS0) + e_dS0) + tiny_rounding(p.dtype);
                     e_dS0 = sane(e_dS0);
@@ -243,7 +248,7 @@ GradOracle attention_grad_oracle(const attncheck_problem_v2& p, const attncheck_
                 // dq = scale sum_j dS0_j k_j: an n-term sum (any order) and the scale's product.
                 const std::size_t r = o.row(b, h, i);
                 for (std::size_t c = 0; c < uDk; ++c) {
-                    double bound = std::abs(scale) * (aq[c] + g(nn + 3.0) * bq[c]);
+                    double bound = std::abs(scale) * (aq[c] + g(nn + 3.0) * bq[c]) + (2.0 * nn + 1.0) * fl_scaled;
                     if (narrow) bound += ud * (std::abs(dq[c]) + bound) + tiny_rounding(p.dtype);
                     o.dq[r * uDk + c] = dq[c];
                     o.dq_bound[r * uDk + c] = sane(bound);
@@ -259,13 +264,13 @@ GradOracle attention_grad_oracle(const attncheck_problem_v2& p, const attncheck_
         const double terms = double(ak.terms[kr]);
         for (std::size_t c = 0; c < uDk; ++c) {
             const std::size_t x = kr * uDk + c;
-            double bound = ak.terms[kr] ? std::abs(scale) * (ak.a[x] + g(terms + 3.0) * ak.b[x]) : 0.0;
+            double bound = ak.terms[kr] ? std::abs(scale) * (ak.a[x] + g(terms + 3.0) * ak.b[x]) + (2.0 * terms + 1.0) * fl_scaled : 0.0;
             if (narrow && ak.terms[kr]) bound += ud * (std::abs(o.dk[x]) + bound) + tiny_rounding(p.dtype);
             o.dk_bound[x] = sane(bound);
         }
         for (std::size_t c = 0; c < uDv; ++c) {
             const std::size_t x = kr * uDv + c;
-            double bound = ak.terms[kr] ? av.a[x] + g(terms + 2.0) * av.b[x] : 0.0;
+            double bound = ak.terms[kr] ? av.a[x] + g(terms + 2.0) * av.b[x] + 2.0 * terms * fl : 0.0;
             if (narrow && ak.terms[kr]) bound += ud * (std::abs(o.dv[x]) + bound) + tiny_rounding(p.dtype);
             o.dv_bound[x] = sane(bound);
         }

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include <xmmintrin.h>
+
 #include <catch2/catch.hpp>
 
 #include "attncheck/kernels.hpp"
@@ -222,6 +224,9 @@ struct F32Choices {
     bool softmax_recompute = false;  // P from a whole softmax of the recomputed scores, not from lse
     bool d_from_p = false;           // D = sum_j P_j dP_j instead of dout . out
     bool keys_backwards = false;     // every sum over keys (and over rows) in descending order
+    // Every float32 result below 2^-126 flushed to 0, and such inputs read as 0 (FTZ and DAZ, as
+    // -ffast-math and CUDA's --use_fast_math compile a kernel).
+    bool flush_to_zero = false;
     // Planted bugs.
     bool drop_d = false, drop_scale_dk = false, drop_softcap_derivative = false;
 };
@@ -230,7 +235,22 @@ struct F32Grads {
     std::vector<float> dq, dk, dv;  // logical order, as GradOracle
 };
 
+// Sets the calling thread's MXCSR flush-to-zero and denormals-are-zero modes while it lives.
+class FlushToZero {
+  public:
+    explicit FlushToZero(bool on) : saved_(_mm_getcsr()) {
+        if (on) _mm_setcsr(saved_ | 0x8040u);  // FTZ (bit 15) and DAZ (bit 6)
+    }
+    ~FlushToZero() { _mm_setcsr(saved_); }
+    FlushToZero(const FlushToZero&) = delete;
+    FlushToZero& operator=(const FlushToZero&) = delete;
+
+  private:
+    unsigned saved_;
+};
+
 F32Grads f32_backward(const GradCase& gc, const GradOracle& layout, const F32Choices& ch) {
+    const FlushToZero ftz(ch.flush_to_zero);
     const attncheck_problem_v2& p = gc.c.p;
     const int Dk = p.head_dim, Dv = p.value_dim;
     F32Grads r{std::vector<float>(layout.dq.size()), std::vector<float>(layout.dk.size()), std::vector<float>(layout.dv.size())};
@@ -345,6 +365,43 @@ TEST_CASE("grad bound: correct float32 evaluations in several orders stay below 
     // The bound is a bound, not a guess at the error: correct kernels sit well below it.
     CHECK(worst < 0.5);
     WARN("largest test ratio of the correct float32 evaluations: " << worst);
+}
+
+TEST_CASE("grad bound: flush-to-zero evaluations of widely spread scores stay below it", "[reference][grad][bound]") {
+    // Scores with a standard deviation of about 30, as bench's spread-512: many weights between
+    // 2^-149 and 2^-100, whose products (dS = P (dP - D), P dO, dS k) fall below 2^-126.
+    double worst = 0;
+    for (std::uint32_t seed = 1; seed <= 6; ++seed)
+        for (const Spec& s : {Spec{.q_heads = 2, .kv_heads = 1, .head_dim = 16, .value_dim = 8, .tq = {48}, .tk = {48}, .scale = 1.5f},
+                              Spec{.q_heads = 1, .kv_heads = 1, .head_dim = 8, .value_dim = 8, .tq = {64}, .tk = {64}, .scale = 4.0f}})
+            for (const F32Choices ch : {F32Choices{.flush_to_zero = true}, F32Choices{.d_from_p = true, .flush_to_zero = true}}) {
+                GradCase gc(s, seed, 4.0f);
+                const GradOracle o = gc.oracle();
+                const double r = worst_ratio(f32_backward(gc, o, ch), o);
+                INFO("spec " << attncheck::describe_v2(gc.c.p) << " seed " << seed << " ratio " << r);
+                CHECK(r < 1.0);
+                worst = std::max(worst, r);
+            }
+    WARN("largest test ratio of the flush-to-zero evaluations: " << worst);
+
+    // The case that needs the underflow terms of the products: row 1 gives key 1 the weight
+    // P = e^-83 (about 2^-120, normal) against P = 1 for key 0, and dP_1 - D = 2^-12, so
+    // dS = 2^-132 and P dO = 2^-126.x are flushed to 0: dk_1 and dv_1 come out 0, off by all of
+    // their exact values, which no relative term of the bound covers.
+    GradCase gc({.q_heads = 1, .kv_heads = 1, .head_dim = 1, .value_dim = 1, .tq = {2}, .tk = {2}, .scale = 1.0f}, 1);
+    const float q[] = {1, 1}, k[] = {0, -83}, v[] = {1, 1 + 0x1p-6f}, dout[] = {0x1p-6f, 0x1p-6f};
+    for (int i = 0; i < 2; ++i) {
+        gc.c.q.set(gc.c.q_at(0, 0, i, 0), q[i]);
+        gc.c.k.set(gc.c.k_at(0, 0, i, 0), k[i]);
+        gc.c.v.set(gc.c.v_at(0, 0, i, 0), v[i]);
+        gc.dout.set(gc.c.out_at(0, 0, i, 0), dout[i]);
+    }
+    gc.forward();
+    const GradOracle o = gc.oracle();
+    const F32Grads f = f32_backward(gc, o, {.flush_to_zero = true});
+    CHECK(f.dk[o.key(0, 0, 1)] == 0.0f);  // flushed, as the case intends
+    CHECK(o.dk[o.key(0, 0, 1)] != 0.0);
+    CHECK(worst_ratio(f, o) < 1.0);
 }
 
 TEST_CASE("grad bound: planted bugs exceed it by far", "[reference][grad][bound]") {
