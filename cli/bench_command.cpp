@@ -41,6 +41,7 @@ struct BenchArgs {
     double min_time = 0.2, max_slowdown = 0.10, min_frac_peak = 0;
     std::string json;
     bool allow_unjudged = false;
+    bool backward = false;
 };
 
 std::string builtin_names() {
@@ -62,19 +63,22 @@ std::optional<bench::Kernel> pick_kernel(bool baseline, const std::string& name,
     if (!lib.empty() && symbol.empty()) throw InputError(lflag + " needs " + sflag + " NAME");
     if (lib.empty() && !symbol.empty()) throw InputError(sflag + " needs " + lflag + " PATH");
     // A version 2 kernel is timed in the first dtype its declaration allows (bench::Kernel).
-    const auto v2_kernel = [](std::string label, attncheck_kernel_v2_fn fn, const std::string& declaration) {
-        const KernelDeclaration d = KernelDeclaration::parse(declaration);
-        return bench::Kernel{.label = std::move(label), .fn_v2 = fn, .declaration = d, .dtype = bench::bench_dtype(d)};
+    const auto v2_kernel = [](std::string label, attncheck_kernel_v2_fn fn, attncheck_kernel_v2_backward_fn backward,
+                              const std::string& declaration) {
+        KernelDeclaration d = KernelDeclaration::parse(declaration);
+        d.set_backward(backward != nullptr);
+        return bench::Kernel{.label = std::move(label), .fn_v2 = fn, .backward = d.backward ? backward : nullptr,
+                             .declaration = d, .dtype = bench::bench_dtype(d)};
     };
     if (!lib.empty()) {
         const properties::LoadedKernel lk = properties::load_kernel_library(lib, symbol);
-        if (lk.fn_v2) return v2_kernel(lib + ":" + symbol, lk.fn_v2, lk.declaration);
+        if (lk.fn_v2) return v2_kernel(lib + ":" + symbol, lk.fn_v2, lk.backward_v2, lk.declaration);
         return bench::Kernel{.label = lib + ":" + symbol, .fn = lk.fn};
     }
     if (name.empty()) return std::nullopt;
     const KernelEntry* e = find_kernel(name, KernelRole::builtin);
     if (!e) throw InputError(kflag + " " + name + ": not a built-in kernel (expected one of " + builtin_names() + ")");
-    if (e->fn_v2) return v2_kernel(e->name, e->fn_v2, e->declaration);
+    if (e->fn_v2) return v2_kernel(e->name, e->fn_v2, e->backward_v2, e->declaration);
     return bench::Kernel{.label = e->name, .fn = e->fn};
 }
 
@@ -85,8 +89,15 @@ std::string shape_names() {
     return all;
 }
 
-std::vector<perf::KernelShape> parse_shapes(const std::string& list) {
-    if (list.empty()) return perf::standard_shapes();
+// --backward times the passes of training: a decode step (one new row against a KV cache) has no
+// backward, so the default is every shape but the decode ones, and a decode shape is refused.
+std::vector<perf::KernelShape> parse_shapes(const std::string& list, bool backward) {
+    if (list.empty()) {
+        std::vector<perf::KernelShape> shapes;
+        for (const perf::KernelShape& s : perf::standard_shapes())
+            if (!backward || !s.decode) shapes.push_back(s);
+        return shapes;
+    }
     const std::string all = shape_names();  // for the messages below
     std::vector<perf::KernelShape> shapes;
     // Split at every comma, so that "a,", ",a" and "a,,b" show their empty names.
@@ -101,6 +112,9 @@ std::vector<perf::KernelShape> parse_shapes(const std::string& list) {
         if (name.empty()) throw InputError("--shapes '" + list + "': an empty shape name (expected a comma list of " + all + ")");
         const perf::KernelShape* s = perf::find_shape(name);
         if (!s) throw InputError("--shapes: unknown shape '" + name + "' (expected a comma list of " + all + ")");
+        if (backward && s->decode)
+            throw InputError("--shapes " + name + " with --backward: a decode step (one new row against a KV cache) "
+                             "has no backward pass; the backward is timed on the other shapes");
         bool seen = false;
         for (const auto& x : shapes) seen |= x.name == name;
         if (!seen) shapes.push_back(*s);
@@ -115,12 +129,30 @@ void check_writable(const std::string& path) {
     if (!out) throw InputError("--json " + path + ": cannot write the file");
 }
 
+// With --backward, a kernel without a backward pass is bad usage.
+void check_has_backward(const bench::Kernel& k, const char* role) {
+    if (k.backward) return;
+    std::string why = k.fn_v2 ? "has no backward entry point (a library exports it as <symbol>_backward), or declares backward=no"
+                              : "is of ABI version 1, which has no backward pass";
+    throw InputError(std::string("--backward: the ") + role + " " + k.label + " " + why);
+}
+
 bench::Options options_of(const BenchArgs& a) {
     bench::Options o;
+    o.backward = a.backward;
     const auto candidate = pick_kernel(false, a.kernel, a.kernel_lib, a.symbol);
-    o.candidate = candidate ? *candidate : bench::Kernel{.label = "optimized", .fn = find_kernel("optimized", KernelRole::builtin)->fn};
+    if (candidate) {
+        o.candidate = *candidate;
+    } else {
+        // The default: the optimized kernel of the pass (the backward is version 2's).
+        o.candidate = *pick_kernel(false, a.backward ? "optimized_v2" : "optimized", "", "");
+    }
     o.baseline = pick_kernel(true, a.baseline_kernel, a.baseline_lib, a.baseline_symbol);
-    o.shapes = parse_shapes(a.shapes);
+    if (o.backward) {
+        check_has_backward(o.candidate, "kernel");
+        if (o.baseline) check_has_backward(*o.baseline, "baseline");
+    }
+    o.shapes = parse_shapes(a.shapes, a.backward);
     o.threads = a.threads > 0 ? a.threads : omp_get_max_threads();
     o.reps = a.reps;
     o.min_time = a.min_time;
@@ -184,6 +216,9 @@ void add_run_options(CLI::App* sub, BenchArgs& a) {
         ->check(CLI::Range(1e-6, 10.0))->type_name("FRACTION");
     sub->add_option("--json", a.json, "Write the results as Google-Benchmark-shaped JSON (tools/perf_gate.py reads it)")
         ->type_name("FILE");
+    sub->add_flag("--backward", a.backward,
+                  "Time the backward pass (a version 2 kernel's <symbol>_backward; default kernel optimized_v2) on "
+                  "the shapes but the decode ones: its own forward writes out and lse, both passes are checked");
     sub->add_flag("--allow-unjudged", a.allow_unjudged,
                   "With a baseline and fewer than 5 --reps (too few for the sign test to judge): exit 0 with the "
                   "verdict NOT JUDGED instead of failing (for timings alone)");
@@ -208,6 +243,9 @@ Command add_bench_command(CLI::App& app) {
         "one kv head per query head, in the first dtype its declaration allows of f32, bf16, f16 (the inputs "
         "rounded to it); a shape outside its declaration is refused. A version 1 and a version 2 kernel can be "
         "compared.\n\n"
+        "--backward times a version 2 kernel's backward pass instead (dq, dk, dv for dout uniform in [-1, 1)), "
+        "after checking its forward and then its backward against the float64 references; useful flops are "
+        "10*D per visible (query, key) pair and head (five products), 2.5 times the forward's.\n\n"
         "Exit: 0 done (and passed), 1 a kernel disagreed with the reference or refused a shape, or the verdict "
         "failed (a shape slower than the baseline by more than --max-slowdown with sign-test p < 0.05, or below "
         "--min-frac-peak) or could not be reached (NOT JUDGED: a baseline with fewer than 5 --reps, unless "

@@ -38,7 +38,7 @@ double cv_of(const std::vector<double>& v) {
 }
 
 void print_header(const Options& o, const Result& r) {
-    std::printf("attncheck bench: kernel %s", describe(o.candidate).c_str());
+    std::printf("attncheck bench: %skernel %s", o.backward ? "the backward pass of " : "", describe(o.candidate).c_str());
     if (o.baseline) std::printf(" against baseline %s (interleaved)", describe(*o.baseline).c_str());
     std::printf(", threads %d, %d repetitions of at least %g s per shape\n", o.threads, o.reps, o.min_time);
     std::printf("%s\n", isa_line().c_str());
@@ -57,11 +57,23 @@ void print_header(const Options& o, const Result& r) {
         std::printf("\n");
     }
     for (const ShapeResult& s : r.shapes) {
-        std::printf("checked: %s agrees with the float64 reference on %s (%s, worst %.3g of the bound)",
-                    o.candidate.label.c_str(), s.shape.name.c_str(), s.checked.c_str(), s.worst_ratio);
-        if (o.baseline) std::printf("; baseline too (worst %.3g)", s.baseline_worst_ratio);
+        if (o.backward) {
+            std::printf("checked: %s's forward and backward agree with the float64 references on %s (%s; worst %.3g "
+                        "of the bound for out, %.3g for dq, dk, dv)",
+                        o.candidate.label.c_str(), s.shape.name.c_str(), s.checked.c_str(), s.forward_worst_ratio,
+                        s.worst_ratio);
+            if (o.baseline)
+                std::printf("; baseline too (worst %.3g, %.3g)", s.baseline_forward_worst_ratio, s.baseline_worst_ratio);
+        } else {
+            std::printf("checked: %s agrees with the float64 reference on %s (%s, worst %.3g of the bound)",
+                        o.candidate.label.c_str(), s.shape.name.c_str(), s.checked.c_str(), s.worst_ratio);
+            if (o.baseline) std::printf("; baseline too (worst %.3g)", s.baseline_worst_ratio);
+        }
         std::printf("\n");
     }
+    if (o.backward)
+        std::printf("GFLOP/s of the backward: 10*D flops per visible (query, key) pair and head (S, dP, dV, dK, dQ), "
+                    "%.1f times the forward's\n", kBackwardFlopsPerForward);
 }
 
 void print_table(const char* title, const Result& r, bool baseline) {
@@ -125,6 +137,7 @@ Json context(const Options& o, const Result& r) {
     c["attncheck_kernel_description"] = describe(o.candidate);
     c["attncheck_baseline_description"] = o.baseline ? describe(*o.baseline) : "";
     c["attncheck_threads"] = std::to_string(o.threads);
+    c["attncheck_pass"] = o.backward ? "backward" : "forward";
     c["fma_peak_gflops"] = r.calibration.fma_peak_gflops;
     c["dram_read_gbs"] = r.calibration.dram_read_gbs;
     c["attncheck_verdict"] = r.verdict;
@@ -230,10 +243,12 @@ void write_json(const Options& o, const Result& r, const std::string& path) {
     doc["context"] = context(o, r);
     Json list = Json::array();
     const std::string threads = "/threads:" + std::to_string(o.threads);
+    // The backward's names differ, so that a gate never compares one pass with the other.
+    const std::string family = o.backward ? "attncheck_bench_backward" : "attncheck_bench";
     for (const ShapeResult& s : r.shapes) {
-        add_runs(list, "attncheck_bench/" + s.shape.name + threads, o, r, s, s.candidate, s.comparison, false);
+        add_runs(list, family + "/" + s.shape.name + threads, o, r, s, s.candidate, s.comparison, false);
         if (o.baseline)
-            add_runs(list, "attncheck_bench_baseline/" + s.shape.name + threads, o, r, s, s.baseline, std::nullopt, true);
+            add_runs(list, family + "_baseline/" + s.shape.name + threads, o, r, s, s.baseline, std::nullopt, true);
     }
     doc["benchmarks"] = list;
     Json cmp = Json::array();

@@ -1,7 +1,7 @@
 // cli/bench_run.cpp — `attncheck bench`'s measurements: the correctness check of every kernel on
 // every shape (before anything is timed), the calibration, the interleaved repetitions, and the
-// paired sign test of candidate against baseline. Version 1 kernels are called on the shape's
-// float32 problem; version 2 kernels on a view of the same values (ProblemV2).
+// paired sign test of candidate against baseline. What is called and how it is checked is in
+// bench_subject.cpp.
 #include "cli/bench_run.hpp"
 
 #include <omp.h>
@@ -11,243 +11,17 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
-#include <limits>
 #include <optional>
 #include <sstream>
 
 #include "attncheck/problem_v2.hpp"
-#include "attncheck/tolerance.hpp"
+#include "cli/bench_subject.hpp"
 #include "perf/calibration.hpp"
-#include "reference/attention_v2.hpp"
-#include "reference/error_bound.hpp"
 
 namespace attncheck::cli::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// The float64 oracle with its error bound costs far more than the kernel: about a second per head
-// of prefill-2048 on a 2020s Xeon core (9 s for all 8), so problems with more (query, key) pairs
-// per head than this are checked on their first and last heads only, of the same call's output.
-// Every head of the other standard shapes is checked (prefill-512: 0.07 s a head).
-constexpr double kFullCheckPairs = 1 << 20;
-
-// The heads of a problem the oracle checks: all of them, or the first and the last.
-std::vector<int> checked_heads(const attncheck_problem& p) {
-    std::vector<int> heads;
-    if (double(p.q_len) * double(p.kv_len) <= kFullCheckPairs) {
-        for (int h = 0; h < p.heads; ++h) heads.push_back(h);
-    } else {
-        heads = {0, p.heads - 1};
-    }
-    return heads;
-}
-
-std::string describe_heads(const std::vector<int>& checked, int heads) {
-    if (int(checked.size()) == heads) return "all " + std::to_string(heads) + " heads";
-    std::ostringstream s;
-    s << "heads " << checked.front() << " and " << checked.back() << " of " << heads;
-    return s.str();
-}
-
-attncheck_problem one_head(const attncheck_problem& p) {
-    attncheck_problem h = p;
-    h.heads = 1;
-    return h;
-}
-
-// A version 2 kernel's problem on a shape: the version 1 problem's values rounded to the kernel's
-// dtype (f32: the same buffers), [B, H, T, D] dense, one kv head per query head, q_pos = the
-// shape's q_offset (every standard shape is bottom-right aligned: q_offset + Tq = Tk).
-struct ProblemV2 {
-    std::int32_t dtype = ATTNCHECK_DTYPE_F32;
-    std::vector<std::uint16_t> q16, k16, v16, out16;  // f16 / bf16 storage
-    std::int32_t q_pos = 0;
-    attncheck_problem_v2 p{};  // on_copy() sets the data pointers and q_pos
-
-    ProblemV2(const perf::KernelProblem& pr, std::int32_t dt) : dtype(dt) {
-        const attncheck_problem& v1 = pr.p;
-        const auto to_dtype = [&](const std::vector<float>& src, std::vector<std::uint16_t>& dst) {
-            dst.resize(src.size());
-            for (std::size_t i = 0; i < src.size(); ++i) store_element(dtype, dst.data(), std::int64_t(i), src[i]);
-        };
-        if (dtype != ATTNCHECK_DTYPE_F32) {
-            to_dtype(pr.q, q16);
-            to_dtype(pr.k, k16);
-            to_dtype(pr.v, v16);
-            out16.assign(pr.out.size(), 0);
-        }
-        q_pos = v1.q_offset;
-        p.abi_version = ATTNCHECK_ABI_VERSION_2;
-        p.struct_size = sizeof(attncheck_problem_v2);
-        p.dtype = dtype;
-        p.batch = v1.batch;
-        p.q_heads = p.kv_heads = v1.heads;
-        p.head_dim = v1.head_dim;
-        p.value_dim = v1.value_dim;
-        p.q_len = v1.q_len;
-        p.kv_len = v1.kv_len;
-        p.causal = v1.causal;
-        p.window_left = p.window_right = -1;
-        p.scale = v1.scale;
-        const auto bhtd = [&](attncheck_tensor_v2& t, int rows, int width) {
-            t.stride[3] = 1;
-            t.stride[2] = width;
-            t.stride[1] = std::int64_t(rows) * width;
-            t.stride[0] = std::int64_t(v1.heads) * t.stride[1];
-        };
-        bhtd(p.q, v1.q_len, v1.head_dim);
-        bhtd(p.k, v1.kv_len, v1.head_dim);
-        bhtd(p.v, v1.kv_len, v1.value_dim);
-        bhtd(p.out, v1.q_len, v1.value_dim);
-    }
-
-    // The problem on K/V copy `copy` (pr holds the float32 storage and the copy count).
-    const attncheck_problem_v2& on_copy(perf::KernelProblem& pr, int copy) {
-        p.q_pos = &q_pos;
-        const std::size_t kc = pr.k.size() / std::size_t(pr.copies) * std::size_t(copy);
-        const std::size_t vc = pr.v.size() / std::size_t(pr.copies) * std::size_t(copy);
-        if (dtype == ATTNCHECK_DTYPE_F32) {
-            p.q.data = pr.q.data();
-            p.k.data = pr.k.data() + kc;
-            p.v.data = pr.v.data() + vc;
-            p.out.data = pr.out.data();
-        } else {
-            p.q.data = q16.data();
-            p.k.data = k16.data() + kc;
-            p.v.data = v16.data() + vc;
-            p.out.data = out16.data();
-        }
-        return p;
-    }
-    // Element i of out ([B, H, Tq, Dv], its storage order) as a float.
-    float out_at(const perf::KernelProblem& pr, std::size_t i) const {
-        return dtype == ATTNCHECK_DTYPE_F32 ? pr.out[i] : load_element(dtype, out16.data(), std::int64_t(i));
-    }
-    // NaN in every output element, so that an element the kernel leaves unwritten fails the check.
-    void poison_out(perf::KernelProblem& pr) {
-        std::fill(pr.out.begin(), pr.out.end(), std::numeric_limits<float>::quiet_NaN());
-        for (std::size_t i = 0; i < out16.size(); ++i)
-            store_element(dtype, out16.data(), std::int64_t(i), std::numeric_limits<float>::quiet_NaN());
-    }
-};
-
-// The float64 oracle of one head of a problem and the bound any correct evaluation meets: [Tq, Dv].
-struct HeadOracle {
-    std::vector<double> value, bound;
-};
-
-HeadOracle oracle_v1(const perf::KernelProblem& pr, int h) {
-    const attncheck_problem& p = pr.p;
-    const std::size_t qs = std::size_t(p.q_len) * std::size_t(p.head_dim);
-    const std::size_t ks = std::size_t(p.kv_len) * std::size_t(p.head_dim);
-    const std::size_t vs = std::size_t(p.kv_len) * std::size_t(p.value_dim);
-    const reference::BoundedOutput o = reference::attention_bounded(
-        one_head(p), pr.q.data() + std::size_t(h) * qs, pr.k_copy(0) + std::size_t(h) * ks,
-        pr.v_copy(0) + std::size_t(h) * vs);
-    return {std::vector<double>(o.value.begin(), o.value.end()), std::vector<double>(o.bound.begin(), o.bound.end())};
-}
-
-// Head h of the version 2 problem (K/V copy 0) as a one-head problem, through the version 2
-// oracle: it reads the inputs as stored in the kernel's dtype, and its bound is that dtype's.
-HeadOracle oracle_v2(ProblemV2& v2, perf::KernelProblem& pr, int h, const KernelDeclaration& d) {
-    attncheck_problem_v2 one = v2.on_copy(pr, 0);
-    const std::size_t bytes = dtype_size(v2.dtype);
-    for (attncheck_tensor_v2* t : {&one.q, &one.k, &one.v, &one.out})
-        t->data = static_cast<char*>(t->data) + std::size_t(h) * std::size_t(t->stride[1]) * bytes;
-    one.q_heads = one.kv_heads = 1;
-    reference::OracleV2Options options;
-    options.probabilities_rounded = d.rounds_probabilities;
-    options.tanh_ulps = d.tanh_ulps;
-    reference::OracleV2 o = reference::attention_v2_oracle(one, options);
-    return {std::move(o.out), std::move(o.out_bound)};
-}
-
-// One kernel on one shape: what it is called with (the version 1 problem, or its version 2 view).
-struct Subject {
-    const Kernel* kernel;
-    perf::KernelProblem* pr;
-    std::optional<ProblemV2> v2;
-    Subject(const Kernel& k, perf::KernelProblem& problem) : kernel(&k), pr(&problem) {
-        if (k.fn_v2) v2.emplace(problem, k.dtype);
-    }
-    int call(int copy) {
-        if (v2) return kernel->fn_v2(&v2->on_copy(*pr, copy));
-        return kernel->fn(&pr->p, pr->q.data(), pr->k_copy(copy), pr->v_copy(copy), pr->out.data());
-    }
-    // The K/V bytes a call must read, in the kernel's dtype.
-    double kv_bytes() const { return v2 ? pr->kv_bytes * double(dtype_size(v2->dtype)) / 4.0 : pr->kv_bytes; }
-};
-
-std::string shape_line(const perf::KernelShape& s) {
-    return s.name + " (B=1 H=" + std::to_string(perf::kShapeHeads) + " Tq=" + std::to_string(s.q_len) +
-           " Tk=" + std::to_string(s.kv_len) + " Dk=Dv=" + std::to_string(perf::kShapeHeadDim) +
-           " q_offset=" + std::to_string(s.q_offset) + " causal)";
-}
-
-Refusal refused(const Kernel& k, const perf::KernelShape& s, int rc) {
-    return {"kernel " + k.label + " returned " + std::to_string(rc) + " (not ATTNCHECK_OK) on shape " + shape_line(s) +
-            "; nothing was timed"};
-}
-
-// A version 2 kernel whose declaration rules the shape out is refused before any call.
-void check_declared(Subject& sub, const perf::KernelShape& s) {
-    if (!sub.v2) return;
-    const std::string why = sub.kernel->declaration.unsupported_reason(sub.v2->on_copy(*sub.pr, 0));
-    if (!why.empty())
-        throw Refusal{"kernel " + sub.kernel->label + ": shape " + shape_line(s) + " in " +
-                      dtype_name(sub.v2->dtype) + " is outside its declaration: " + why +
-                      " (--shapes picks the shapes); nothing was timed"};
-}
-
-// The oracle of each checked head for what the subject reads.
-std::vector<HeadOracle> oracles_of(Subject& sub, const std::vector<int>& heads) {
-    std::vector<HeadOracle> out;
-    for (int h : heads)
-        out.push_back(sub.v2 ? oracle_v2(*sub.v2, *sub.pr, h, sub.kernel->declaration) : oracle_v1(*sub.pr, h));
-    return out;
-}
-
-// Whether two subjects read the same inputs with the same bound (then one oracle serves both).
-bool same_oracle(const Subject& a, const Subject& b) {
-    if (bool(a.v2) != bool(b.v2)) return false;
-    return !a.v2 || (a.v2->dtype == b.v2->dtype &&
-                     a.kernel->declaration.rounds_probabilities == b.kernel->declaration.rounds_probabilities &&
-                     a.kernel->declaration.tanh_ulps == b.kernel->declaration.tanh_ulps);
-}
-
-// One call on copy 0 compared with the oracle of each checked head (oracles[i] of heads[i]);
-// returns the worst test ratio, or throws Refusal.
-double check(Subject& sub, const perf::KernelShape& s, const std::vector<int>& heads,
-             const std::vector<HeadOracle>& oracles) {
-    perf::KernelProblem& pr = *sub.pr;
-    if (sub.v2) {
-        sub.v2->poison_out(pr);
-    } else {
-        std::fill(pr.out.begin(), pr.out.end(), std::numeric_limits<float>::quiet_NaN());
-    }
-    const int rc = sub.call(0);
-    if (rc != ATTNCHECK_OK) throw refused(*sub.kernel, s, rc);
-    const std::size_t os = std::size_t(pr.p.q_len) * std::size_t(pr.p.value_dim);
-    std::vector<float> got(os);
-    double worst = 0;
-    for (std::size_t k = 0; k < heads.size(); ++k) {
-        const int h = heads[k];
-        const HeadOracle& o = oracles[k];
-        for (std::size_t i = 0; i < os; ++i)
-            got[i] = sub.v2 ? sub.v2->out_at(pr, std::size_t(h) * os + i) : pr.out[std::size_t(h) * os + i];
-        const Agreement a = check_against_bound(got.data(), o.value.data(), o.bound.data(), os);
-        if (!a.ok) {
-            const std::size_t row = a.worst_index / std::size_t(pr.p.value_dim);
-            const std::size_t col = a.worst_index % std::size_t(pr.p.value_dim);
-            throw Refusal{"kernel " + sub.kernel->label + " disagrees with the float64 reference on shape " + s.name +
-                          " at out[0," + std::to_string(h) + "," + std::to_string(row) + "," + std::to_string(col) +
-                          "] [b,h,i,c]: " + a.describe() + "; a wrong kernel is not timed"};
-        }
-        worst = std::max(worst, a.worst_ratio);
-    }
-    return worst;
-}
 
 double process_cpu_seconds() {
     timespec t{};
@@ -262,7 +36,7 @@ void repetition(Subject& sub, const perf::KernelShape& s, long calls, int& copy,
     for (long i = 0; i < calls; ++i) {
         const int rc = sub.call(copy);
         copy = (copy + 1) % sub.pr->copies;
-        if (rc != ATTNCHECK_OK) throw refused(*sub.kernel, s, rc);
+        if (rc != ATTNCHECK_OK) throw refused(*sub.kernel, s, rc, sub.backward);
     }
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
     t.secs.push_back(secs / double(calls));
@@ -402,33 +176,40 @@ Result run(const Options& o) {
         problems.push_back(perf::make_kernel_problem(s));
         ShapeResult sr;
         sr.shape = s;
-        sr.useful_flops = problems.back().useful_flops;
+        sr.useful_flops = problems.back().useful_flops * (o.backward ? kBackwardFlopsPerForward : 1.0);
         r.shapes.push_back(sr);
     }
     // After the last push_back: a Subject points into its problem.
     std::vector<Subject> candidates, baselines;
     for (std::size_t i = 0; i < o.shapes.size(); ++i) {
-        candidates.emplace_back(o.candidate, problems[i]);
+        candidates.emplace_back(o.candidate, problems[i], o.backward);
         r.shapes[i].kv_bytes = candidates.back().kv_bytes();
         if (o.baseline) {
-            baselines.emplace_back(*o.baseline, problems[i]);
+            baselines.emplace_back(*o.baseline, problems[i], o.backward);
             r.shapes[i].baseline_kv_bytes = baselines.back().kv_bytes();
         }
     }
     const int all_threads = omp_get_max_threads();
     omp_set_num_threads(o.threads);
     for (std::size_t i = 0; i < o.shapes.size(); ++i) {
+        ShapeResult& sr = r.shapes[i];
         const std::vector<int> heads = checked_heads(problems[i].p);
-        r.shapes[i].checked = describe_heads(heads, problems[i].p.heads);
+        sr.checked = describe_heads(heads, problems[i].p.heads);
         check_declared(candidates[i], o.shapes[i]);
         const std::vector<HeadOracle> oracles = oracles_of(candidates[i], heads);
-        r.shapes[i].worst_ratio = check(candidates[i], o.shapes[i], heads, oracles);
+        sr.forward_worst_ratio = check(candidates[i], o.shapes[i], heads, oracles);
         if (o.baseline) {
             check_declared(baselines[i], o.shapes[i]);
-            r.shapes[i].baseline_worst_ratio =
+            sr.baseline_forward_worst_ratio =
                 same_oracle(candidates[i], baselines[i])
                     ? check(baselines[i], o.shapes[i], heads, oracles)
                     : check(baselines[i], o.shapes[i], heads, oracles_of(baselines[i], heads));
+        }
+        sr.worst_ratio = sr.forward_worst_ratio;
+        sr.baseline_worst_ratio = sr.baseline_forward_worst_ratio;
+        if (o.backward) {
+            sr.worst_ratio = check_backward(candidates[i], o.shapes[i], heads);
+            if (o.baseline) sr.baseline_worst_ratio = check_backward(baselines[i], o.shapes[i], heads);
         }
     }
     // The DRAM bandwidth with every OpenMP thread (the machine's), the FMA peak with the bench's.

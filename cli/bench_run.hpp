@@ -23,6 +23,8 @@ struct Kernel {
     std::string label;  // "optimized", or "PATH:SYMBOL"
     attncheck_kernel_fn fn = nullptr;
     attncheck_kernel_v2_fn fn_v2 = nullptr;
+    // A version 2 kernel's backward pass, or null (none, or declared backward=no).
+    attncheck_kernel_v2_backward_fn backward = nullptr;
     KernelDeclaration declaration{};  // a version 2 kernel's: the shapes must lie within it
     std::int32_t dtype = ATTNCHECK_DTYPE_F32;
 };
@@ -31,10 +33,19 @@ std::string describe(const Kernel& k);
 // The dtype a version 2 kernel is timed in: the first of f32, bf16, f16 its declaration allows.
 std::int32_t bench_dtype(const KernelDeclaration& d);
 
+// The backward pass's useful flops over the forward's on the standard shapes (Dk = Dv = D): five
+// products of 2*D flops per visible (query, key) pair (S = Q K^T, dP = dO V^T, dV = P^T dO,
+// dK = dS^T Q, dQ = dS K), 10*D against the forward's 4*D.
+inline constexpr double kBackwardFlopsPerForward = 2.5;
+
 struct Options {
     Kernel candidate;
     std::optional<Kernel> baseline;
     std::vector<perf::KernelShape> shapes;
+    // Time the backward pass (--backward) instead of the forward: each kernel's own forward writes
+    // out and lse once per shape, both passes are checked, and the backward's calls are timed.
+    // Version 2 kernels with a backward, non-decode shapes only.
+    bool backward = false;
     int threads = 1;
     int reps = 7;
     double min_time = 0.2;      // seconds of calls per repetition, at least
@@ -92,7 +103,10 @@ struct ShapeResult {
     // the threads' capacity moves within seconds, and a peak measured once for the whole run
     // can be of another phase. 0 until timed.
     double fma_peak_gflops = 0;
-    double worst_ratio = 0, baseline_worst_ratio = 0;  // correctness: worst test ratio vs the bound
+    // Correctness: the worst test ratio against the bound, of the timed pass (the backward's: dq,
+    // dk, dv) and of the forward (the same figures when the forward is timed).
+    double worst_ratio = 0, baseline_worst_ratio = 0;
+    double forward_worst_ratio = 0, baseline_forward_worst_ratio = 0;
     std::string checked;  // which heads the check compared, e.g. "all 8 heads", "heads 0 and 7"
     Timing candidate, baseline;
     std::optional<Comparison> comparison;

@@ -265,6 +265,65 @@ TEST_CASE("bench: a wrong, undeclared or refusing version 2 kernel is not timed"
     CHECK(has(refusing.err, "zoo_v2_refuses returned 1 (not ATTNCHECK_OK) on shape prefill-512"));
 }
 
+TEST_CASE("bench --backward: the backward pass checked, then timed, at 10*D flops per visible pair", "[cli][bench][backward]") {
+    TempDir dir;
+    // The default kernel of the backward is optimized_v2; the default shapes leave decode out.
+    const Result r = run_ok(dir, bench({"--backward", "--threads", "1", "--json", dir.file("bwd.json")},
+                                       {"--reps", "1", "--min-time", "0.01", "--shapes", "prefill-512,chunk-64@1024"}));
+    INFO(r.describe());
+    CHECK(has(r.out, "attncheck bench: the backward pass of kernel optimized_v2 (ABI version 2, f32), threads 1"));
+    CHECK(has(r.out, "checked: optimized_v2's forward and backward agree with the float64 references on prefill-512 (all 8 heads"));
+    CHECK(has(r.out, "checked: optimized_v2's forward and backward agree with the float64 references on chunk-64@1024"));
+    const nlohmann::json doc = nlohmann::json::parse(slurp(dir.file("bwd.json")));
+    CHECK(doc.at("context").at("attncheck_pass") == "backward");
+    const auto reps = iterations(doc, "attncheck_bench_backward/prefill-512/threads:1");
+    REQUIRE(reps.size() == 1);
+    CHECK(iterations(doc, "attncheck_bench/prefill-512/threads:1").empty());
+    // prefill-512: 8 heads, 512 * 513 / 2 visible pairs each, 10 * 64 flops per pair.
+    const double flops = 8.0 * 512.0 * 513.0 / 2.0 * 640.0;
+    CHECK(reps[0].at("gflops").get<double>() * reps[0].at("real_time").get<double>() * 1e-3 ==
+          Approx(flops * 1e-9).epsilon(1e-9));
+
+    // A bfloat16 library kernel's backward against the built-in's, each on its own forward's out and lse.
+    const Result flash = run_ok(dir, bench({"--backward", "--kernel-lib", FLASH_KERNEL_LIB, "--symbol", "flash_attention",
+                                            "--baseline-kernel", "optimized_v2", "--allow-unjudged"}));
+    INFO(flash.describe());
+    CHECK(has(flash.out, "the backward pass of kernel " + std::string(FLASH_KERNEL_LIB) +
+                             ":flash_attention (ABI version 2, bf16) against baseline optimized_v2 (ABI version 2, f32)"));
+    CHECK(has(flash.out, "; baseline too (worst "));
+    CHECK(has(flash.out, "verdict: NOT JUDGED"));
+}
+
+TEST_CASE("bench --backward: a wrong backward is not timed, a kernel without one is bad usage", "[cli][bench][backward]") {
+    TempDir dir;
+    const Result forward = run_ok(dir, bench({"--kernel-lib", FAULTY_KERNEL_LIB, "--symbol", "zoo_v2_grad_zeros"}));
+    INFO(forward.describe());
+    CHECK(has(forward.out, "checked: " + std::string(FAULTY_KERNEL_LIB) + ":zoo_v2_grad_zeros agrees"));
+    const Result wrong = run_cli(dir, bench({"--backward", "--kernel-lib", FAULTY_KERNEL_LIB, "--symbol", "zoo_v2_grad_zeros"}));
+    INFO(wrong.describe());
+    CHECK(wrong.code == 1);
+    CHECK(has(wrong.err, "zoo_v2_grad_zeros's backward disagrees with the float64 gradient reference on shape prefill-512 at d"));
+    CHECK(has(wrong.err, "a wrong kernel is not timed"));
+    CHECK_FALSE(has(wrong.out, "median ms"));
+    struct Bad {
+        std::vector<std::string> args;
+        std::string words;
+    };
+    const std::vector<Bad> bad = {
+        {bench({"--backward", "--kernel", "optimized"}), "--backward: the kernel optimized is of ABI version 1, which has no backward pass"},
+        {bench({"--backward", "--kernel-lib", FAULTY_KERNEL_LIB, "--symbol", "zoo_v2_zeros"}), "has no backward entry point"},
+        {bench({"--backward", "--baseline-kernel", "optimized"}), "--backward: the baseline optimized is of ABI version 1"},
+        {bench({"--backward"}, {"--shapes", "decode-4096"}), "--shapes decode-4096 with --backward: a decode step"},
+    };
+    for (const Bad& b : bad) {
+        const Result r = run_cli(dir, b.args);
+        INFO(r.describe());
+        CHECK(r.code == 2);
+        CHECK(has(r.err, b.words));
+        CHECK_FALSE(has(r.out, "median ms"));
+    }
+}
+
 TEST_CASE("bench: bad usage is exit 2 with a message", "[cli][bench]") {
     TempDir dir;
     struct Bad {

@@ -12,6 +12,8 @@
  *   zoo_v2_zeros             writes 0 to every output element: wrong
  *   zoo_v2_head_dim_128      declares head_dim=128 and refuses everything
  *   zoo_v2_refuses           declares nothing and refuses everything
+ *   zoo_v2_grad_zeros        a correct forward (f32, dense, no GQA, window, softcap, ALiBi or
+ *                            sinks: it refuses them), whose backward writes 0 to dq, dk and dv
  *
  * Dimension legend: B, H, Tq, Tk, Dk, Dv as in attncheck/kernel_abi.h. */
 #include <math.h>
@@ -133,4 +135,56 @@ const int32_t zoo_v2_refuses_abi_version = ATTNCHECK_ABI_VERSION_2;
 int zoo_v2_refuses(const attncheck_problem_v2* p) {
     (void)p;
     return ATTNCHECK_UNSUPPORTED;
+}
+
+/* Element (b, h, t, c) of a version 2 tensor (dense layout: t indexes rows of the sequence). */
+static float* at_v2(const attncheck_tensor_v2* t, long b, long h, long r, long c) {
+    return (float*)t->data + b * t->stride[0] + h * t->stride[1] + r * t->stride[2] + c * t->stride[3];
+}
+
+const int32_t zoo_v2_grad_zeros_abi_version = ATTNCHECK_ABI_VERSION_2;
+const char zoo_v2_grad_zeros_declaration[] =
+    "dtype=f32; gqa=no; padding=no; paged=no; varlen=no; window=no; softcap=no; alibi=no; max_kv_len=4096";
+int zoo_v2_grad_zeros(const attncheck_problem_v2* p) {
+    if (p->abi_version != ATTNCHECK_ABI_VERSION_2 || p->dtype != ATTNCHECK_DTYPE_F32 || p->cu_seqlens_q ||
+        p->kv_lens || p->block_table || p->q_heads != p->kv_heads || p->window_left >= 0 || p->window_right >= 0 ||
+        p->softcap > 0 || p->alibi_slopes || (p->struct_size >= (int32_t)sizeof(attncheck_problem_v2) && p->sinks) ||
+        p->kv_len > 4096)
+        return ATTNCHECK_UNSUPPORTED;
+    float w[4096]; /* one row's scores, then weights [Tk] */
+    for (long b = 0; b < p->batch; ++b)
+        for (long h = 0; h < p->q_heads; ++h)
+            for (long i = 0; i < p->q_len; ++i) {
+                const long horizon = p->causal ? p->q_pos[b] + i : p->kv_len - 1; /* last visible key */
+                float m = -INFINITY, sum = 0.0f;
+                for (long j = 0; j <= horizon && j < p->kv_len; ++j) {
+                    float dot = 0.0f;
+                    for (long c = 0; c < p->head_dim; ++c) dot += *at_v2(&p->q, b, h, i, c) * *at_v2(&p->k, b, h, j, c);
+                    w[j] = p->scale * dot;
+                    if (w[j] > m) m = w[j];
+                }
+                for (long j = 0; j <= horizon && j < p->kv_len; ++j) sum += (w[j] = expf(w[j] - m));
+                for (long c = 0; c < p->value_dim; ++c) {
+                    float o = 0.0f;
+                    for (long j = 0; j <= horizon && j < p->kv_len; ++j) o += w[j] / sum * *at_v2(&p->v, b, h, j, c);
+                    *at_v2(&p->out, b, h, i, c) = sum > 0.0f ? o : 0.0f;
+                }
+                if (p->lse)
+                    p->lse[b * p->lse_stride[0] + h * p->lse_stride[1] + i * p->lse_stride[2]] =
+                        sum > 0.0f ? m + logf(sum) : -INFINITY;
+            }
+    return ATTNCHECK_OK;
+}
+int zoo_v2_grad_zeros_backward(const attncheck_problem_v2* p, const attncheck_grads_v2* g) {
+    if (zoo_v2_grad_zeros(p) != ATTNCHECK_OK) return ATTNCHECK_UNSUPPORTED; /* the same refusals */
+    for (long b = 0; b < p->batch; ++b)
+        for (long h = 0; h < p->q_heads; ++h) {
+            for (long i = 0; i < p->q_len; ++i)
+                for (long c = 0; c < p->head_dim; ++c) *at_v2(&g->dq, b, h, i, c) = 0.0f;
+            for (long j = 0; j < p->kv_len; ++j) {
+                for (long c = 0; c < p->head_dim; ++c) *at_v2(&g->dk, b, h, j, c) = 0.0f;
+                for (long c = 0; c < p->value_dim; ++c) *at_v2(&g->dv, b, h, j, c) = 0.0f;
+            }
+        }
+    return ATTNCHECK_OK;
 }
