@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "attncheck/tolerance.hpp"
+#include "properties/calls.hpp"
 #include "reference/attention_grad.hpp"
 #include "reference/attention_v2.hpp"
 #include "reference/error_bound.hpp"
@@ -49,10 +50,7 @@ attncheck_problem_v2 head_of(attncheck_problem_v2 p, int h, attncheck_tensor_v2*
 // Head h of the version 2 problem (K/V copy 0) through the version 2 oracle: it reads the inputs
 // as stored in the kernel's dtype, and its bound is that dtype's.
 HeadOracle oracle_v2(ProblemV2& v2, perf::KernelProblem& pr, int h, const KernelDeclaration& d) {
-    reference::OracleV2Options options;
-    options.probabilities_rounded = d.rounds_probabilities;
-    options.tanh_ulps = d.tanh_ulps;
-    reference::OracleV2 o = reference::attention_v2_oracle(head_of(v2.on_copy(pr, 0), h), options);
+    reference::OracleV2 o = reference::attention_v2_oracle(head_of(v2.on_copy(pr, 0), h), properties::oracle_options(d));
     return {std::move(o.out), std::move(o.out_bound)};
 }
 
@@ -284,8 +282,7 @@ double check_backward(Subject& sub, const perf::KernelShape& s, const std::vecto
                 throw disagrees(element(gr.name, int(i / per_head), i % per_head, gr.width) +
                                 " [b,h,i,c]: NaN (left unwritten, or computed as NaN)");
     }
-    const reference::GradOracleOptions options{.probabilities_rounded = sub.kernel->declaration.rounds_probabilities,
-                                               .tanh_ulps = double(sub.kernel->declaration.tanh_ulps)};
+    const reference::GradOracleOptions options = properties::oracle_options(sub.kernel->declaration);
     double worst = 0;
     std::vector<float> got;
     for (int h : heads) {

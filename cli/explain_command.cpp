@@ -127,18 +127,16 @@ int run_explain(const ExplainOptions& o) {
 
 Command add_explain_command(CLI::App& app) {
     auto o = std::make_shared<ExplainOptions>();
-    CLI::App* sub = app.add_subcommand(
-        "explain", "Print one head's masked self-attention probabilities as a matrix");
-    sub->footer(
+    CLI::App* sub = add_model_command(
+        app, "explain", "Print one head's masked self-attention probabilities as a matrix",
         "Rows are query positions i (with their token ids), columns key positions j, entry "
         "P[i, j] of the reference decoder (float64) for a teacher-forced pass. Keys in the future "
         "of the query (j > i) are printed as a middle dot: the causal mask set their score to -inf "
         "so their weight is exactly 0 (a masked entry that is not exactly 0 would be printed as "
         "!value). Each row ends with its sum. --cross shows the cross-attention over the memory "
         "instead, with padding rows printed as `pad`.\n"
-        "Example: attncheck explain --model m.safetensors --tokens 3,1,4,1 --layer 1 --head 0");
-    add_model_option(*sub, o->model);
-    add_token_list_option(*sub, "--tokens,-t", o->tokens, "Token ids, comma-separated");
+        "Example: attncheck explain --model m.safetensors --tokens 3,1,4,1 --layer 1 --head 0",
+        o->model, "--tokens,-t", o->tokens, "Token ids, comma-separated");
     sub->add_option("--layer,-l", o->layer, "Decoder layer, 0 .. L-1")->capture_default_str();
     sub->add_option("--head", o->head, "Attention head, 0 .. h-1")->capture_default_str();
     sub->add_flag("--cross", o->cross, "Show the cross-attention over the memory instead of self-attention");

@@ -57,17 +57,16 @@ int run_generate(const GenerateOptions& o) {
 
 Command add_generate_command(CLI::App& app) {
     auto o = std::make_shared<GenerateOptions>();
-    CLI::App* sub = app.add_subcommand("generate", "Greedy decoding: print the new token ids");
-    sub->footer(
+    CLI::App* sub = add_model_command(
+        app, "generate", "Greedy decoding: print the new token ids",
         "Output: one line on stdout, the --max-new new token ids only (not the prompt), "
         "comma-separated without spaces, e.g. `7,7,30`; an empty line when --max-new is 0. "
         "--with-prompt prepends the prompt. Each new token is the argmax of the last position's "
         "logits (lowest id on ties). The prompt plus the new tokens must fit in max_len.\n"
         "--impl reference re-runs the float64 decoder over the whole sequence for every token; "
         "--impl optimized runs the float32 decoder with its K/V cache.\n"
-        "Example: attncheck generate --model m.safetensors --prompt 1,2,3 --max-new 5");
-    add_model_option(*sub, o->model);
-    add_token_list_option(*sub, "--prompt,-p", o->prompt, "Prompt token ids, comma-separated (at least one)");
+        "Example: attncheck generate --model m.safetensors --prompt 1,2,3 --max-new 5",
+        o->model, "--prompt,-p", o->prompt, "Prompt token ids, comma-separated (at least one)");
     sub->add_option("--max-new,-n", o->max_new, "How many tokens to generate (>= 0)")
         ->required()
         ->type_name("N");

@@ -22,12 +22,14 @@ void MemoryFlags::add_to(CLI::App& sub) {
         ->type_name("N");
 }
 
-void add_model_option(CLI::App& sub, std::string& path) {
-    sub.add_option("--model,-m", path, "Model file (.safetensors)")->required()->type_name("FILE");
-}
-
-void add_token_list_option(CLI::App& sub, const std::string& flags, std::string& text, const std::string& help) {
-    sub.add_option(flags, text, help)->required()->type_name("LIST");
+CLI::App* add_model_command(CLI::App& app, const std::string& name, const std::string& description,
+                            const std::string& footer, std::string& model, const std::string& tokens_flags,
+                            std::string& tokens, const std::string& tokens_help) {
+    CLI::App* sub = app.add_subcommand(name, description);
+    sub->footer(footer);
+    sub->add_option("--model,-m", model, "Model file (.safetensors)")->required()->type_name("FILE");
+    sub->add_option(tokens_flags, tokens, tokens_help)->required()->type_name("LIST");
+    return sub;
 }
 
 void add_impl_option(CLI::App& sub, std::string& impl, const std::string& help) {

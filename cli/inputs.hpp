@@ -27,11 +27,12 @@ struct MemoryFlags {
     void add_to(CLI::App& sub);
 };
 
-// --model,-m FILE, required: the model file of every command that runs one.
-void add_model_option(CLI::App& sub, std::string& path);
-
-// A required token-id list (--tokens, --prompt), comma-separated.
-void add_token_list_option(CLI::App& sub, const std::string& flags, std::string& text, const std::string& help);
+// A subcommand that runs a model on token ids (logits, generate, explain): its one-line
+// description, the text after its options in --help, --model,-m FILE (required) into `model`,
+// and the required comma-separated token-id list (`tokens_flags`: --tokens, --prompt) into `tokens`.
+CLI::App* add_model_command(CLI::App& app, const std::string& name, const std::string& description,
+                            const std::string& footer, std::string& model, const std::string& tokens_flags,
+                            std::string& tokens, const std::string& tokens_help);
 
 // --impl reference|optimized: which decoder runs; the default is shown in --help.
 void add_impl_option(CLI::App& sub, std::string& impl, const std::string& help);

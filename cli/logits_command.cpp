@@ -117,8 +117,8 @@ int run_logits(const LogitsOptions& o) {
 
 Command add_logits_command(CLI::App& app) {
     auto o = std::make_shared<LogitsOptions>();
-    CLI::App* sub = app.add_subcommand("logits", "Compute the logits [T, V] of a token sequence");
-    sub->footer(
+    CLI::App* sub = add_model_command(
+        app, "logits", "Compute the logits [T, V] of a token sequence",
         "--impl reference runs the readable decoder in float64 (the oracle) and casts the result "
         "to float32 on output; --precision float32 runs it in float32 instead (the baseline of "
         "NUMERICS.md). --impl optimized is the float32 OpenMP decoder: --mode teacher is one "
@@ -126,10 +126,9 @@ Command add_logits_command(CLI::App& app) {
         "Reference incremental recomputes each prefix (no cache).\n"
         "Without --out a summary is printed: the shape, then per position its token, the argmax "
         "(lowest id on ties), the max logit and the first values of the row.\n"
-        "Example: attncheck logits --model m.safetensors --tokens 1,2,3 --out logits.npy");
-    add_model_option(*sub, o->model);
-    add_token_list_option(*sub, "--tokens,-t", o->tokens,
-                          "Token ids, comma-separated, e.g. 1,2,3 (1 .. max_len of them, each in [0, V))");
+        "Example: attncheck logits --model m.safetensors --tokens 1,2,3 --out logits.npy",
+        o->model, "--tokens,-t", o->tokens,
+        "Token ids, comma-separated, e.g. 1,2,3 (1 .. max_len of them, each in [0, V))");
     o->memory.add_to(*sub);
     add_impl_option(*sub, o->impl, "Decoder: reference (float64 oracle, cast to float32) or optimized (float32)");
     sub->add_option("--mode", o->mode, "teacher (all positions in one pass) or incremental (one token at a time)")

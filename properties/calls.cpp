@@ -85,12 +85,15 @@ std::string refused_within_declaration(const KernelUnderTest& kernel, const Call
     return refused_within_declaration(kernel, r.built.problem, r.rc, how);
 }
 
+reference::OracleV2Options oracle_options(const KernelDeclaration& d) {
+    return {.probabilities_rounded = d.rounds_probabilities, .tanh_ulps = double(d.tanh_ulps)};
+}
+
 reference::OracleV2 oracle_of(const KernelUnderTest& kernel, const KernelCase& c, const KernelInputs& in) {
     KernelCase clean = c;
     clean.poison_invisible = false;
     const Built b = build_case(clean, in);
-    return reference::attention_v2_oracle(b.problem, {.probabilities_rounded = kernel.declaration.rounds_probabilities,
-                                                      .tanh_ulps = double(kernel.declaration.tanh_ulps)});
+    return reference::attention_v2_oracle(b.problem, oracle_options(kernel.declaration));
 }
 
 // out against the oracle, every element within its bound.

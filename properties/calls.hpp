@@ -58,6 +58,8 @@ std::string refused_within_declaration(const KernelUnderTest& kernel, const attn
 
 // The oracle of the case's logical problem, with what the kernel declares about its arithmetic.
 reference::OracleV2 oracle_of(const KernelUnderTest& kernel, const KernelCase& c, const KernelInputs& in);
+// What a declaration tells the oracles (forward and gradient) of the kernel's arithmetic.
+reference::OracleV2Options oracle_options(const KernelDeclaration& d);
 
 // out against the oracle, every element within its bound.
 Verdict agree_out(const std::string& what, const Call& r, const reference::OracleV2& o);

@@ -47,10 +47,6 @@ void for_each_key_row(const attncheck_problem_v2& p, F&& f) {
             for (int j = 0; j < kv_rows_of(p, b); ++j) f(b, hk, j);
 }
 
-reference::GradOracleOptions oracle_options(const KernelUnderTest& kernel) {
-    return {.probabilities_rounded = kernel.declaration.rounds_probabilities, .tanh_ulps = double(kernel.declaration.tanh_ulps)};
-}
-
 // Each of dq, dk, dv against the oracle, every element within its bound.
 Verdict agree_grads(const std::string& what, const GradCall& r) {
     const reference::GradOracle& o = r.oracle;
@@ -180,7 +176,7 @@ GradCall call_backward(const KernelUnderTest& kernel, const KernelCase& c0, cons
     std::memcpy(g.dv.stride, p.v.stride, sizeof g.dv.stride);
 
     if (options.oracle) {
-        r.oracle = reference::attention_grad_oracle(p, g.dout, oracle_options(kernel));
+        r.oracle = reference::attention_grad_oracle(p, g.dout, oracle_options(kernel.declaration));
     } else {  // its layout only: where each logical row is
         r.oracle.head_dim = c.head_dim, r.oracle.value_dim = c.value_dim;
         r.oracle.first_row = r.built.first_row;

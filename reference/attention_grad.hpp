@@ -21,16 +21,14 @@
 #include <vector>
 
 #include "attncheck/kernel_abi_v2.h"
+#include "reference/attention_v2.hpp"
 
 namespace attncheck::reference {
 
-struct GradOracleOptions {
-    // The kernel rounds P and dS to the problem's dtype before the products that take them
-    // (FlashAttention does for float16 / bfloat16): the bound then includes those roundings.
-    bool probabilities_rounded = false;
-    // Accuracy of the kernel's float32 tanh (softcap), in ulps, as OracleV2Options::tanh_ulps.
-    double tanh_ulps = 2.0;
-};
+// The same declared kernel behaviour as the forward's: P (and dS) rounded to the dtype before the
+// products that take them (FlashAttention does for float16 / bfloat16), and the kernel's tanh
+// accuracy.
+using GradOracleOptions = OracleV2Options;
 
 struct GradOracle {
     int head_dim = 0, value_dim = 0;

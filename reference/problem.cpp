@@ -7,19 +7,9 @@
 namespace attncheck {
 
 attncheck_problem make_problem(const ProblemShape& s) {
-    attncheck_problem p{};
-    p.abi_version = ATTNCHECK_ABI_VERSION;
-    p.batch = s.batch;
-    p.heads = s.heads;
-    p.q_len = s.q_len;
-    p.kv_len = s.kv_len;
-    p.head_dim = s.head_dim;
-    p.value_dim = s.value_dim;
-    p.q_offset = s.q_offset;
-    p.causal = s.causal ? 1 : 0;
-    p.kv_valid_len = s.kv_valid_len;
-    p.scale = s.scale;
-    return p;
+    return {.abi_version = ATTNCHECK_ABI_VERSION, .batch = s.batch, .heads = s.heads, .q_len = s.q_len,
+            .kv_len = s.kv_len, .head_dim = s.head_dim, .value_dim = s.value_dim, .q_offset = s.q_offset,
+            .causal = s.causal ? 1 : 0, .kv_valid_len = s.kv_valid_len, .scale = s.scale};
 }
 
 std::string problem_error(const attncheck_problem& p) {

@@ -37,6 +37,48 @@ std::vector<nlohmann::json> iterations(const nlohmann::json& doc, const std::str
     return out;
 }
 
+// A run of the library kernel `symbol` against the built-in kernel optimized, its verdict allowed
+// to be NOT JUDGED, its JSON written to `json`; `tail` chooses repetitions, time and shapes.
+Result against_optimized(TempDir& dir, const std::string& lib, const std::string& symbol, const std::string& json,
+                         const std::vector<std::string>& tail) {
+    return run_ok(dir, bench({"--kernel-lib", lib, "--symbol", symbol, "--baseline-kernel", "optimized", "--allow-unjudged",
+                              "--json", json},
+                             tail));
+}
+
+// The repetition entries of one shape, `reps` for the candidate and as many for the baseline, at
+// the thread count the run reports.
+struct Compared {
+    std::string threads;
+    std::vector<nlohmann::json> candidate, baseline;
+};
+Compared compared(const nlohmann::json& doc, const std::string& shape, std::size_t reps) {
+    const std::string threads = doc.at("context").at("attncheck_threads");
+    Compared c{threads, iterations(doc, "attncheck_bench/" + shape + "/threads:" + threads),
+               iterations(doc, "attncheck_bench_baseline/" + shape + "/threads:" + threads)};
+    REQUIRE(c.candidate.size() == reps);
+    REQUIRE(c.baseline.size() == reps);
+    return c;
+}
+
+// `args` stops with exit `code` and each of `words` on stderr, before timing anything.
+void stops_untimed(TempDir& dir, const std::vector<std::string>& args, int code, const std::vector<std::string>& words) {
+    const Result r = run_cli(dir, args);
+    INFO(r.describe());
+    CHECK(r.code == code);
+    for (const std::string& w : words) CHECK(has(r.err, w));
+    CHECK_FALSE(has(r.out, "median ms"));
+}
+
+// A bad usage of the command, and words of the message it is refused with (exit 2).
+struct Bad {
+    std::vector<std::string> args;
+    std::string words;
+};
+void refused_as_usage(TempDir& dir, const std::vector<Bad>& bad) {
+    for (const Bad& b : bad) stops_untimed(dir, b.args, 2, {b.words});
+}
+
 }  // namespace
 
 TEST_CASE("bench: a built-in kernel, its table and its JSON", "[cli][bench]") {
@@ -79,25 +121,22 @@ TEST_CASE("bench: a built-in kernel, its table and its JSON", "[cli][bench]") {
 
 TEST_CASE("bench: a library kernel against a baseline, decode", "[cli][bench]") {
     TempDir dir;
-    const Result r = run_ok(dir, bench({"--kernel-lib", NAIVE_KERNEL_LIB, "--symbol", "naive_attention",
-                                        "--baseline-kernel", "optimized", "--allow-unjudged", "--json", dir.file("ab.json")},
-                                       {"--reps", "2", "--min-time", "0.01", "--shapes", "decode-4096"}));
+    const Result r = against_optimized(dir, NAIVE_KERNEL_LIB, "naive_attention", dir.file("ab.json"),
+                                       {"--reps", "2", "--min-time", "0.01", "--shapes", "decode-4096"});
     INFO(r.describe());
     CHECK(has(r.out, "A/B: candidate time / baseline time"));
     CHECK(has(r.out, "the sign test cannot reach p < 0.05"));
     const nlohmann::json doc = nlohmann::json::parse(slurp(dir.file("ab.json")));
-    const std::string threads = doc.at("context").at("attncheck_threads");
-    const auto cand = iterations(doc, "attncheck_bench/decode-4096/threads:" + threads);
-    const auto base = iterations(doc, "attncheck_bench_baseline/decode-4096/threads:" + threads);
-    REQUIRE(cand.size() == 2);
-    REQUIRE(base.size() == 2);
+    const Compared ab = compared(doc, "decode-4096", 2);
+    const auto& cand = ab.candidate;
+    const auto& base = ab.baseline;
     for (const char* key : {"gbs", "frac_bw", "read_gbs", "frac_read", "speedup"}) CHECK(cand[0].at(key).get<double>() > 0);
     for (const char* key : {"gbs", "frac_bw", "read_gbs", "frac_read"}) CHECK(base[0].at(key).get<double>() > 0);
     // frac_read is the K/V rate over the rate of reading the same 4 copies (67.1 MB in float32).
     for (const auto* e : {&cand[0], &base[0]})
         CHECK(e->at("frac_read").get<double>() ==
               Approx(e->at("gbs").get<double>() / e->at("read_gbs").get<double>()).epsilon(1e-9));
-    CHECK(has(r.out, "decode-4096 bound (between its timed repetitions): reading its 4 K/V copies again and again on " + threads +
+    CHECK(has(r.out, "decode-4096 bound (between its timed repetitions): reading its 4 K/V copies again and again on " + ab.threads +
                          " threads, 67.1 MB at "));
     CHECK(has(r.out, "of read"));
     REQUIRE(doc.at("attncheck_comparison").size() == 1);
@@ -142,9 +181,8 @@ TEST_CASE("bench: spread-512, widely spread scores, checked and timed for a libr
     // Most weights exp(s - m) of spread-512 are below 2^-126: the naive kernel's expf returns
     // them as subnormals, the optimized kernel flushes them to 0; NUMERICS' bound admits both.
     TempDir dir;
-    const Result r = run_ok(dir, bench({"--kernel-lib", NAIVE_KERNEL_LIB, "--symbol", "naive_attention",
-                                        "--baseline-kernel", "optimized", "--allow-unjudged", "--threads", "1", "--json", dir.file("s.json")},
-                                       {"--reps", "1", "--min-time", "0.01", "--shapes", "spread-512"}));
+    const Result r = against_optimized(dir, NAIVE_KERNEL_LIB, "naive_attention", dir.file("s.json"),
+                                       {"--threads", "1", "--reps", "1", "--min-time", "0.01", "--shapes", "spread-512"});
     INFO(r.describe());
     CHECK(has(r.out, "agrees with the float64 reference on spread-512"));
     const nlohmann::json doc = nlohmann::json::parse(slurp(dir.file("s.json")));
@@ -191,22 +229,13 @@ TEST_CASE("bench: a decode shape's verdict divides by the rate of reading its K/
 
 TEST_CASE("bench: a wrong or refusing kernel is not timed", "[cli][bench]") {
     TempDir dir;
-    const Result wrong = run_cli(dir, bench({"--kernel-lib", FAULTY_KERNEL_LIB, "--symbol", "zoo_mask_after_softmax",
-                                             "--json", dir.file("w.json")}));
-    INFO(wrong.describe());
-    CHECK(wrong.code == 1);
-    CHECK(has(wrong.err, "disagrees with the float64 reference on shape prefill-512"));
-    CHECK(has(wrong.err, "a wrong kernel is not timed"));
-    CHECK_FALSE(has(wrong.out, "median ms"));
-    const Result refusing = run_cli(dir, bench({"--kernel-lib", FAULTY_KERNEL_LIB, "--symbol", "zoo_dims_8_16"}));
-    INFO(refusing.describe());
-    CHECK(refusing.code == 1);
-    CHECK(has(refusing.err, "returned 1 (not ATTNCHECK_OK) on shape prefill-512"));
+    stops_untimed(dir, bench({"--kernel-lib", FAULTY_KERNEL_LIB, "--symbol", "zoo_mask_after_softmax", "--json", dir.file("w.json")}),
+                  1, {"disagrees with the float64 reference on shape prefill-512", "a wrong kernel is not timed"});
+    stops_untimed(dir, bench({"--kernel-lib", FAULTY_KERNEL_LIB, "--symbol", "zoo_dims_8_16"}), 1,
+                  {"returned 1 (not ATTNCHECK_OK) on shape prefill-512"});
     // A wrong baseline is refused as well: its comparison would mean nothing.
-    const Result wrong_base = run_cli(dir, bench({"--baseline-lib", FAULTY_KERNEL_LIB, "--baseline-symbol",
-                                                  "zoo_mask_after_softmax"}));
-    CHECK(wrong_base.code == 1);
-    CHECK(has(wrong_base.err, "zoo_mask_after_softmax disagrees"));
+    stops_untimed(dir, bench({"--baseline-lib", FAULTY_KERNEL_LIB, "--baseline-symbol", "zoo_mask_after_softmax"}), 1,
+                  {"zoo_mask_after_softmax disagrees"});
 }
 
 TEST_CASE("bench: a version 2 kernel, in the dtype its declaration allows, against a version 1 kernel",
@@ -221,48 +250,31 @@ TEST_CASE("bench: a version 2 kernel, in the dtype its declaration allows, again
     CHECK(has(builtin.out, "checked: optimized_v2 agrees with the float64 reference on decode-4096"));
     const nlohmann::json doc = nlohmann::json::parse(slurp(dir.file("v2.json")));
     CHECK(doc.at("context").at("attncheck_kernel_description") == "optimized_v2 (ABI version 2, f32)");
-    const std::string threads = doc.at("context").at("attncheck_threads");
-    const auto cand = iterations(doc, "attncheck_bench/decode-4096/threads:" + threads);
-    const auto base = iterations(doc, "attncheck_bench_baseline/decode-4096/threads:" + threads);
-    REQUIRE(cand.size() == 2);
-    REQUIRE(base.size() == 2);
+    const Compared ab = compared(doc, "decode-4096", 2);
     // The same K/V bytes in float32: GB/s over time is the same constant for both kernels.
-    CHECK(cand[0].at("gbs").get<double>() * cand[0].at("real_time").get<double>() ==
-          Approx(base[0].at("gbs").get<double>() * base[0].at("real_time").get<double>()).epsilon(1e-9));
+    const auto bytes = [](const nlohmann::json& e) { return e.at("gbs").get<double>() * e.at("real_time").get<double>(); };
+    CHECK(bytes(ab.candidate[0]) == Approx(bytes(ab.baseline[0])).epsilon(1e-9));
 
     // A bfloat16-only library kernel is timed in bfloat16: half the K/V bytes of float32.
-    const Result flash = run_ok(dir, bench({"--kernel-lib", FLASH_KERNEL_LIB, "--symbol", "flash_attention",
-                                            "--baseline-kernel", "optimized", "--allow-unjudged", "--json", dir.file("bf16.json")},
-                                           {"--reps", "1", "--min-time", "0.01", "--shapes", "chunk-64@1024,decode-4096"}));
+    const Result flash = against_optimized(dir, FLASH_KERNEL_LIB, "flash_attention", dir.file("bf16.json"),
+                                           {"--reps", "1", "--min-time", "0.01", "--shapes", "chunk-64@1024,decode-4096"});
     INFO(flash.describe());
-    CHECK(has(flash.out, ":flash_attention (ABI version 2, bf16) against baseline optimized"));
-    CHECK(has(flash.out, "agrees with the float64 reference on chunk-64@1024"));
-    const nlohmann::json bf = nlohmann::json::parse(slurp(dir.file("bf16.json")));
-    const std::string t2 = bf.at("context").at("attncheck_threads");
-    const auto fc = iterations(bf, "attncheck_bench/decode-4096/threads:" + t2);
-    const auto fb = iterations(bf, "attncheck_bench_baseline/decode-4096/threads:" + t2);
-    REQUIRE(fc.size() == 1);
-    REQUIRE(fb.size() == 1);
-    CHECK(fc[0].at("gbs").get<double>() * fc[0].at("real_time").get<double>() ==
-          Approx(0.5 * fb[0].at("gbs").get<double>() * fb[0].at("real_time").get<double>()).epsilon(1e-9));
+    for (const char* words : {":flash_attention (ABI version 2, bf16) against baseline optimized",
+                              "agrees with the float64 reference on chunk-64@1024"})
+        CHECK(has(flash.out, words));
+    const Compared bf = compared(nlohmann::json::parse(slurp(dir.file("bf16.json"))), "decode-4096", 1);
+    CHECK(bytes(bf.candidate[0]) == Approx(0.5 * bytes(bf.baseline[0])).epsilon(1e-9));
 }
 
 TEST_CASE("bench: a wrong, undeclared or refusing version 2 kernel is not timed", "[cli][bench][v2]") {
     TempDir dir;
-    const Result wrong = run_cli(dir, bench({"--kernel-lib", FAULTY_KERNEL_LIB, "--symbol", "zoo_v2_zeros"}));
-    INFO(wrong.describe());
-    CHECK(wrong.code == 1);
-    CHECK(has(wrong.err, "zoo_v2_zeros disagrees with the float64 reference on shape prefill-512"));
-    CHECK_FALSE(has(wrong.out, "median ms"));
-    const Result outside = run_cli(dir, bench({"--kernel-lib", FAULTY_KERNEL_LIB, "--symbol", "zoo_v2_head_dim_128"}));
-    INFO(outside.describe());
-    CHECK(outside.code == 1);
-    CHECK(has(outside.err, "is outside its declaration: head_dim 64 is not declared"));
-    CHECK(has(outside.err, "nothing was timed"));
-    const Result refusing = run_cli(dir, bench({"--kernel-lib", FAULTY_KERNEL_LIB, "--symbol", "zoo_v2_refuses"}));
-    INFO(refusing.describe());
-    CHECK(refusing.code == 1);
-    CHECK(has(refusing.err, "zoo_v2_refuses returned 1 (not ATTNCHECK_OK) on shape prefill-512"));
+    const std::vector<std::pair<const char*, std::vector<std::string>>> refused = {
+        {"zoo_v2_zeros", {"zoo_v2_zeros disagrees with the float64 reference on shape prefill-512"}},
+        {"zoo_v2_head_dim_128", {"is outside its declaration: head_dim 64 is not declared", "nothing was timed"}},
+        {"zoo_v2_refuses", {"zoo_v2_refuses returned 1 (not ATTNCHECK_OK) on shape prefill-512"}},
+    };
+    for (const auto& [symbol, words] : refused)
+        stops_untimed(dir, bench({"--kernel-lib", FAULTY_KERNEL_LIB, "--symbol", symbol}), 1, words);
 }
 
 TEST_CASE("bench --backward: the backward pass checked, then timed, at 10*D flops per visible pair", "[cli][bench][backward]") {
@@ -299,38 +311,20 @@ TEST_CASE("bench --backward: a wrong backward is not timed, a kernel without one
     const Result forward = run_ok(dir, bench({"--kernel-lib", FAULTY_KERNEL_LIB, "--symbol", "zoo_v2_grad_zeros"}));
     INFO(forward.describe());
     CHECK(has(forward.out, "checked: " + std::string(FAULTY_KERNEL_LIB) + ":zoo_v2_grad_zeros agrees"));
-    const Result wrong = run_cli(dir, bench({"--backward", "--kernel-lib", FAULTY_KERNEL_LIB, "--symbol", "zoo_v2_grad_zeros"}));
-    INFO(wrong.describe());
-    CHECK(wrong.code == 1);
-    CHECK(has(wrong.err, "zoo_v2_grad_zeros's backward disagrees with the float64 gradient reference on shape prefill-512 at d"));
-    CHECK(has(wrong.err, "a wrong kernel is not timed"));
-    CHECK_FALSE(has(wrong.out, "median ms"));
-    struct Bad {
-        std::vector<std::string> args;
-        std::string words;
-    };
-    const std::vector<Bad> bad = {
+    stops_untimed(dir, bench({"--backward", "--kernel-lib", FAULTY_KERNEL_LIB, "--symbol", "zoo_v2_grad_zeros"}), 1,
+                  {"zoo_v2_grad_zeros's backward disagrees with the float64 gradient reference on shape prefill-512 at d",
+                   "a wrong kernel is not timed"});
+    refused_as_usage(dir, {
         {bench({"--backward", "--kernel", "optimized"}), "--backward: the kernel optimized is of ABI version 1, which has no backward pass"},
         {bench({"--backward", "--kernel-lib", FAULTY_KERNEL_LIB, "--symbol", "zoo_v2_zeros"}), "has no backward entry point"},
         {bench({"--backward", "--baseline-kernel", "optimized"}), "--backward: the baseline optimized is of ABI version 1"},
         {bench({"--backward"}, {"--shapes", "decode-4096"}), "--shapes decode-4096 with --backward: a decode step"},
-    };
-    for (const Bad& b : bad) {
-        const Result r = run_cli(dir, b.args);
-        INFO(r.describe());
-        CHECK(r.code == 2);
-        CHECK(has(r.err, b.words));
-        CHECK_FALSE(has(r.out, "median ms"));
-    }
+    });
 }
 
 TEST_CASE("bench: bad usage is exit 2 with a message", "[cli][bench]") {
     TempDir dir;
-    struct Bad {
-        std::vector<std::string> args;
-        std::string words;
-    };
-    const std::vector<Bad> bad = {
+    refused_as_usage(dir, {
         {bench({"--kernel-lib", NAIVE_KERNEL_LIB, "--symbol", "nope"}), "no symbol 'nope'"},
         {bench({"--kernel-lib", dir.file("missing.so"), "--symbol", "f"}), "no such file"},
         {bench({"--kernel-lib", NAIVE_KERNEL_LIB}), "--kernel-lib needs --symbol"},
@@ -346,12 +340,5 @@ TEST_CASE("bench: bad usage is exit 2 with a message", "[cli][bench]") {
         {bench({}, {"--threads", "-1"}), "--threads"},
         {bench({}, {"--min-time", "abc"}), "--min-time"},
         {bench({"--json", dir.file("no/such/dir/x.json")}), "cannot write"},
-    };
-    for (const Bad& b : bad) {
-        const Result r = run_cli(dir, b.args);
-        INFO(r.describe());
-        CHECK(r.code == 2);
-        CHECK(has(r.err, b.words));
-        CHECK_FALSE(has(r.out, "median ms"));
-    }
+    });
 }

@@ -20,14 +20,14 @@
 // Shapes straddle the kernel's 64-row / 64-key blocks (lengths 1, 63, 65, 97, 130, 200, 300) and its
 // micro-blocks (head dims 1, 16, 17, 64, 128).
 //
-// To add a case: append a Spec to cases() (its name() is its label in every failure).
+// To add a case: append a Case (a SeededSpec of tests/reference/v2_case.hpp) to cases(); its name()
+// is its label in every failure.
 //
 // Dimension legend: B = batch, Hq = q_heads, Hk = kv_heads, G = Hq / Hk, Tq / Tk = rows / keys of
 // a sequence, Dk = head_dim, Dv = value_dim.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -41,6 +41,7 @@
 #include "optimized/attention_backward.hpp"
 #include "optimized/simd_targets.hpp"
 #include "reference/attention_grad.hpp"
+#include "tests/reference/v2_case.hpp"
 #include "thread_count.hpp"
 
 namespace {
@@ -51,220 +52,72 @@ using attncheck::q_len_of;
 using attncheck::visible_v2;
 using attncheck::optimized::backward_detail::Schedule;
 using attncheck::optimized::backward_detail::set_schedule_for_test;
+using namespace attncheck::test;  // V2Case, its specs and buffers (tests/reference/v2_case.hpp)
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kSentinel = 1536.0f;   // in dq / dk / dv before a call: every element must change
 // float32 results against float64: the error, as a fraction of the tensor's largest element.
 constexpr double kTolerance = 1e-4;
 
-enum class Layout { BHTD, BTHD, Gappy };
+// A call: the problem (GQA, windows, softcap, ALiBi, varlen, padding, layouts) and its inputs' seed.
+using Case = SeededSpec;
 
-// A call in words: per-sequence rows, keys and positions, the features, the memory layout.
-struct Spec {
-    std::int32_t dtype = ATTNCHECK_DTYPE_F32;
-    int B = 1, Hq = 1, Hk = 1, Dk = 16, Dv = 16;
-    std::vector<int> tq, tk, pos;  // [B]
-    bool causal = true;
-    int window_left = -1, window_right = -1;
-    float softcap = 0;
-    bool alibi = false;
-    float input_scale = 1;
-    Layout layout = Layout::BHTD;
-    bool varlen = false;
-    int kv_padding = 0;  // dense: rows of k / v past the longest sequence (kv_lens given)
-    std::uint64_t seed = 1;
-
-    std::string name() const {
-        std::string s = std::string(attncheck::dtype_name(dtype)) + " B=" + std::to_string(B) +
-                        " Hq=" + std::to_string(Hq) + " Hk=" + std::to_string(Hk) + " Dk=" + std::to_string(Dk) +
-                        " Dv=" + std::to_string(Dv) + (causal ? " causal" : " non-causal") + " window=(" +
-                        std::to_string(window_left) + "," + std::to_string(window_right) + ")" +
-                        (softcap > 0 ? " softcap=" + std::to_string(softcap) : "") + (alibi ? " alibi" : "") +
-                        " layout=" + std::to_string(int(layout)) + (varlen ? " varlen" : "") +
-                        " kv_padding=" + std::to_string(kv_padding) + " seed=" + std::to_string(seed) + " tq/tk/pos=";
-        for (int b = 0; b < B; ++b)
-            s += std::to_string(tq[std::size_t(b)]) + "/" + std::to_string(tk[std::size_t(b)]) + "/" +
-                 std::to_string(pos[std::size_t(b)]) + " ";
-        return s;
-    }
-};
-
-Spec prefill(int T, int D) {
-    Spec s;
-    s.tq = {T}, s.tk = {T}, s.pos = {0};
-    s.Dk = s.Dv = D;
+// s with head dim Dk and value dim Dv (0: Dk).
+Case dims(Case s, int Dk, int Dv = 0) {
+    s.head_dim = Dk;
+    s.value_dim = Dv ? Dv : Dk;
     return s;
 }
-
-// Strides of a [n0, n1 (heads), n2 (rows), n3 (columns)] view; *size = elements.
-void layout_strides(Layout l, std::int64_t n0, std::int64_t n1, std::int64_t n2, std::int64_t n3, std::int64_t* st,
-                    std::int64_t* size) {
-    switch (l) {
-    case Layout::BHTD: st[3] = 1; st[2] = n3; st[1] = n2 * n3; st[0] = n1 * n2 * n3; break;
-    case Layout::BTHD: st[3] = 1; st[1] = n3; st[2] = n1 * n3; st[0] = n2 * n1 * n3; break;
-    case Layout::Gappy:  // [B,T,H,D] with a gap after every row, head and sequence, columns 2 apart
-        st[3] = 2; st[1] = 2 * n3 + 1; st[2] = n1 * st[1] + 3; st[0] = n2 * st[2] + 5; break;
-    }
-    *size = n0 * st[0];
-}
-
-// A buffer of one dtype: float32 elements, or float16 / bfloat16 bit patterns.
-struct Buffer {
-    std::int32_t dtype = ATTNCHECK_DTYPE_F32;
-    std::vector<float> f32;
-    std::vector<std::uint16_t> half;
-    void resize(std::int32_t dt, std::int64_t n) {
-        dtype = dt;
-        if (dt == ATTNCHECK_DTYPE_F32)
-            f32.assign(std::size_t(n), 0.0f);
-        else
-            half.assign(std::size_t(n), 0);
-    }
-    void* data() { return dtype == ATTNCHECK_DTYPE_F32 ? static_cast<void*>(f32.data()) : half.data(); }
-    std::int64_t elements() const { return std::int64_t(dtype == ATTNCHECK_DTYPE_F32 ? f32.size() : half.size()); }
-    void fill(float x) {
-        for (std::int64_t e = 0; e < elements(); ++e) attncheck::store_element(dtype, data(), e, x);
-    }
-    float at(std::int64_t e) const {
-        return attncheck::load_element(dtype, dtype == ATTNCHECK_DTYPE_F32 ? static_cast<const void*>(f32.data())
-                                                                            : static_cast<const void*>(half.data()),
-                                       e);
-    }
-    std::uint32_t bits_at(std::int64_t e) const {
-        if (dtype != ATTNCHECK_DTYPE_F32) return half[std::size_t(e)];
-        std::uint32_t u;
-        std::memcpy(&u, &f32[std::size_t(e)], sizeof u);
-        return u;
-    }
-    std::vector<std::uint32_t> bits() const {
-        std::vector<std::uint32_t> b(static_cast<std::size_t>(elements()));
-        for (std::size_t e = 0; e < b.size(); ++e) b[e] = bits_at(std::int64_t(e));
-        return b;
-    }
-};
 
 // A built call: the problem, the gradients struct and everything they point to. Inputs hold
 // values where the kernel may read and `poison` everywhere else; out and lse are the forward's
 // (computed here in float64 and rounded as a kernel stores them).
-struct Built {
-    Spec s;
-    attncheck_problem_v2 p{};
+struct Built : V2Case {
+    std::string name;
     attncheck_grads_v2 g{};
-    Buffer q, k, v, out, dout, dq, dk, dv;
-    std::vector<float> lse;
-    std::vector<std::int32_t> kv_lens, cu_q, cu_k, q_pos;
-    std::vector<float> slopes;
+    Buffer dout, dq, dk, dv;  // laid out as out, q, k and v
 
-    Built(const Built&) = delete;
-    Built& operator=(const Built&) = delete;
-
-    Built(const Spec& spec, float poison) : s(spec) {
-        const int B = s.B;
-        const int max_tq = *std::max_element(s.tq.begin(), s.tq.end());
-        const int max_tk = *std::max_element(s.tk.begin(), s.tk.end());
-        p = attncheck::make_problem_v2({.dtype = s.dtype, .batch = B, .q_heads = s.Hq, .kv_heads = s.Hk,
-                                        .head_dim = s.Dk, .value_dim = s.Dv, .causal = s.causal,
-                                        .window_left = s.window_left, .window_right = s.window_right,
-                                        .scale = float(1.0 / std::sqrt(double(s.Dk))), .softcap = s.softcap});
-        p.q_len = std::max(1, max_tq);
-        p.kv_len = std::max(1, max_tk + (s.varlen ? 0 : s.kv_padding));
-        q_pos.assign(s.pos.begin(), s.pos.end());
-        p.q_pos = q_pos.data();
-        if (s.alibi) {
-            for (int h = 0; h < s.Hq; ++h) slopes.push_back(std::ldexp(1.0f, -(h + 1)));
-            p.alibi_slopes = slopes.data();
-        }
-        std::int64_t q_rows = p.q_len, k_rows = p.kv_len, q_outer = B, k_outer = B, n;
-        if (s.varlen) {
-            cu_q.assign(1, 0);
-            cu_k.assign(1, 0);
-            for (int b = 0; b < B; ++b) {
-                cu_q.push_back(cu_q.back() + s.tq[std::size_t(b)]);
-                cu_k.push_back(cu_k.back() + s.tk[std::size_t(b)]);
-            }
-            p.cu_seqlens_q = cu_q.data();
-            p.cu_seqlens_k = cu_k.data();
-            q_rows = std::max(1, cu_q.back());
-            k_rows = std::max(1, cu_k.back());
-            q_outer = k_outer = 1;
-        } else {
-            for (int b = 0; b < B; ++b) REQUIRE(s.tq[std::size_t(b)] == max_tq);
-            kv_lens.assign(s.tk.begin(), s.tk.end());
-            p.kv_lens = kv_lens.data();
-        }
-        const auto view = [&](Buffer& buf, attncheck_tensor_v2& t, std::int64_t outer, std::int64_t heads,
-                              std::int64_t rows, std::int64_t cols) {
-            layout_strides(s.layout, outer, heads, rows, cols, t.stride, &n);
-            buf.resize(s.dtype, n);
-            t.data = buf.data();
-        };
-        view(q, p.q, q_outer, s.Hq, q_rows, s.Dk);
-        view(k, p.k, k_outer, s.Hk, k_rows, s.Dk);
-        view(v, p.v, k_outer, s.Hk, k_rows, s.Dv);
-        view(out, p.out, q_outer, s.Hq, q_rows, s.Dv);
-        view(dout, g.dout, q_outer, s.Hq, q_rows, s.Dv);
-        view(dq, g.dq, q_outer, s.Hq, q_rows, s.Dk);
-        view(dk, g.dk, k_outer, s.Hk, k_rows, s.Dk);
-        view(dv, g.dv, k_outer, s.Hk, k_rows, s.Dv);
+    Built(const Case& c, float poison) : V2Case(c.problem(), poison), name(c.name()) {
+        dout.resize(c.dtype, out.size(), poison);
+        dq.resize(c.dtype, q.size(), kSentinel);
+        dk.resize(c.dtype, k.size(), kSentinel);
+        dv.resize(c.dtype, v.size(), kSentinel);
+        bind_like(g.dout, dout, p.out, out_guard);
+        bind_like(g.dq, dq, p.q, 0);
+        bind_like(g.dk, dk, p.k, 0);
+        bind_like(g.dv, dv, p.v, 0);
         g.struct_size = std::int32_t(sizeof(attncheck_grads_v2));
-        // lse [B, Hq, rows] with a gap after every row.
-        p.lse_stride[2] = 2;
-        p.lse_stride[1] = 2 * q_rows + 1;
-        p.lse_stride[0] = s.Hq * p.lse_stride[1];
-        lse.assign(std::size_t(q_outer * p.lse_stride[0]), kNaN);
-        p.lse = lse.data();
+        // out and lse are inputs here: `poison` and NaN wherever forward() does not write.
+        out.fill(poison);
+        std::fill(lse.begin(), lse.end(), kNaN);
 
-        for (Buffer* x : {&q, &k, &v, &out, &dout}) x->fill(poison);
-        for (Buffer* x : {&dq, &dk, &dv}) x->fill(kSentinel);
-        std::mt19937_64 rng(s.seed);
-        std::uniform_real_distribution<float> uni(-s.input_scale, s.input_scale);
+        // q and dout of a row that sees no key, and k and v of keys no row sees: never read.
+        std::mt19937_64 rng(c.seed);
+        std::uniform_real_distribution<float> uni(-c.input_scale, c.input_scale);
         std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
-        for (int b = 0; b < B; ++b) {
-            for (int h = 0; h < s.Hq; ++h)
-                for (int i = 0; i < s.tq[std::size_t(b)]; ++i) {
-                    if (!row_sees(b, i)) continue;  // q and dout of a row that sees no key: never read
-                    for (int c = 0; c < s.Dk; ++c)
-                        attncheck::store_element(s.dtype, q.data(), attncheck::q_offset_v2(p, p.q, b, h, i, c), uni(rng));
-                    for (int c = 0; c < s.Dv; ++c)
-                        attncheck::store_element(s.dtype, dout.data(), attncheck::q_offset_v2(p, g.dout, b, h, i, c),
-                                                 unit(rng));
-                }
-            for (int j = 0; j < s.tk[std::size_t(b)]; ++j) {
-                if (!key_seen(b, j)) continue;  // keys no row sees: never read
-                for (int hk = 0; hk < s.Hk; ++hk) {
-                    for (int c = 0; c < s.Dk; ++c)
-                        attncheck::store_element(s.dtype, k.data(), attncheck::kv_offset_v2(p, p.k, b, hk, j, c), uni(rng));
-                    for (int c = 0; c < s.Dv; ++c)
-                        attncheck::store_element(s.dtype, v.data(), attncheck::kv_offset_v2(p, p.v, b, hk, j, c), unit(rng));
-                }
-            }
-        }
+        fill_read([&] { return uni(rng); }, true);
+        for (int b = 0; b < p.batch; ++b)
+            for (int h = 0; h < p.q_heads; ++h)
+                for (int i = 0; i < tq(b); ++i)
+                    for (int col = 0; col < p.value_dim && row_sees(b, i); ++col)
+                        dout.set(out_guard + attncheck::q_offset_v2(p, g.dout, b, h, i, col), unit(rng));
         forward();
     }
 
-    bool row_sees(int b, int i) const {
-        for (int j = 0; j < kv_len_of(p, b); ++j)
-            if (visible_v2(p, b, i, j)) return true;
-        return false;
+    int kv_head(int h) const { return h / (p.q_heads / p.kv_heads); }
+    // Element c of row i (q, out, dout) or of key j (k, v) as stored.
+    double in(const attncheck_tensor_v2& t, int b, int h, int i, int c) const {
+        return attncheck::load_element(p.dtype, t.data, attncheck::q_offset_v2(p, t, b, h, i, c));
     }
-    bool key_seen(int b, int j) const {
-        for (int i = 0; i < q_len_of(p, b); ++i)
-            if (visible_v2(p, b, i, j)) return true;
-        return false;
-    }
-    int kv_head(int h) const { return h / (s.Hq / s.Hk); }
-    double in(const Buffer& buf, const attncheck_tensor_v2& t, int b, int h, int i, int c) const {
-        return buf.at(attncheck::q_offset_v2(p, t, b, h, i, c));
-    }
-    double kin(const Buffer& buf, const attncheck_tensor_v2& t, int b, int hk, int j, int c) const {
-        return buf.at(attncheck::kv_offset_v2(p, t, b, hk, j, c));
+    double kin(const attncheck_tensor_v2& t, int b, int hk, int j, int c) const {
+        return attncheck::load_element(p.dtype, t.data, attncheck::kv_offset_v2(p, t, b, hk, j, c));
     }
 
     // The score of (row i of sequence b, key j) of head h, as the ABI defines it; *tanh_out gets
     // tanh(s0 / softcap) (0 without softcap).
     double score(int b, int h, int i, int j, double* tanh_out) const {
         double s0 = 0;
-        for (int c = 0; c < s.Dk; ++c) s0 += in(q, p.q, b, h, i, c) * kin(k, p.k, b, kv_head(h), j, c);
+        for (int c = 0; c < p.head_dim; ++c) s0 += in(p.q, b, h, i, c) * kin(p.k, b, kv_head(h), j, c);
         s0 *= double(p.scale);
         double sc = s0, t = 0;
         if (p.softcap > 0) {
@@ -279,25 +132,24 @@ struct Built {
     // out and lse in float64, stored as the forward stores them (0 and -inf for a row that sees
     // no key).
     void forward() {
-        for (int b = 0; b < s.B; ++b)
-            for (int h = 0; h < s.Hq; ++h)
+        for (int b = 0; b < p.batch; ++b)
+            for (int h = 0; h < p.q_heads; ++h)
                 for (int i = 0; i < q_len_of(p, b); ++i) {
                     std::vector<double> sc(std::size_t(kv_len_of(p, b)), -INFINITY);
                     double m = -INFINITY;
                     for (int j = 0; j < kv_len_of(p, b); ++j)
                         if (visible_v2(p, b, i, j)) m = std::max(m, sc[std::size_t(j)] = score(b, h, i, j, nullptr));
                     double l = 0;
-                    std::vector<double> o(std::size_t(s.Dv), 0.0);
+                    std::vector<double> o(std::size_t(p.value_dim), 0.0);
                     for (int j = 0; j < kv_len_of(p, b); ++j) {
                         if (!visible_v2(p, b, i, j)) continue;
                         const double e = std::exp(sc[std::size_t(j)] - m);
                         l += e;
-                        for (int c = 0; c < s.Dv; ++c) o[std::size_t(c)] += e * kin(v, p.v, b, kv_head(h), j, c);
+                        for (int c = 0; c < p.value_dim; ++c) o[std::size_t(c)] += e * kin(p.v, b, kv_head(h), j, c);
                     }
-                    for (int c = 0; c < s.Dv; ++c)
-                        attncheck::store_element(s.dtype, out.data(), attncheck::q_offset_v2(p, p.out, b, h, i, c),
-                                                 l > 0 ? float(o[std::size_t(c)] / l) : 0.0f);
-                    lse[std::size_t(attncheck::lse_offset_v2(p, b, h, i))] = l > 0 ? float(m + std::log(l)) : -INFINITY;
+                    for (int c = 0; c < p.value_dim; ++c) out.set(out_at(b, h, i, c), l > 0 ? float(o[std::size_t(c)] / l) : 0.0f);
+                    lse[std::size_t(out_guard + attncheck::lse_offset_v2(p, b, h, i))] =
+                        l > 0 ? float(m + std::log(l)) : -INFINITY;
                 }
     }
 
@@ -317,30 +169,29 @@ Truth truth_of(const Built& bt) {
     const attncheck_problem_v2& p = bt.p;
     const attncheck_grads_v2& g = bt.g;
     Truth t;
-    t.dq.assign(std::size_t(bt.dq.elements()), 0.0);
-    t.dk.assign(std::size_t(bt.dk.elements()), 0.0);
-    t.dv.assign(std::size_t(bt.dv.elements()), 0.0);
+    t.dq.assign(std::size_t(bt.dq.size()), 0.0);
+    t.dk.assign(std::size_t(bt.dk.size()), 0.0);
+    t.dv.assign(std::size_t(bt.dv.size()), 0.0);
     t.dq_mag = t.dq, t.dk_mag = t.dk, t.dv_mag = t.dv;
-    const Spec& s = bt.s;
-    for (int b = 0; b < s.B; ++b)
-        for (int h = 0; h < s.Hq; ++h) {
+    for (int b = 0; b < p.batch; ++b)
+        for (int h = 0; h < p.q_heads; ++h) {
             const int hk = bt.kv_head(h);
             for (int i = 0; i < q_len_of(p, b); ++i) {
                 if (!bt.row_sees(b, i)) continue;
                 const double lse = p.lse[attncheck::lse_offset_v2(p, b, h, i)];
                 double D = 0;
-                for (int c = 0; c < s.Dv; ++c) D += bt.in(bt.dout, g.dout, b, h, i, c) * bt.in(bt.out, p.out, b, h, i, c);
+                for (int c = 0; c < p.value_dim; ++c) D += bt.in(g.dout, b, h, i, c) * bt.in(p.out, b, h, i, c);
                 for (int j = 0; j < kv_len_of(p, b); ++j) {
                     if (!visible_v2(p, b, i, j)) continue;
                     double th = 0;
                     const double P = std::exp(bt.score(b, h, i, j, &th) - lse);
                     double dP = 0;
-                    for (int c = 0; c < s.Dv; ++c) dP += bt.in(bt.dout, g.dout, b, h, i, c) * bt.kin(bt.v, p.v, b, hk, j, c);
+                    for (int c = 0; c < p.value_dim; ++c) dP += bt.in(g.dout, b, h, i, c) * bt.kin(p.v, b, hk, j, c);
                     const double cap = p.softcap > 0 ? 1 - th * th : 1.0;
                     const double dS = P * (dP - D) * cap, dS_mag = P * (std::abs(dP) + std::abs(D)) * cap;
                     const double sc = std::abs(double(p.scale));
-                    for (int c = 0; c < s.Dk; ++c) {
-                        const double kc = bt.kin(bt.k, p.k, b, hk, j, c), qc = bt.in(bt.q, p.q, b, h, i, c);
+                    for (int c = 0; c < p.head_dim; ++c) {
+                        const double kc = bt.kin(p.k, b, hk, j, c), qc = bt.in(p.q, b, h, i, c);
                         const auto iq = std::size_t(attncheck::q_offset_v2(p, g.dq, b, h, i, c));
                         const auto ik = std::size_t(attncheck::kv_offset_v2(p, g.dk, b, hk, j, c));
                         t.dq[iq] += double(p.scale) * dS * kc;
@@ -348,8 +199,8 @@ Truth truth_of(const Built& bt) {
                         t.dq_mag[iq] += sc * dS_mag * std::abs(kc);
                         t.dk_mag[ik] += sc * dS_mag * std::abs(qc);
                     }
-                    for (int c = 0; c < s.Dv; ++c) {
-                        const double d = bt.in(bt.dout, g.dout, b, h, i, c);
+                    for (int c = 0; c < p.value_dim; ++c) {
+                        const double d = bt.in(g.dout, b, h, i, c);
                         const auto iv = std::size_t(attncheck::kv_offset_v2(p, g.dv, b, hk, j, c));
                         t.dv[iv] += P * d;
                         t.dv_mag[iv] += P * std::abs(d);
@@ -367,7 +218,7 @@ struct Elements {
 };
 Elements dq_elements(const Built& bt) {
     const attncheck_problem_v2& p = bt.p;
-    Elements e{std::vector<bool>(std::size_t(bt.dq.elements())), std::vector<bool>(std::size_t(bt.dq.elements()))};
+    Elements e{std::vector<bool>(std::size_t(bt.dq.size())), std::vector<bool>(std::size_t(bt.dq.size()))};
     for (int b = 0; b < p.batch; ++b)
         for (int h = 0; h < p.q_heads; ++h)
             for (int i = 0; i < q_len_of(p, b); ++i)
@@ -380,7 +231,7 @@ Elements dq_elements(const Built& bt) {
 }
 Elements kv_elements(const Built& bt, const attncheck_tensor_v2& t, const Buffer& buf, int width) {
     const attncheck_problem_v2& p = bt.p;
-    Elements e{std::vector<bool>(std::size_t(buf.elements())), std::vector<bool>(std::size_t(buf.elements()))};
+    Elements e{std::vector<bool>(std::size_t(buf.size())), std::vector<bool>(std::size_t(buf.size()))};
     for (int b = 0; b < p.batch; ++b)
         for (int hk = 0; hk < p.kv_heads; ++hk)
             for (int j = 0; j < kv_rows_of(p, b); ++j)
@@ -405,7 +256,7 @@ void check_tensor(const char* name, const Buffer& got, const std::vector<double>
     int failures = 0;
     double worst = 0;
     for (std::size_t e = 0; e < want.size(); ++e) {
-        const double x = got.at(std::int64_t(e));
+        const double x = got.get(std::int64_t(e));
         bool ok;
         if (!el.mine[e])
             ok = x == kSentinel;
@@ -434,24 +285,21 @@ std::vector<std::uint32_t> input_bits(const Built& bt) {
         const auto b = x->bits();
         bits.insert(bits.end(), b.begin(), b.end());
     }
-    for (const float x : bt.lse) {
-        std::uint32_t w;
-        std::memcpy(&w, &x, sizeof w);
-        bits.push_back(w);
-    }
+    for (const float x : bt.lse) bits.push_back(attncheck::float_to_bits(x));
     return bits;
 }
 
 void check_against_truth(Built& bt) {
-    INFO(bt.s.name());
+    INFO(bt.name);
     REQUIRE(attncheck::grads_v2_error(bt.p, bt.g).empty());
     const auto inputs = input_bits(bt);
     REQUIRE(bt.run() == ATTNCHECK_OK);
     CHECK(input_bits(bt) == inputs);  // inputs left unchanged
     const Truth t = truth_of(bt);
-    check_tensor("dq", bt.dq, t.dq, t.dq_mag, dq_elements(bt), bt.s.dtype);
-    check_tensor("dk", bt.dk, t.dk, t.dk_mag, kv_elements(bt, bt.g.dk, bt.dk, bt.s.Dk), bt.s.dtype);
-    check_tensor("dv", bt.dv, t.dv, t.dv_mag, kv_elements(bt, bt.g.dv, bt.dv, bt.s.Dv), bt.s.dtype);
+    const attncheck_problem_v2& p = bt.p;
+    check_tensor("dq", bt.dq, t.dq, t.dq_mag, dq_elements(bt), p.dtype);
+    check_tensor("dk", bt.dk, t.dk, t.dk_mag, kv_elements(bt, bt.g.dk, bt.dk, p.head_dim), p.dtype);
+    check_tensor("dv", bt.dv, t.dv, t.dv_mag, kv_elements(bt, bt.g.dv, bt.dv, p.value_dim), p.dtype);
 }
 
 // The raw bits of dq, dk and dv after one call.
@@ -467,46 +315,44 @@ std::vector<std::uint32_t> result_bits(Built& bt) {
 }
 
 // The cases: each feature alone and combined, lengths on both sides of the 64-row blocks.
-std::vector<Spec> cases() {
-    std::vector<Spec> all;
-    const auto add = [&](Spec s) {
+std::vector<Case> cases() {
+    std::vector<Case> all;
+    const auto add = [&](Case s) {
         s.seed = all.size() + 1;
         all.push_back(s);
     };
-    add(prefill(130, 64));                                                   // causal prefill, 3 blocks
-    { Spec s = prefill(300, 64); s.Hq = 4; s.Hk = 2; s.layout = Layout::BTHD; add(s); }  // 5 x 5 blocks, GQA
-    { Spec s = prefill(97, 64); s.Hq = 8; s.Hk = 2; s.layout = Layout::BTHD; add(s); }   // GQA
-    { Spec s = prefill(65, 17); s.Dv = 16; s.Hq = 4; s.Hk = 2; s.dtype = ATTNCHECK_DTYPE_F16; add(s); }
-    { Spec s = prefill(63, 128); s.Dv = 64; s.Hq = 8; s.Hk = 2; s.dtype = ATTNCHECK_DTYPE_BF16; add(s); }
-    { Spec s = prefill(130, 16); s.causal = false; s.tq = {50}; s.pos = {40}; add(s); }  // non-causal
-    { Spec s = prefill(1, 1); add(s); }                                      // Tq = Tk = 1, Dk = 1
-    { Spec s = prefill(63, 1); s.Dv = 17; add(s); }
+    constexpr std::int32_t f16 = ATTNCHECK_DTYPE_F16, bf16 = ATTNCHECK_DTYPE_BF16;
+    add(dims(prefill(130), 64));                                             // causal prefill, 3 blocks
+    { Case s = dims(prefill(300, 4, 2), 64); s.layout = Layout::bthd; add(s); }  // 5 x 5 blocks, GQA
+    { Case s = dims(prefill(97, 8, 2), 64); s.layout = Layout::bthd; add(s); }   // GQA
+    add(dims(prefill(65, 4, 2, f16), 17, 16));
+    add(dims(prefill(63, 8, 2, bf16), 128, 64));
+    { Case s = dims(sequences({50}, {130}, {40}), 16); s.causal = false; add(s); }  // non-causal
+    add(dims(prefill(1), 1));                                                // Tq = Tk = 1, Dk = 1
+    add(dims(prefill(63), 1, 17));
     // Decode steps over padded caches (kv_lens, NaN past them).
-    { Spec s; s.B = 2; s.Hq = 8; s.Hk = 2; s.Dk = s.Dv = 64; s.tq = {1, 1}; s.tk = {97, 65}; s.pos = {96, 64};
-      s.kv_padding = 40; add(s); }
-    { Spec s; s.B = 2; s.Dk = s.Dv = 16; s.tq = {1, 1}; s.tk = {1, 130}; s.pos = {0, 129}; s.kv_padding = 3;
-      s.dtype = ATTNCHECK_DTYPE_BF16; add(s); }
+    { Case s = dims(sequences({1, 1}, {97, 65}, {96, 64}, 8, 2), 64); s.kv_capacity = 97 + 40; add(s); }
+    { Case s = dims(sequences({1, 1}, {1, 130}, {0, 129}, 1, 1, bf16), 16); s.kv_capacity = 130 + 3; add(s); }
     // A chunk of 16 rows after 100 cached keys; a chunk whose rows run past the keys (rows that
     // see no key under a window: exact zeros).
-    { Spec s; s.Dk = s.Dv = 64; s.tq = {16}; s.tk = {116}; s.pos = {100}; add(s); }
-    { Spec s; s.Dk = s.Dv = 16; s.tq = {40}; s.tk = {20}; s.pos = {10}; s.window_left = 8; s.kv_padding = 5; add(s); }
+    add(dims(rows_over_keys(16, 116), 64));
+    { Case s = dims(sequences({40}, {20}, {10}), 16); s.window_left = 8; s.kv_capacity = 20 + 5; add(s); }
     // Windows: causal sliding (keys before it never read), and two-sided non-causal.
-    { Spec s = prefill(200, 64); s.window_left = 16; s.Hq = 2; s.Hk = 1; add(s); }
-    { Spec s = prefill(97, 16); s.causal = false; s.window_left = 10; s.window_right = 5; add(s); }
-    { Spec s = prefill(130, 16); s.causal = false; s.window_left = 0; s.window_right = 0; add(s); }
+    { Case s = dims(prefill(200, 2, 1), 64); s.window_left = 16; add(s); }
+    { Case s = dims(prefill(97), 16); s.causal = false; s.window_left = 10; s.window_right = 5; add(s); }
+    { Case s = dims(prefill(130), 16); s.causal = false; s.window_left = 0; s.window_right = 0; add(s); }
     // Softcap (tanh saturates for the larger scores) and ALiBi, alone and together with GQA.
-    { Spec s = prefill(97, 16); s.softcap = 2.0f; s.input_scale = 2.0f; add(s); }
-    { Spec s = prefill(130, 64); s.alibi = true; s.Hq = 4; s.Hk = 2; add(s); }
-    { Spec s = prefill(65, 16); s.alibi = true; s.softcap = 5.0f; s.Hq = 8; s.Hk = 2; s.input_scale = 3.0f;
-      s.dtype = ATTNCHECK_DTYPE_F16; add(s); }
+    { Case s = dims(prefill(97), 16); s.softcap = 2.0f; s.input_scale = 2.0f; add(s); }
+    { Case s = dims(prefill(130, 4, 2), 64); s.alibi = halving_alibi_slopes(4); add(s); }
+    { Case s = dims(prefill(65, 8, 2, f16), 16); s.alibi = halving_alibi_slopes(8); s.softcap = 5.0f;
+      s.input_scale = 3.0f; add(s); }
     // Varlen: sequences of different lengths, a decode step, an empty sequence's keys.
-    { Spec s; s.varlen = true; s.B = 4; s.Hq = 8; s.Hk = 2; s.Dk = s.Dv = 64; s.tq = {5, 70, 1, 3};
-      s.tk = {5, 130, 33, 0}; s.pos = {0, 60, 32, 0}; add(s); }
-    { Spec s; s.varlen = true; s.B = 2; s.Dk = 17; s.Dv = 16; s.tq = {65, 2}; s.tk = {65, 97}; s.pos = {0, 95};
-      s.window_left = 20; s.dtype = ATTNCHECK_DTYPE_BF16; add(s); }
+    { Case s = dims(sequences({5, 70, 1, 3}, {5, 130, 33, 0}, {0, 60, 32, 0}, 8, 2), 64); s.varlen = true; add(s); }
+    { Case s = dims(sequences({65, 2}, {65, 97}, {0, 95}, 1, 1, bf16), 17, 16); s.varlen = true; s.window_left = 20;
+      add(s); }
     // Strided views with gaps everywhere (nothing in a gap is read or written).
-    { Spec s = prefill(65, 16); s.layout = Layout::Gappy; s.Hq = 4; s.Hk = 2; s.kv_padding = 2; add(s); }
-    { Spec s = prefill(70, 17); s.layout = Layout::Gappy; s.causal = false; s.dtype = ATTNCHECK_DTYPE_F16; add(s); }
+    { Case s = dims(prefill(65, 4, 2), 16); s.layout = Layout::gappy; s.kv_capacity = 65 + 2; add(s); }
+    { Case s = dims(prefill(70, 1, 1, f16), 17); s.layout = Layout::gappy; s.causal = false; add(s); }
     return all;
 }
 
@@ -514,7 +360,7 @@ std::vector<Spec> cases() {
 
 TEST_CASE("the backward pass agrees with float64, never reads what no row reads, and writes exact zeros",
           "[optimized][backward]") {
-    for (const Spec& s : cases()) {
+    for (const Case& s : cases()) {
         Built bt(s, kNaN);
         check_against_truth(bt);
     }
@@ -523,7 +369,7 @@ TEST_CASE("the backward pass agrees with float64, never reads what no row reads,
 TEST_CASE("the backward pass is within the suite's a-priori bound of the float64 oracle and agrees with "
           "the reference backward kernel",
           "[optimized][backward]") {
-    for (const Spec& s : cases()) {
+    for (const Case& s : cases()) {
         INFO(s.name());
         Built bt(s, kNaN);
         REQUIRE(attncheck_reference_kernel_v2_backward(&bt.p, &bt.g) == ATTNCHECK_OK);
@@ -536,15 +382,15 @@ TEST_CASE("the backward pass is within the suite's a-priori bound of the float64
         const Truth t = truth_of(bt);
         const double tol = kTolerance + 2 * attncheck::unit_roundoff(s.dtype);
         const auto as_truth = [](const Buffer& b) {
-            std::vector<double> x(std::size_t(b.elements()));
-            for (std::size_t e = 0; e < x.size(); ++e) x[e] = b.at(std::int64_t(e));
+            std::vector<double> x(std::size_t(b.size()));
+            for (std::size_t e = 0; e < x.size(); ++e) x[e] = b.get(std::int64_t(e));
             return x;
         };
         check_tensor("dq vs reference", bt.dq, as_truth(ref_dq), t.dq_mag, dq_elements(bt), s.dtype, tol);
-        check_tensor("dk vs reference", bt.dk, as_truth(ref_dk), t.dk_mag, kv_elements(bt, bt.g.dk, bt.dk, s.Dk), s.dtype,
-                     tol);
-        check_tensor("dv vs reference", bt.dv, as_truth(ref_dv), t.dv_mag, kv_elements(bt, bt.g.dv, bt.dv, s.Dv), s.dtype,
-                     tol);
+        check_tensor("dk vs reference", bt.dk, as_truth(ref_dk), t.dk_mag, kv_elements(bt, bt.g.dk, bt.dk, s.head_dim),
+                     s.dtype, tol);
+        check_tensor("dv vs reference", bt.dv, as_truth(ref_dv), t.dv_mag, kv_elements(bt, bt.g.dv, bt.dv, s.value_dim),
+                     s.dtype, tol);
 
         // Every element within the bound any correct evaluation meets (reference/attention_grad.hpp).
         const attncheck::reference::GradOracle o = attncheck::reference::attention_grad_oracle(bt.p, bt.g.dout);
@@ -565,19 +411,19 @@ TEST_CASE("the backward pass is within the suite's a-priori bound of the float64
                 for (int i = 0; i < q_len_of(p, b); ++i)
                     for (int c = 0; c < p.head_dim; ++c) {
                         const std::size_t e = o.row(b, h, i) * std::size_t(p.head_dim) + std::size_t(c);
-                        bound_check("dq", bt.dq.at(attncheck::q_offset_v2(p, bt.g.dq, b, h, i, c)), o.dq[e], o.dq_bound[e],
+                        bound_check("dq", bt.dq.get(attncheck::q_offset_v2(p, bt.g.dq, b, h, i, c)), o.dq[e], o.dq_bound[e],
                                     b, h, i, c);
                     }
             for (int hk = 0; hk < p.kv_heads; ++hk)
                 for (int j = 0; j < kv_rows_of(p, b); ++j) {
                     for (int c = 0; c < p.head_dim; ++c) {
                         const std::size_t e = o.key(b, hk, j) * std::size_t(p.head_dim) + std::size_t(c);
-                        bound_check("dk", bt.dk.at(attncheck::kv_offset_v2(p, bt.g.dk, b, hk, j, c)), o.dk[e],
+                        bound_check("dk", bt.dk.get(attncheck::kv_offset_v2(p, bt.g.dk, b, hk, j, c)), o.dk[e],
                                     o.dk_bound[e], b, hk, j, c);
                     }
                     for (int c = 0; c < p.value_dim; ++c) {
                         const std::size_t e = o.key(b, hk, j) * std::size_t(p.value_dim) + std::size_t(c);
-                        bound_check("dv", bt.dv.at(attncheck::kv_offset_v2(p, bt.g.dv, b, hk, j, c)), o.dv[e],
+                        bound_check("dv", bt.dv.get(attncheck::kv_offset_v2(p, bt.g.dv, b, hk, j, c)), o.dv[e],
                                     o.dv_bound[e], b, hk, j, c);
                     }
                 }
@@ -589,7 +435,7 @@ TEST_CASE("the backward pass is within the suite's a-priori bound of the float64
 
 TEST_CASE("the backward pass gives the same bits on 1, 2 and 3 threads and under both work splits",
           "[optimized][backward]") {
-    for (const Spec& s : cases()) {
+    for (const Case& s : cases()) {
         INFO(s.name());
         Built bt(s, kNaN);
         std::vector<std::uint32_t> first;
@@ -610,7 +456,7 @@ TEST_CASE("the backward pass gives the same bits on 1, 2 and 3 threads and under
 
 TEST_CASE("the backward pass reads nothing it must not: NaN or zeros there give the same bits",
           "[optimized][backward]") {
-    for (const Spec& s : cases()) {
+    for (const Case& s : cases()) {
         INFO(s.name());
         Built poisoned(s, kNaN), clean(s, 0.0f);
         CHECK(result_bits(poisoned) == result_bits(clean));
@@ -648,11 +494,11 @@ TEST_CASE("the backward pass's intervals are the ABI's visibility", "[optimized]
 
 TEST_CASE("the backward pass refuses a block table, a null lse and a malformed grads struct, writing nothing",
           "[optimized][backward]") {
-    Spec s = prefill(20, 16);
+    const Case s = dims(prefill(20), 16);
     Built bt(s, kNaN);
     const auto untouched = [&] {
         for (const Buffer* x : {&bt.dq, &bt.dk, &bt.dv})
-            for (std::int64_t e = 0; e < x->elements(); ++e) REQUIRE(x->at(e) == kSentinel);
+            for (std::int64_t e = 0; e < x->size(); ++e) REQUIRE(x->get(e) == kSentinel);
     };
     SECTION("a paged cache") {
         // The same keys as one block of 32 rows: a well-formed paged problem, which a backward
@@ -693,7 +539,7 @@ TEST_CASE("the backward pass gives the same bits on the avx2 and avx512 paths, a
     using attncheck::optimized::use_isa_path_for_test;
     const std::string& available = isa_choice().available;
     const auto has = [&](const char* path) { return available.find(path) != std::string::npos; };
-    for (const Spec& s : cases()) {
+    for (const Case& s : cases()) {
         INFO(s.name() << " (paths: " << available << ")");
         Built bt(s, kNaN);
         if (has("avx512") && has("avx2")) {

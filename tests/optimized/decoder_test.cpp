@@ -128,6 +128,10 @@ extern "C" int refusing_kernel(const attncheck_problem*, const float*, const flo
     return ATTNCHECK_UNSUPPORTED;
 }
 
+// The built-in kernels a version 2 model is run with: the version 1 kernels (a call per head
+// and row where the model needs it) and the version 2 kernels.
+const std::vector<std::string> kVersion2ModelKernels = {"optimized", "reference", "optimized_v2", "reference_v2"};
+
 // A built-in kernel's registry entry: the kernel with what it declares to the decoder.
 const KernelEntry& builtin(const std::string& name) {
     const KernelEntry* e = find_kernel(name, KernelRole::builtin);
@@ -190,6 +194,128 @@ void require_agrees(std::span<const float> candidate, const Expected& e, std::si
     REQUIRE(a.ok);
 }
 
+// A random model of configuration c and a random sequence of T = 13 tokens (with S = 5 rows of
+// memory, mem_valid of them valid), run every way against the reference: teacher-forced, step by
+// step, in chunks of several sizes, and a prefill of 6 tokens then steps (the cache a chunk writes
+// is read by steps). With `same_bits`, the steps and every chunking also give the teacher-forced
+// bits.
+void require_every_path_agrees(const ModelConfig& c, std::uint64_t seed, const optimized::AttentionKernel& kernel,
+                               int mem_valid, const std::string& where, bool same_bits) {
+    std::mt19937_64 rng(seed);
+    const Model model = init_model(c, seed);
+    const int T = 13;
+    const auto tokens = random_tokens(rng, T, c.vocab_size);
+    const auto mem = random_memory(rng, c, 5, mem_valid);
+    const Expected e = expected(model, tokens, mem);
+    const std::size_t V = std::size_t(c.vocab_size);
+    const Decoder dec(model, kernel);
+
+    const auto teacher = dec.forward(tokens, mem);  // Logits
+    require_agrees(teacher, e, 0, V, "teacher-forced " + where);
+
+    Session s(dec, mem);
+    std::vector<float> stepped;
+    for (int t = 0; t < T; ++t) {
+        const auto row = s.step(tokens[std::size_t(t)]);
+        require_agrees(std::vector<float>(row.begin(), row.end()), e, std::size_t(t), V,
+                       "step " + std::to_string(t) + " " + where);
+        stepped.insert(stepped.end(), row.begin(), row.end());
+    }
+    REQUIRE(s.pos() == T);
+    if (same_bits) CHECK(std::ranges::equal(stepped, teacher));
+    for (int chunk : {0, 1, 2, 5, 12}) {
+        s.reset();
+        const std::vector<float> chunked = s.prefill(tokens, chunk);
+        require_agrees(chunked, e, 0, V, "prefill chunk=" + std::to_string(chunk) + " " + where);
+        if (same_bits) CHECK(std::ranges::equal(chunked, teacher));
+    }
+    s.reset();
+    const std::vector<int> head(tokens.begin(), tokens.begin() + 6);
+    require_agrees(s.prefill(head, 4), e, 0, V, "prefill 6 then steps " + where);
+    for (int t = 6; t < T; ++t) {
+        const auto row = s.step(tokens[std::size_t(t)]);
+        require_agrees(std::vector<float>(row.begin(), row.end()), e, std::size_t(t), V,
+                       "step after prefill " + std::to_string(t) + " " + where);
+    }
+}
+
+// A random model of configuration c and B = 3 random sequences, each with its memory (a different
+// S each: padding), prompts of 4, 1 and 7 tokens then 6 steps (every step at different positions):
+// a BatchSession's prefills and steps, and forward_batch, of all three and of two of different
+// lengths (the short one must not see the padding), against the reference per sequence.
+void require_batch_agrees(const ModelConfig& c, std::uint64_t seed, const optimized::AttentionKernel& kernel,
+                          const std::string& where) {
+    std::mt19937_64 rng(seed);
+    const Model model = init_model(c, seed);
+    const Decoder dec(model, kernel);
+    const std::size_t V = std::size_t(c.vocab_size);
+    const int B = 3;
+    const int prompt[B] = {4, 1, 7}, steps = 6;
+    std::vector<std::vector<int>> tokens;
+    std::vector<std::optional<Memory>> mems;
+    std::vector<Expected> want;
+    for (int b = 0; b < B; ++b) {
+        tokens.push_back(random_tokens(rng, prompt[b] + steps, c.vocab_size));
+        mems.push_back(random_memory(rng, c, 3 + b, b + 1));
+        want.push_back(expected(model, tokens.back(), mems.back()));
+    }
+    const std::vector<std::optional<Memory>> batch_mems = c.cross_attention ? mems : std::vector<std::optional<Memory>>{};
+    BatchSession bs(dec, B, batch_mems);
+    for (int b = 0; b < B; ++b) {
+        const std::vector<int> p(tokens[std::size_t(b)].begin(), tokens[std::size_t(b)].begin() + prompt[b]);
+        require_agrees(bs.prefill(b, p), want[std::size_t(b)], 0, V, "batch prefill b=" + std::to_string(b) + " " + where);
+        REQUIRE(bs.pos(b) == prompt[b]);
+    }
+    for (int s = 0; s < steps; ++s) {
+        std::vector<int> next;
+        for (int b = 0; b < B; ++b) next.push_back(tokens[std::size_t(b)][std::size_t(prompt[b] + s)]);
+        const auto rows = bs.step(next);
+        REQUIRE(rows.size() == std::size_t(B) * V);
+        for (int b = 0; b < B; ++b)
+            require_agrees(std::vector<float>(rows.begin() + std::ptrdiff_t(std::size_t(b) * V),
+                                              rows.begin() + std::ptrdiff_t(std::size_t(b + 1) * V)),
+                           want[std::size_t(b)], std::size_t(prompt[b] + s), V,
+                           "batch step " + std::to_string(s) + " b=" + std::to_string(b) + " " + where);
+    }
+    const auto all = dec.forward_batch(tokens, batch_mems);
+    REQUIRE(all.size() == std::size_t(B));
+    for (int b = 0; b < B; ++b)
+        require_agrees(all[std::size_t(b)], want[std::size_t(b)], 0, V, "forward_batch b=" + std::to_string(b) + " " + where);
+    std::vector<std::vector<int>> ragged = {tokens[0], {tokens[1].begin(), tokens[1].begin() + 2}};
+    std::vector<std::optional<Memory>> ragged_mem;
+    if (c.cross_attention) ragged_mem = {mems[0], mems[1]};
+    const auto r = dec.forward_batch(ragged, ragged_mem);
+    const Expected short_want = expected(model, ragged[1], mems[1]);
+    require_agrees(r[1], short_want, 0, V, "forward_batch ragged " + where);
+    require_agrees(r[0], want[0], 0, V, "forward_batch ragged long " + where);
+}
+
+// Everything a decoder computes for one sequence on `threads` threads: the teacher-forced logits,
+// then a session's prefill of the first `prompt` tokens in chunks of `chunk` and steps over the rest.
+optimized::Logits logits_on_threads(const Decoder& dec, const std::vector<int>& tokens, const std::optional<Memory>& mem,
+                                    int prompt, int chunk, int threads) {
+    ThreadCount t(threads);
+    optimized::Logits out = dec.forward(tokens, mem);
+    Session s(dec, mem);
+    const auto p = s.prefill(std::vector<int>(tokens.begin(), tokens.begin() + prompt), chunk);
+    out.insert(out.end(), p.begin(), p.end());
+    for (std::size_t i = std::size_t(prompt); i < tokens.size(); ++i) {
+        const auto r = s.step(tokens[i]);
+        out.insert(out.end(), r.begin(), r.end());
+    }
+    return out;
+}
+
+// small_config() with 6 query heads over kv_heads, rope, and a window of `window` keys.
+ModelConfig windowed_gqa_config(int kv_heads, int window) {
+    ModelConfig c = small_config();
+    c.n_heads = 6;
+    c.n_kv_heads = kv_heads;
+    c.attn_window = window;
+    c.positional = Positional::rope;
+    return c;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -202,41 +328,9 @@ TEST_CASE("teacher-forced, step-by-step and chunked logits agree with the float6
     const std::uint64_t seed = 1234;
     int index = 0;
     for (const ModelConfig& c : testing::option_configs(small_config())) {
-        std::mt19937_64 rng(seed + std::uint64_t(index));
-        const Model model = init_model(c, seed + std::uint64_t(index));
-        ++index;
-        const int T = 13;
-        const auto tokens = random_tokens(rng, T, c.vocab_size);
-        const int S = 5;
-        const auto mem = random_memory(rng, c, S, index % (S + 1));  // valid_len 0 .. S
-        const Expected e = expected(model, tokens, mem);
-        const std::size_t V = std::size_t(c.vocab_size);
-        const Decoder dec(model, attention_kernel_of(kernel));
-        const std::string where =
-            describe(c) + " seed=" + std::to_string(seed + std::uint64_t(index - 1)) + " kernel=" + kernel.name;
-
-        require_agrees(dec.forward(tokens, mem), e, 0, V, "teacher-forced " + where);
-
-        Session s(dec, mem);
-        for (int t = 0; t < T; ++t) {
-            const auto row = s.step(tokens[std::size_t(t)]);
-            require_agrees(std::vector<float>(row.begin(), row.end()), e, std::size_t(t), V,
-                           "step " + std::to_string(t) + " " + where);
-        }
-        REQUIRE(s.pos() == T);
-        for (int chunk : {0, 1, 2, 5, 12}) {
-            s.reset();
-            require_agrees(s.prefill(tokens, chunk), e, 0, V, "prefill chunk=" + std::to_string(chunk) + " " + where);
-        }
-        // Prefill part, then steps: the cache written by a chunk is read by steps.
-        s.reset();
-        const std::vector<int> head(tokens.begin(), tokens.begin() + 6);
-        require_agrees(s.prefill(head, 4), e, 0, V, "prefill 6 then steps " + where);
-        for (int t = 6; t < T; ++t) {
-            const auto row = s.step(tokens[std::size_t(t)]);
-            require_agrees(std::vector<float>(row.begin(), row.end()), e, std::size_t(t), V,
-                           "step after prefill " + std::to_string(t) + " " + where);
-        }
+        const std::uint64_t case_seed = seed + std::uint64_t(index++);
+        require_every_path_agrees(c, case_seed, attention_kernel_of(kernel), index % 6,  // valid_len 0 .. S
+                                  describe(c) + " seed=" + std::to_string(case_seed) + " kernel=" + kernel.name, false);
     }
 }
 
@@ -264,50 +358,8 @@ TEST_CASE("BatchSession and forward_batch agree with the reference per sequence"
     int index = 0;
     for (const ModelConfig& c : testing::option_configs(small_config())) {
         if (index++ % 5 != 0) continue;  // a spread of configurations: batches cost B references each
-        std::mt19937_64 rng(seed + std::uint64_t(index));
-        const Model model = init_model(c, seed + std::uint64_t(index));
-        const Decoder dec(model, attention_kernel_of(kernel));
-        const std::size_t V = std::size_t(c.vocab_size);
-        const int B = 3;
-        const int prompt[B] = {4, 1, 7}, steps = 6;  // different positions in every step
-        std::vector<std::vector<int>> tokens;
-        std::vector<std::optional<Memory>> mems;
-        std::vector<Expected> want;
-        for (int b = 0; b < B; ++b) {
-            tokens.push_back(random_tokens(rng, prompt[b] + steps, c.vocab_size));
-            mems.push_back(random_memory(rng, c, 3 + b, b + 1));  // different S per sequence: padding
-            want.push_back(expected(model, tokens.back(), mems.back()));
-        }
-        const std::string where = describe(c) + " seed=" + std::to_string(seed + std::uint64_t(index));
-        BatchSession bs(dec, B, c.cross_attention ? mems : std::vector<std::optional<Memory>>{});
-        for (int b = 0; b < B; ++b) {
-            const std::vector<int> p(tokens[std::size_t(b)].begin(), tokens[std::size_t(b)].begin() + prompt[b]);
-            require_agrees(bs.prefill(b, p), want[std::size_t(b)], 0, V, "batch prefill b=" + std::to_string(b) + " " + where);
-            REQUIRE(bs.pos(b) == prompt[b]);
-        }
-        for (int s = 0; s < steps; ++s) {
-            std::vector<int> next;
-            for (int b = 0; b < B; ++b) next.push_back(tokens[std::size_t(b)][std::size_t(prompt[b] + s)]);
-            const auto rows = bs.step(next);
-            REQUIRE(rows.size() == std::size_t(B) * V);
-            for (int b = 0; b < B; ++b)
-                require_agrees(std::vector<float>(rows.begin() + std::ptrdiff_t(std::size_t(b) * V),
-                                                  rows.begin() + std::ptrdiff_t(std::size_t(b + 1) * V)),
-                               want[std::size_t(b)], std::size_t(prompt[b] + s), V,
-                               "batch step " + std::to_string(s) + " b=" + std::to_string(b) + " " + where);
-        }
-        const auto all = dec.forward_batch(tokens, c.cross_attention ? mems : std::vector<std::optional<Memory>>{});
-        REQUIRE(all.size() == std::size_t(B));
-        for (int b = 0; b < B; ++b)
-            require_agrees(all[std::size_t(b)], want[std::size_t(b)], 0, V, "forward_batch b=" + std::to_string(b) + " " + where);
-        // Different lengths in one forward_batch: the short sequence must not see the padding.
-        std::vector<std::vector<int>> ragged = {tokens[0], {tokens[1].begin(), tokens[1].begin() + 2}};
-        std::vector<std::optional<Memory>> ragged_mem;
-        if (c.cross_attention) ragged_mem = {mems[0], mems[1]};
-        const auto r = dec.forward_batch(ragged, ragged_mem);
-        const Expected short_want = expected(model, ragged[1], c.cross_attention ? mems[1] : std::nullopt);
-        require_agrees(r[1], short_want, 0, V, "forward_batch ragged " + where);
-        require_agrees(r[0], want[0], 0, V, "forward_batch ragged long " + where);
+        const std::uint64_t case_seed = seed + std::uint64_t(index);
+        require_batch_agrees(c, case_seed, attention_kernel_of(kernel), describe(c) + " seed=" + std::to_string(case_seed));
     }
 }
 
@@ -467,19 +519,8 @@ TEST_CASE("results are bitwise the same on 1 and 2 threads", "[optimized][decode
     const auto tokens = random_tokens(rng, 180, c.vocab_size);
     const auto mem = random_memory(rng, c, 9, 7);
     const Decoder dec(model);
-    auto run = [&](int threads) {
-        ThreadCount t(threads);
-        auto out = dec.forward(tokens, mem);  // Logits
-        Session s(dec, mem);
-        const auto p = s.prefill(std::vector<int>(tokens.begin(), tokens.begin() + 150), 50);
-        out.insert(out.end(), p.begin(), p.end());
-        for (int i = 150; i < 180; ++i) {
-            const auto r = s.step(tokens[std::size_t(i)]);
-            out.insert(out.end(), r.begin(), r.end());
-        }
-        return out;
-    };
-    const auto one = run(1), two = run(2);
+    const auto one = logits_on_threads(dec, tokens, mem, 150, 50, 1);
+    const auto two = logits_on_threads(dec, tokens, mem, 150, 50, 2);
     REQUIRE(one.size() == two.size());
     for (std::size_t i = 0; i < one.size(); ++i)
         if (one[i] != two[i]) {
@@ -708,93 +749,26 @@ TEST_CASE("a teacher-forced forward reads the built-in kernel's q, k, v in place
 TEST_CASE("version 2 models: teacher-forced, step-by-step and chunked logits agree with the reference, and "
           "with a window (or a version 2 kernel: keys at their absolute positions) are the same bits",
           "[optimized][decoder][v2]") {
-    const KernelEntry& kernel =
-        builtin(GENERATE(as<std::string>{}, "optimized", "reference", "optimized_v2", "reference_v2"));
+    const KernelEntry& kernel = builtin(GENERATE(from_range(kVersion2ModelKernels)));
     const std::uint64_t seed = 2024;
     int index = 0;
     for (const ModelConfig& c : v2_configs()) {
-        std::mt19937_64 rng(seed + std::uint64_t(index));
-        const Model model = init_model(c, seed + std::uint64_t(index));
-        ++index;
-        const int T = 13;
-        const auto tokens = random_tokens(rng, T, c.vocab_size);
-        const auto mem = random_memory(rng, c, 5, index % 6);
-        const Expected e = expected(model, tokens, mem);
-        const std::size_t V = std::size_t(c.vocab_size);
-        const Decoder dec(model, attention_kernel_of(kernel));
-        const std::string where = describe_v2(c) + " kernel=" + kernel.name;
+        const std::uint64_t case_seed = seed + std::uint64_t(index++);
         // A window shorter than the sequence: every row is its own kernel problem in every path.
         const bool windowed = (c.has_window() && c.attn_window < c.max_len - 1) || kernel.fn_v2;
-
-        const auto teacher = dec.forward(tokens, mem);  // Logits
-        require_agrees(teacher, e, 0, V, "teacher-forced " + where);
-        Session s(dec, mem);
-        std::vector<float> stepped;
-        for (int t = 0; t < T; ++t) {
-            const auto row = s.step(tokens[std::size_t(t)]);
-            stepped.insert(stepped.end(), row.begin(), row.end());
-        }
-        require_agrees(stepped, e, 0, V, "steps " + where);
-        if (windowed) CHECK(std::ranges::equal(stepped, teacher));
-        for (int chunk : {0, 1, 2, 5, 12}) {
-            s.reset();
-            const std::vector<float> chunked = s.prefill(tokens, chunk);
-            require_agrees(chunked, e, 0, V, "prefill chunk=" + std::to_string(chunk) + " " + where);
-            if (windowed) CHECK(std::ranges::equal(chunked, teacher));
-        }
-        s.reset();
-        const std::vector<int> head(tokens.begin(), tokens.begin() + 6);
-        require_agrees(s.prefill(head, 4), e, 0, V, "prefill 6 then steps " + where);
-        for (int t = 6; t < T; ++t) {
-            const auto row = s.step(tokens[std::size_t(t)]);
-            require_agrees(std::vector<float>(row.begin(), row.end()), e, std::size_t(t), V,
-                           "step after prefill " + std::to_string(t) + " " + where);
-        }
+        require_every_path_agrees(c, case_seed, attention_kernel_of(kernel), index % 6,
+                                  describe_v2(c) + " kernel=" + kernel.name, windowed);
     }
 }
 
 TEST_CASE("version 2 models: BatchSession and forward_batch agree with the reference per sequence",
           "[optimized][decoder][batch][v2]") {
-    const KernelEntry& kernel =
-        builtin(GENERATE(as<std::string>{}, "optimized", "reference", "optimized_v2", "reference_v2"));
+    const KernelEntry& kernel = builtin(GENERATE(from_range(kVersion2ModelKernels)));
     const std::uint64_t seed = 777;
     int index = 0;
     for (const ModelConfig& c : v2_configs()) {
         if (index++ % 3 != 0) continue;
-        std::mt19937_64 rng(seed + std::uint64_t(index));
-        const Model model = init_model(c, seed + std::uint64_t(index));
-        const Decoder dec(model, attention_kernel_of(kernel));
-        const std::size_t V = std::size_t(c.vocab_size);
-        const int B = 3;
-        const int prompt[B] = {4, 1, 7}, steps = 6;
-        std::vector<std::vector<int>> tokens;
-        std::vector<std::optional<Memory>> mems;
-        std::vector<Expected> want;
-        for (int b = 0; b < B; ++b) {
-            tokens.push_back(random_tokens(rng, prompt[b] + steps, c.vocab_size));
-            mems.push_back(random_memory(rng, c, 3 + b, b + 1));
-            want.push_back(expected(model, tokens.back(), mems.back()));
-        }
-        const std::string where = describe_v2(c);
-        const std::vector<std::optional<Memory>> batch_mems = c.cross_attention ? mems : std::vector<std::optional<Memory>>{};
-        BatchSession bs(dec, B, batch_mems);
-        for (int b = 0; b < B; ++b) {
-            const std::vector<int> p(tokens[std::size_t(b)].begin(), tokens[std::size_t(b)].begin() + prompt[b]);
-            require_agrees(bs.prefill(b, p), want[std::size_t(b)], 0, V, "batch prefill b=" + std::to_string(b) + " " + where);
-        }
-        for (int s = 0; s < steps; ++s) {
-            std::vector<int> next;
-            for (int b = 0; b < B; ++b) next.push_back(tokens[std::size_t(b)][std::size_t(prompt[b] + s)]);
-            const auto rows = bs.step(next);
-            for (int b = 0; b < B; ++b)
-                require_agrees(std::vector<float>(rows.begin() + std::ptrdiff_t(std::size_t(b) * V),
-                                                  rows.begin() + std::ptrdiff_t(std::size_t(b + 1) * V)),
-                               want[std::size_t(b)], std::size_t(prompt[b] + s), V,
-                               "batch step " + std::to_string(s) + " b=" + std::to_string(b) + " " + where);
-        }
-        const auto all = dec.forward_batch(tokens, batch_mems);
-        for (int b = 0; b < B; ++b)
-            require_agrees(all[std::size_t(b)], want[std::size_t(b)], 0, V, "forward_batch b=" + std::to_string(b) + " " + where);
+        require_batch_agrees(c, seed + std::uint64_t(index), attention_kernel_of(kernel), describe_v2(c));
     }
 }
 
@@ -832,14 +806,10 @@ TEST_CASE("grouped-query heads read their kv head's cache, never a copy", "[opti
 TEST_CASE("a window's rolling cache: step allocates nothing, truncate within it equals a fresh session, "
           "beyond it is refused",
           "[optimized][session][v2]") {
-    ModelConfig c = small_config();
-    c.n_heads = 6;
-    c.n_kv_heads = 3;
-    c.attn_window = 4;
-    c.positional = Positional::rope;
+    const ModelConfig c = windowed_gqa_config(3, 4);
     const Model model = init_model(c, 17);
-    std::mt19937_64 rng(17);
     const Decoder dec(model, {.fn = no_alloc_kernel});
+    std::mt19937_64 rng(17);
     const auto history = random_tokens(rng, 9, c.vocab_size);
     const auto after = random_tokens(rng, 6, c.vocab_size);
 
@@ -878,19 +848,8 @@ TEST_CASE("version 2 results are bitwise the same on 1 and 2 threads", "[optimiz
     std::mt19937_64 rng(9);
     const auto tokens = random_tokens(rng, 120, c.vocab_size);
     const Decoder dec(model);
-    auto run = [&](int threads) {
-        ThreadCount t(threads);
-        auto out = dec.forward(tokens, std::nullopt);  // Logits
-        Session s(dec);
-        const auto p = s.prefill(std::vector<int>(tokens.begin(), tokens.begin() + 100), 30);
-        out.insert(out.end(), p.begin(), p.end());
-        for (int i = 100; i < 120; ++i) {
-            const auto r = s.step(tokens[std::size_t(i)]);
-            out.insert(out.end(), r.begin(), r.end());
-        }
-        return out;
-    };
-    const auto one = run(1), two = run(2);
+    const auto one = logits_on_threads(dec, tokens, std::nullopt, 100, 30, 1);
+    const auto two = logits_on_threads(dec, tokens, std::nullopt, 100, 30, 2);
     REQUIRE(one == two);
 }
 
@@ -953,11 +912,7 @@ TEST_CASE("a version 2 kernel: the paged cache gives the dense cache's bits, and
 TEST_CASE("a version 2 kernel keeps every key: truncate to any position equals a fresh session, even under a "
           "window",
           "[optimized][session][v2][paged]") {
-    ModelConfig c = small_config();
-    c.n_heads = 6;
-    c.n_kv_heads = 2;
-    c.attn_window = 3;
-    c.positional = Positional::rope;
+    const ModelConfig c = windowed_gqa_config(2, 3);
     const Model model = init_model(c, 99);
     std::mt19937_64 rng(5);
     const std::vector<int> tokens = random_tokens(rng, 20, c.vocab_size);

@@ -135,6 +135,23 @@ bool failed(const CheckReport& r, const std::string& property) {
     return std::find(r.failed.begin(), r.failed.end(), property) != r.failed.end();
 }
 
+// `kernel` passes the check under `o` and refuses none of its cases: all are within the declaration.
+void passes_refusing_nothing(attncheck_kernel_fn kernel, const char* name, const CheckOptions& o) {
+    const CheckReport r = check_kernel(kernel, name, o);
+    INFO(r.text);
+    CHECK(r.passed);
+    CHECK(r.text.find("unsup") == std::string::npos);
+}
+
+// `kernel` fails `property` under `o`, and the report says `why`.
+void fails_saying(attncheck_kernel_fn kernel, const char* name, const CheckOptions& o, const std::string& property,
+                  const std::string& why) {
+    const CheckReport r = check_kernel(kernel, name, o);
+    INFO(r.text);
+    CHECK(failed(r, property));
+    CHECK(r.text.find(why) != std::string::npos);
+}
+
 }  // namespace
 
 TEST_CASE("empty_rows=nan: a NaN-convention kernel passes everything once declared", "[declaration]") {
@@ -143,18 +160,12 @@ TEST_CASE("empty_rows=nan: a NaN-convention kernel passes everything once declar
     CHECK(declared.passed);
     CHECK(declared.text.find("declared: empty_rows=nan") != std::string::npos);
 
-    const CheckReport undeclared = check_kernel(nan_rows_kernel, "nan_rows", options(""));
-    INFO(undeclared.text);
-    CHECK(failed(undeclared, "empty_rows"));
-    CHECK(undeclared.text.find("declares empty_rows=nan") != std::string::npos);
+    fails_saying(nan_rows_kernel, "nan_rows", options(""), "empty_rows", "declares empty_rows=nan");
 
     // Declared NaN but returns 0 (the reference kernel): the declaration is wrong, and says so.
     CheckOptions only = options("empty_rows=nan");
     only.only = {"empty_rows"};
-    const CheckReport zero = check_kernel(attncheck_reference_kernel, "reference", only);
-    INFO(zero.text);
-    CHECK(failed(zero, "empty_rows"));
-    CHECK(zero.text.find("but the kernel declares empty_rows=nan") != std::string::npos);
+    fails_saying(attncheck_reference_kernel, "reference", only, "empty_rows", "but the kernel declares empty_rows=nan");
 
     // A NaN convention does not hide anything else: NaN in part of a row is still wrong.
     const CheckReport half = check_kernel(half_nan_rows_kernel, "half_nan_rows", only);
@@ -166,17 +177,12 @@ TEST_CASE("head_dim declared: the cases are supported ones, and undeclared probl
           "[declaration]") {
     CheckOptions o = options("head_dim=8,16");
     o.decoder = false;
-    const CheckReport r = check_kernel(dims_8_16_kernel, "dims_8_16", o);
-    INFO(r.text);
-    CHECK(r.passed);
-    CHECK(r.text.find("unsup") == std::string::npos);  // no case was refused: all were supported
+    passes_refusing_nothing(dims_8_16_kernel, "dims_8_16", o);
 
     // The reference kernel declared head_dim=8,16 accepts head_dim 9: the declaration is false.
     o.only = {"refuses_undeclared"};
-    const CheckReport liar = check_kernel(attncheck_reference_kernel, "reference", o);
-    INFO(liar.text);
-    CHECK(failed(liar, "refuses_undeclared"));
-    CHECK(liar.text.find("accepted (returned 0) a problem outside its declaration") != std::string::npos);
+    fails_saying(attncheck_reference_kernel, "reference", o, "refuses_undeclared",
+                 "accepted (returned 0) a problem outside its declaration");
 }
 
 TEST_CASE("deterministic=no: bitwise repeatability is not demanded, agreement still is", "[declaration]") {
@@ -188,10 +194,7 @@ TEST_CASE("deterministic=no: bitwise repeatability is not demanded, agreement st
     o.declaration = "";
     o.decoder = false;
     o.only = {"determinism"};
-    const CheckReport undeclared = check_kernel(alternating_kernel, "alternating", o);
-    INFO(undeclared.text);
-    CHECK(failed(undeclared, "determinism"));
-    CHECK(undeclared.text.find("declares deterministic=no") != std::string::npos);
+    fails_saying(alternating_kernel, "alternating", o, "determinism", "declares deterministic=no");
 }
 
 namespace {
@@ -274,16 +277,10 @@ TEST_CASE("probabilities: read within a declared value_dim (value_dim=same) in s
     CheckOptions o = options("head_dim=8,16; value_dim=same");
     o.decoder = false;
     o.only = {"probabilities"};
-    const CheckReport r = check_kernel(same_dims_kernel, "same_dims", o);
-    INFO(r.text);
-    CHECK(r.passed);
-    CHECK(r.text.find("unsup") == std::string::npos);  // every case within the declaration
+    passes_refusing_nothing(same_dims_kernel, "same_dims", o);
 
     // Read in pieces, the matrix still shows a weight on a masked key.
-    const CheckReport peek = check_kernel(same_dims_peek_kernel, "same_dims_peek", o);
-    INFO(peek.text);
-    CHECK(failed(peek, "probabilities"));
-    CHECK(peek.text.find("is masked for this row: must be exactly 0") != std::string::npos);
+    fails_saying(same_dims_peek_kernel, "same_dims_peek", o, "probabilities", "is masked for this row: must be exactly 0");
 }
 
 TEST_CASE("refuses_undeclared: a large declared limit is probed without filling a problem of that size",
@@ -303,9 +300,6 @@ TEST_CASE("refuses_undeclared: a large declared limit is probed without filling 
 
     // A kernel that declares max_kv_len=1000000 and accepts more still fails, on a problem past it.
     o.declaration = "max_kv_len=1000000";
-    const CheckReport liar = check_kernel(attncheck_reference_kernel, "reference", o);
-    INFO(liar.text);
-    CHECK(failed(liar, "refuses_undeclared"));
-    CHECK(liar.text.find("accepted (returned 0) a problem outside its declaration: a sequence of 1000001 keys > max_kv_len=1000000") !=
-          std::string::npos);
+    fails_saying(attncheck_reference_kernel, "reference", o, "refuses_undeclared",
+                 "accepted (returned 0) a problem outside its declaration: a sequence of 1000001 keys > max_kv_len=1000000");
 }

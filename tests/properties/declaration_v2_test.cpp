@@ -9,6 +9,7 @@
 #include "attncheck/declaration.hpp"
 #include "attncheck/problem_v2.hpp"
 #include "properties/kernel_case.hpp"
+#include "tests/properties/small_case_v2.hpp"
 
 using attncheck::KernelDeclaration;
 using namespace attncheck::properties;
@@ -17,14 +18,9 @@ namespace {
 
 // A small well-formed case: B = 2, Hq = 4, Hk = 2, bf16, [B,H,T,D], causal chunk.
 KernelCase small_case() {
-    KernelCase c;
-    c.dtype = ATTNCHECK_DTYPE_BF16;
-    c.batch = 2, c.q_heads = 4, c.kv_heads = 2, c.head_dim = 8, c.value_dim = 8;
-    c.q_lens = {3, 3};
-    c.kv_lens = {5, 5};
-    c.q_pos = {2, 2};
+    KernelCase c = test::small_gqa_case(ATTNCHECK_DTYPE_BF16, 8, 8, /*data_seed=*/7);
+    c.q_lens = {3, 3}, c.kv_lens = {5, 5}, c.q_pos = {2, 2};
     c.mode = OffsetMode::chunk;
-    c.data_seed = 7;
     return c;
 }
 

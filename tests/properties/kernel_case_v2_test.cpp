@@ -17,6 +17,7 @@
 #include "properties/kernel_case.hpp"
 #include "properties/runner.hpp"
 #include "tests/properties/ci_params.hpp"
+#include "tests/properties/small_case_v2.hpp"
 
 using attncheck::KernelDeclaration;
 using namespace attncheck;
@@ -45,14 +46,9 @@ void require_same_logical(const KernelCase& c, const KernelInputs& in, const Bui
 }
 
 KernelCase small_case(LayoutKind kind) {
-    KernelCase c;
-    c.dtype = ATTNCHECK_DTYPE_F16;
-    c.batch = 2, c.q_heads = 4, c.kv_heads = 2, c.head_dim = 5, c.value_dim = 3;
-    c.q_lens = {2, 2};
-    c.kv_lens = {6, 3};
-    c.q_pos = {4, 1};
+    KernelCase c = test::small_gqa_case(ATTNCHECK_DTYPE_F16, 5, 3, /*data_seed=*/11);
+    c.q_lens = {2, 2}, c.kv_lens = {6, 3}, c.q_pos = {4, 1};
     c.want_lse = true;
-    c.data_seed = 11;
     c.layout.kind = kind;
     c.layout.kv_capacity = 8;
     c.layout.block_size = 4;

@@ -97,13 +97,10 @@ void store(const attncheck_problem_v2& p, const attncheck_grads_v2& g, const Row
     }
 }
 
-int stored_p(const attncheck_problem_v2* pp, const attncheck_grads_v2* gg) {
-    if (!pp || !gg || !grads_v2_error(*pp, *gg).empty()) return ATTNCHECK_UNSUPPORTED;
-    const attncheck_problem_v2& p = *pp;
-    const attncheck_grads_v2& g = *gg;
-    const Rows rows(p);
+// P, dP and D of each (sequence, head) whole, then the gradients keys last to first.
+void stored_p(const attncheck_problem_v2& p, const attncheck_grads_v2& g, const Rows& rows, std::vector<float>& dq,
+              std::vector<float>& dk, std::vector<float>& dv) {
     const std::size_t Dk = std::size_t(p.head_dim), Dv = std::size_t(p.value_dim);
-    std::vector<float> dq(rows.first_row.back() * Dk), dk(rows.first_key.back() * Dk), dv(rows.first_key.back() * Dv);
     for (int b = 0; b < p.batch; ++b)
         for (int h = 0; h < p.q_heads; ++h) {
             const int hk = kv_head_of(p, h), Tq = q_len_of(p, b), Tk = kv_len_of(p, b);
@@ -140,17 +137,12 @@ int stored_p(const attncheck_problem_v2* pp, const attncheck_grads_v2* gg) {
                 }
             }
         }
-    store(p, g, rows, dq, dk, dv);
-    return ATTNCHECK_OK;
 }
 
-int atomic_dq(const attncheck_problem_v2* pp, const attncheck_grads_v2* gg) {
-    if (!pp || !gg || !grads_v2_error(*pp, *gg).empty()) return ATTNCHECK_UNSUPPORTED;
-    const attncheck_problem_v2& p = *pp;
-    const attncheck_grads_v2& g = *gg;
-    const Rows rows(p);
+// 16-key blocks in parallel, each adding into dq, dk and dv with atomics.
+void atomic_dq(const attncheck_problem_v2& p, const attncheck_grads_v2& g, const Rows& rows, std::vector<float>& dq,
+               std::vector<float>& dk, std::vector<float>& dv) {
     const std::size_t Dk = std::size_t(p.head_dim), Dv = std::size_t(p.value_dim);
-    std::vector<float> dq(rows.first_row.back() * Dk), dk(rows.first_key.back() * Dk), dv(rows.first_key.back() * Dv);
     constexpr int kBlock = 16;
     struct Task {
         int b, h, j0;
@@ -197,7 +189,22 @@ int atomic_dq(const attncheck_problem_v2* pp, const attncheck_grads_v2* gg) {
             }
         }
     }
-    store(p, g, rows, dq, dk, dv);
+}
+
+// The float32 gradients of a design, added into dq, dk, dv (the oracle's logical order, zeroed).
+using AddGradients = void (*)(const attncheck_problem_v2&, const attncheck_grads_v2&, const Rows&, std::vector<float>& dq,
+                              std::vector<float>& dk, std::vector<float>& dv);
+
+// The backward entry point of a design: refuses a malformed call, and stores what `add` computes.
+template <AddGradients add>
+int backward(const attncheck_problem_v2* pp, const attncheck_grads_v2* gg) {
+    if (!pp || !gg || !grads_v2_error(*pp, *gg).empty()) return ATTNCHECK_UNSUPPORTED;
+    const attncheck_problem_v2& p = *pp;
+    const Rows rows(p);
+    const std::size_t Dk = std::size_t(p.head_dim), Dv = std::size_t(p.value_dim);
+    std::vector<float> dq(rows.first_row.back() * Dk), dk(rows.first_key.back() * Dk), dv(rows.first_key.back() * Dv);
+    add(p, *gg, rows, dq, dk, dv);
+    store(p, *gg, rows, dq, dk, dv);
     return ATTNCHECK_OK;
 }
 
@@ -208,8 +215,8 @@ struct Candidate {
 };
 
 std::vector<Candidate> candidates() {
-    return {{"stored_p", stored_p, ""},
-            {"atomic_dq", atomic_dq, "deterministic_backward=no"},
+    return {{"stored_p", backward<stored_p>, ""},
+            {"atomic_dq", backward<atomic_dq>, "deterministic_backward=no"},
             {"bwd_naive", find_kernel("bwd_naive")->backward_v2, ""},
             {"optimized_v2", attncheck_optimized_kernel_v2_backward, ""}};
 }

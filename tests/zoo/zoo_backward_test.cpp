@@ -5,8 +5,8 @@
 // refuses what it must; and every mutant is wrong, on a case the test names, by far more than
 // float32 rounding (kMutantGap, a hundred times the base's tolerance).
 //
-// To add a mutant's case: a TEST_CASE "backward mutant: ..." calling shows_bug() with a Spec on
-// which that one bug moves a gradient by more than kMutantGap of its scale.
+// To add a mutant's case: an entry of gradient_mutant_cases() (sink_mutant_cases() for dsinks)
+// with a Spec on which that one bug moves a gradient by more than kMutantGap of its scale.
 //
 // Dimension legend: B = batch, Hq / Hk = query / kv heads, Tq / Tk = query rows / keys of a
 // sequence, Dk = head_dim, Dv = value_dim.
@@ -16,7 +16,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <limits>
 #include <random>
 #include <set>
 #include <string>
@@ -28,56 +27,12 @@
 #include "kernels/registry.hpp"
 #include "reference/attention_grad.hpp"
 #include "reference/attention_v2.hpp"
+#include "tests/zoo/spec_v2.hpp"
 
 using namespace attncheck;
+using namespace zoo_test;
 
 namespace {
-
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-enum class Layout { bhtd, bthd, gapped };
-
-// One backward call in words; Case builds its buffers.
-struct Spec {
-    std::int32_t dtype = ATTNCHECK_DTYPE_F32;
-    int Hq = 2, Hk = 2, Dk = 8, Dv = 8;
-    std::vector<int> q_rows = {6};  // Tq(b) per sequence (dense: all equal)
-    std::vector<int> keys = {6};    // Tk(b) per sequence
-    std::vector<int> q_pos = {0};
-    int capacity = 0;               // dense kv_len; 0: the largest Tk(b)
-    bool with_kv_lens = false;
-    bool varlen = false;
-    Layout layout = Layout::bhtd;       // q, k, v, out
-    Layout grad_layout = Layout::bhtd;  // dout, dq, dk, dv
-    int causal = 1, window_left = -1, window_right = -1;
-    float scale = 0.3f, softcap = 0.0f;
-    bool alibi = false;
-    float magnitude = 1.0f;  // q, k, v, dout uniform in [-magnitude, magnitude]
-    std::uint32_t seed = 1;
-    std::vector<float> sinks = {};  // empty, or Hq logits
-};
-
-Spec prefill(int n) {
-    Spec s;
-    s.q_rows = {n}, s.keys = {n}, s.q_pos = {0};
-    return s;
-}
-Spec decode(int keys) {
-    Spec s;
-    s.q_rows = {1}, s.keys = {keys}, s.q_pos = {keys - 1};
-    return s;
-}
-
-// Strides of a (n0, H, T, D) tensor in a layout; the elements it spans.
-std::int64_t strides_of(Layout layout, std::int64_t n0, std::int64_t H, std::int64_t T, std::int64_t D,
-                        std::int64_t* s) {
-    switch (layout) {
-    case Layout::bhtd: s[3] = 1, s[2] = D, s[1] = T * D, s[0] = H * T * D; break;
-    case Layout::bthd: s[3] = 1, s[1] = D, s[2] = H * D, s[0] = T * H * D; break;
-    case Layout::gapped: s[3] = 2, s[1] = 2 * D + 3, s[2] = H * (2 * D + 3) + 1, s[0] = T * s[2] + 5; break;
-    }
-    return (n0 - 1) * s[0] + (H - 1) * s[1] + (T - 1) * s[2] + (D - 1) * s[3] + 1;
-}
 
 // Storage of one tensor in a dtype, with kGuard elements before and after the view: a write
 // outside the view lands there and is caught.
@@ -105,67 +60,41 @@ struct Grads {
 struct Case {
     Spec spec;
     int B;
-    std::vector<std::int32_t> kv_lens, cu_q, cu_k, q_pos;
-    std::vector<float> slopes, lse, sinks, dsinks;
+    SequenceArrays arrays;
+    std::vector<float> lse, sinks, dsinks;
     Buffer q, k, v, out, dout, dq, dk, dv;
     attncheck_problem_v2 p{};
     attncheck_grads_v2 g{};
     std::vector<std::int64_t> dq_at, dk_at, dv_at;  // view offsets of the logical gradient elements
 
     Case(const Spec& s, attncheck_kernel_v2_fn forward) : spec(s), B(int(s.keys.size())) {
+        REQUIRE(s.mode != Mode::paged);  // a backward takes no block table
+        REQUIRE(s.lse);                  // and reads the forward's lse
         std::mt19937 rng(s.seed);
         std::uniform_real_distribution<float> uni(-s.magnitude, s.magnitude);
-        const int max_q = *std::max_element(s.q_rows.begin(), s.q_rows.end());
-        const int max_k = std::max(1, *std::max_element(s.keys.begin(), s.keys.end()));
-        const int capacity = s.capacity ? s.capacity : max_k;
-        p = make_problem_v2({.dtype = s.dtype, .batch = B, .q_heads = s.Hq, .kv_heads = s.Hk, .head_dim = s.Dk,
-                             .value_dim = s.Dv, .causal = s.causal != 0, .window_left = s.window_left,
-                             .window_right = s.window_right, .scale = s.scale, .softcap = s.softcap});
-        p.q_len = std::max(1, max_q);
-        p.kv_len = capacity;
-        q_pos.assign(s.q_pos.begin(), s.q_pos.end());
-        p.q_pos = q_pos.data();
-        if (s.alibi) {
-            for (int h = 0; h < s.Hq; ++h) slopes.push_back(0.05f + 0.4f * float(h + 1) / float(s.Hq));
-            p.alibi_slopes = slopes.data();
-        }
-        const auto prefix = [](const std::vector<int>& n) {
-            std::vector<std::int32_t> cu = {0};
-            for (int x : n) cu.push_back(cu.back() + x);
-            return cu;
-        };
-        std::int64_t q_n0 = B, q_T = p.q_len, k_n0 = B, k_T = capacity;
-        if (s.varlen) {
-            cu_q = prefix(s.q_rows), cu_k = prefix(s.keys);
-            p.cu_seqlens_q = cu_q.data(), p.cu_seqlens_k = cu_k.data();
-            q_n0 = 1, q_T = std::max(1, cu_q.back());
-            k_n0 = 1, k_T = std::max(1, cu_k.back());
-        } else if (s.with_kv_lens) {
-            kv_lens.assign(s.keys.begin(), s.keys.end());
-            p.kv_lens = kv_lens.data();
-        }
+        const Extents e = set_problem(s, arrays, p);
         const auto bind = [&](attncheck_tensor_v2& t, Buffer& buf, Layout layout, std::int64_t n0, std::int64_t H,
                               std::int64_t T, std::int64_t D, float fill) {
             buf.resize(s.dtype, strides_of(layout, n0, H, T, D, t.stride), fill);
             t.data = buf.view();
         };
-        // Every element no row reads (gaps, padding rows, keys no row sees) is NaN.
-        bind(p.q, q, s.layout, q_n0, s.Hq, q_T, s.Dk, kNaN);
-        bind(p.k, k, s.layout, k_n0, s.Hk, k_T, s.Dk, kNaN);
-        bind(p.v, v, s.layout, k_n0, s.Hk, k_T, s.Dv, kNaN);
-        bind(p.out, out, s.layout, q_n0, s.Hq, q_T, s.Dv, kNaN);
-        bind(g.dout, dout, s.grad_layout, q_n0, s.Hq, q_T, s.Dv, kNaN);
-        bind(g.dq, dq, s.grad_layout, q_n0, s.Hq, q_T, s.Dk, kNaN);
-        bind(g.dk, dk, s.grad_layout, k_n0, s.Hk, k_T, s.Dk, kNaN);
-        bind(g.dv, dv, s.grad_layout, k_n0, s.Hk, k_T, s.Dv, kNaN);
+        // Every element no row reads (gaps, padding rows, keys no row sees) is NaN, or in k and v
+        // the Spec's padding.
+        bind(p.q, q, s.layout, e.q_n0, s.Hq, e.q_T, s.Dk, kNaN);
+        bind(p.k, k, s.layout, e.k_n0, s.Hk, e.k_T, s.Dk, s.padding);
+        bind(p.v, v, s.layout, e.k_n0, s.Hk, e.k_T, s.Dv, s.padding);
+        bind(p.out, out, s.layout, e.q_n0, s.Hq, e.q_T, s.Dv, kNaN);
+        bind(g.dout, dout, s.grad_layout, e.q_n0, s.Hq, e.q_T, s.Dv, kNaN);
+        bind(g.dq, dq, s.grad_layout, e.q_n0, s.Hq, e.q_T, s.Dk, kNaN);
+        bind(g.dk, dk, s.grad_layout, e.k_n0, s.Hk, e.k_T, s.Dk, kNaN);
+        bind(g.dv, dv, s.grad_layout, e.k_n0, s.Hk, e.k_T, s.Dv, kNaN);
         g.struct_size = sizeof(attncheck_grads_v2);
         if (!s.sinks.empty()) {
             sinks = s.sinks, dsinks.assign(s.sinks.size(), kNaN);
             p.sinks = sinks.data(), g.dsinks = dsinks.data();
         }
-        lse.assign(std::size_t(q_n0 * s.Hq * q_T), kNaN);
+        lse.assign(std::size_t(e.lse_elements(s.Hq)), kNaN);
         p.lse = lse.data();
-        p.lse_stride[0] = s.varlen ? 0 : s.Hq * q_T, p.lse_stride[1] = q_T, p.lse_stride[2] = 1;
 
         for (int b = 0; b < B; ++b)
             for (int h = 0; h < s.Hq; ++h)
@@ -174,14 +103,7 @@ struct Case {
                     for (int c = 0; c < s.Dv; ++c)
                         store_element(s.dtype, dout.view(), q_offset_v2(p, g.dout, b, h, i, c), uni(rng));
                 }
-        for (int b = 0; b < B; ++b)
-            for (int hk = 0; hk < s.Hk; ++hk)
-                for (int j = 0; j < kv_len_of(p, b); ++j) {
-                    const bool hidden = !seen(b, j);
-                    const auto value = [&] { return hidden ? kNaN : uni(rng); };
-                    for (int c = 0; c < s.Dk; ++c) store_element(s.dtype, k.view(), kv_offset_v2(p, p.k, b, hk, j, c), value());
-                    for (int c = 0; c < s.Dv; ++c) store_element(s.dtype, v.view(), kv_offset_v2(p, p.v, b, hk, j, c), value());
-                }
+        fill_keys(p, s.padding, [&] { return uni(rng); });
         REQUIRE(forward(&p) == ATTNCHECK_OK);
 
         for (int b = 0; b < B; ++b) {
@@ -196,13 +118,6 @@ struct Case {
         }
     }
     Case(const Case&) = delete;
-
-    // Whether some query row of sequence b sees key j.
-    bool seen(int b, int j) const {
-        for (int i = 0; i < q_len_of(p, b); ++i)
-            if (visible_v2(p, b, i, j)) return true;
-        return false;
-    }
 
     // The gradients `fn` writes into dq, dk and dv poisoned with NaN.
     Grads run(attncheck_kernel_v2_backward_fn fn) {
@@ -320,7 +235,7 @@ Zeros contract_zeros(const Case& c) {
             }
         for (int hk = 0; hk < p.kv_heads; ++hk)
             for (int j = 0; j < kv_rows_of(p, b); ++j) {
-                const bool unseen = j >= kv_len_of(p, b) || !c.seen(b, j);
+                const bool unseen = j >= kv_len_of(p, b) || !key_seen(p, b, j);
                 z.dk.insert(z.dk.end(), std::size_t(p.head_dim), unseen);
                 z.dv.insert(z.dv.end(), std::size_t(p.value_dim), unseen);
             }
@@ -411,7 +326,7 @@ void base_is_right(Case& c) {
     CHECK(gap(reference, want, z.dq, z.dk, z.dv).worst <= unit_roundoff(c.p.dtype) + 1e-6);
 }
 
-// The mutant `name` is wrong on the case `shows` (named in the test) by more than kMutantGap of
+// The mutant `name` is wrong on the case `shows` (named in its table) by more than kMutantGap of
 // the gradient scale, where the base is right.
 void shows_bug(const std::string& name, const Spec& shows) {
     const KernelEntry& m = entry(name);
@@ -426,45 +341,6 @@ void shows_bug(const std::string& name, const Spec& shows) {
     INFO("worst: " << g.where);
     CHECK(g.worst > kMutantGap);
     CHECK(oracle_ratio(c, got) > kMutantOracleRatio);
-}
-
-// A random call of every backward feature: dtype, GQA, layouts, dense (kv_lens) / varlen,
-// positions, causal or not, windows, softcap, ALiBi, lengths across the 64-key blocks.
-Spec random_spec(std::uint32_t seed) {
-    std::mt19937 rng(seed);
-    const auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-    Spec s;
-    s.seed = seed;
-    s.dtype = pick(0, 2);
-    s.Hk = pick(1, 2);
-    s.Hq = s.Hk * pick(1, 3);
-    s.Dk = pick(1, 16);
-    s.Dv = pick(0, 1) ? s.Dk : pick(1, 12);
-    s.layout = Layout(pick(0, 2));
-    s.grad_layout = Layout(pick(0, 2));
-    s.varlen = pick(0, 2) == 0;
-    const int B = pick(1, 3);
-    const bool long_keys = pick(0, 2) == 0;
-    const bool decode = pick(0, 2) == 0;
-    s.keys.clear(), s.q_rows.clear(), s.q_pos.clear();
-    const int dense_q = decode ? 1 : pick(1, 30);
-    for (int b = 0; b < B; ++b) {
-        const int keys = long_keys ? pick(60, 150) : pick(0, 30);
-        s.keys.push_back(keys);
-        const int rows = s.varlen ? (decode ? 1 : pick(0, 30)) : dense_q;
-        s.q_rows.push_back(rows);
-        s.q_pos.push_back(pick(0, 3) == 0 ? pick(0, 160) : std::max(0, keys - rows));
-    }
-    s.with_kv_lens = !s.varlen && pick(0, 1);
-    s.capacity = std::max(1, *std::max_element(s.keys.begin(), s.keys.end()) + (s.with_kv_lens ? pick(0, 9) : 0));
-    if (!s.with_kv_lens && !s.varlen) std::fill(s.keys.begin(), s.keys.end(), s.capacity);
-    s.causal = pick(0, 1);
-    s.window_left = pick(0, 1) ? -1 : pick(0, 90);
-    s.window_right = s.causal || pick(0, 1) ? -1 : pick(0, 40);
-    s.scale = std::uniform_real_distribution<float>(0.05f, 1.5f)(rng);
-    s.softcap = pick(0, 2) == 0 ? std::uniform_real_distribution<float>(0.5f, 10.0f)(rng) : 0.0f;
-    s.alibi = pick(0, 2) == 0;
-    return s;
 }
 
 }  // namespace
@@ -554,7 +430,7 @@ TEST_CASE("bwd_naive agrees with float64 gradients on hand-made calls of every f
         s.with_kv_lens = true; specs.push_back(s);
     }
     {   // varlen, an empty sequence of rows and one of keys' rows unseen
-        Spec s; s.varlen = true; s.q_rows = {3, 0, 7}, s.keys = {9, 4, 7}, s.q_pos = {6, 4, 0};
+        Spec s; s.mode = Mode::varlen; s.q_rows = {3, 0, 7}, s.keys = {9, 4, 7}, s.q_pos = {6, 4, 0};
         specs.push_back(s);
     }
     {   // rows with no visible key among rows that see keys: dq 0
@@ -571,7 +447,7 @@ TEST_CASE("bwd_naive agrees with float64 gradients on hand-made calls of every f
 TEST_CASE("bwd_naive agrees with float64 gradients on random calls (NaN in every key no row sees)") {
     const KernelEntry& base = entry("bwd_naive");
     for (std::uint32_t seed = 1; seed <= 100; ++seed) {
-        Case c(random_spec(seed), base.fn_v2);
+        Case c(random_spec(seed, kBackwardRanges), base.fn_v2);
         INFO("seed " << seed);
         base_is_right(c);
     }
@@ -579,122 +455,66 @@ TEST_CASE("bwd_naive agrees with float64 gradients on random calls (NaN in every
 
 // ---- each mutant on a case that shows its bug ---------------------------------------------------
 
-TEST_CASE("backward mutant: D term dropped, on a causal prefill of 6") { shows_bug("bwd_d_term_dropped", prefill(6)); }
+namespace {
 
-TEST_CASE("backward mutant: D with the wrong sign, on a causal prefill of 6") {
-    shows_bug("bwd_d_sign_flipped", prefill(6));
+// s after set(s): a Spec changed in one expression.
+template <class Set>
+Spec with(Spec s, Set&& set) {
+    set(s);
+    return s;
 }
 
-TEST_CASE("backward mutant: P unnormalised, on a non-causal prefill of 6") {
-    Spec s = prefill(6);
-    s.causal = 0;  // six keys per row: their exp(s - max) sum to far more than 1
-    shows_bug("bwd_p_unnormalised", s);
-}
+// A mutant, its bug and the case that shows it, in words (the section's name), and that case.
+struct MutantCase {
+    std::string mutant, shown;
+    Spec shows;
+};
 
-TEST_CASE("backward mutant: lse read as log2, on a non-causal prefill of 20 (lse near log 20)") {
-    Spec s = prefill(20);
-    s.causal = 0;
-    shows_bug("bwd_lse_read_as_log2", s);
-}
-
-TEST_CASE("backward mutant: causal mask forgotten, on a causal prefill of 6") {
-    shows_bug("bwd_causal_forgotten", prefill(6));
-}
-
-TEST_CASE("backward mutant: window one key short, on a prefill of 30 with window_left 3") {
-    Spec s = prefill(30);
-    s.window_left = 3;
-    shows_bug("bwd_window_off_by_one", s);
-}
-
-TEST_CASE("backward mutant: mask at the row index, on a chunk of 5 rows at q_pos 35 of 40 keys") {
-    Spec s;
-    s.q_rows = {5}, s.keys = {40}, s.q_pos = {35};
-    shows_bug("bwd_mask_top_left", s);
-}
-
-TEST_CASE("backward mutant: ALiBi forgotten, on a prefill of 30 with ALiBi") {
-    Spec s = prefill(30);
-    s.alibi = true;
-    shows_bug("bwd_alibi_forgotten", s);
-}
-
-TEST_CASE("backward mutant: ALiBi at the row index, on a chunk of 5 rows at q_pos 35 with ALiBi") {
-    Spec s;
-    s.q_rows = {5}, s.keys = {40}, s.q_pos = {35}, s.alibi = true;
-    shows_bug("bwd_alibi_row_relative", s);
-}
-
-TEST_CASE("backward mutant: softcap derivative dropped, on a prefill of 30, softcap 2, scores near the cap") {
-    Spec s = prefill(30);
-    s.softcap = 2.0f, s.scale = 2.0f, s.magnitude = 2.0f;
-    shows_bug("bwd_softcap_derivative_dropped", s);
-}
-
-TEST_CASE("backward mutant: softcap derivative 1 - t, on a prefill of 30, softcap 2, scores near the cap") {
-    Spec s = prefill(30);
-    s.softcap = 2.0f, s.scale = 2.0f, s.magnitude = 2.0f;
-    shows_bug("bwd_softcap_derivative_linear", s);
-}
-
-TEST_CASE("backward mutant: dk without the scale, on a prefill of 6 at scale 0.3") {
-    shows_bug("bwd_dk_unscaled", prefill(6));
-}
-
-TEST_CASE("backward mutant: dq without the scale, on a prefill of 6 at scale 0.3") {
-    shows_bug("bwd_dq_unscaled", prefill(6));
-}
-
-TEST_CASE("backward mutant: dv from dS, on a causal prefill of 6") { shows_bug("bwd_dv_from_ds", prefill(6)); }
-
-TEST_CASE("backward mutant: GQA last head wins, on a prefill of 10 with Hq 4, Hk 2") {
-    Spec s = prefill(10);
-    s.Hq = 4, s.Hk = 2;
-    shows_bug("bwd_gqa_last_head_wins", s);
-}
-
-TEST_CASE("backward mutant: GQA head by modulus, on a prefill of 10 with Hq 6, Hk 2") {
-    Spec s = prefill(10);
-    s.Hq = 6, s.Hk = 2;
-    shows_bug("bwd_gqa_head_modulo", s);
-}
-
-TEST_CASE("backward mutant: padding rows unwritten, on decode steps at kv_lens 10 and 20 of capacity 30") {
-    Spec s;
-    s.q_rows = {1, 1}, s.keys = {10, 20}, s.q_pos = {9, 19}, s.capacity = 30, s.with_kv_lens = true;
-    shows_bug("bwd_padding_rows_unwritten", s);
-}
-
-TEST_CASE("backward mutant: unseen keys unwritten, on a decode step at 20 keys with window_left 4") {
-    Spec s = decode(20);
-    s.window_left = 4;
-    shows_bug("bwd_unseen_keys_unwritten", s);
-}
-
-TEST_CASE("backward mutant: NaN on an empty row, on 8 rows of 4 keys with window_left 1 (rows 5-7 empty)") {
-    Spec s;
-    s.q_rows = {8}, s.keys = {4}, s.window_left = 1;
-    shows_bug("bwd_empty_row_nan", s);
-}
-
-TEST_CASE("backward mutant: varlen dk/dv by cu_seqlens_q, on varlen rows {2, 3} of keys {5, 3}") {
-    Spec s;
-    s.varlen = true, s.q_rows = {2, 3}, s.keys = {5, 3}, s.q_pos = {3, 0};  // dk rows written inside dk
-    shows_bug("bwd_varlen_dkv_from_q", s);
-}
-
-TEST_CASE("backward mutant: dq of a key block overwritten, on a causal prefill of 100 (two 64-key blocks)") {
-    shows_bug("bwd_dq_block_overwrite", prefill(100));
-}
-
-TEST_CASE("backward mutant: D over masked keys too, on a causal prefill of 6") {
-    shows_bug("bwd_d_over_all_keys", prefill(6));
-}
-
-TEST_CASE("backward mutant: dout through out's strides, on a prefill of 6, out [B,H,T,D], dout [B,T,H,D]") {
-    Spec s = prefill(6);
-    s.grad_layout = Layout::bthd;  // the same span as out's: the wrong reads stay inside dout
-    shows_bug("bwd_dout_with_out_strides", s);
+// The case of each mutant of dq, dk and dv: its one bug moves a gradient by more than kMutantGap
+// of its scale there (shows_bug()).
+std::vector<MutantCase> gradient_mutant_cases() {
+    const Spec chunk = with(Spec{}, [](Spec& s) { s.q_rows = {5}, s.keys = {40}, s.q_pos = {35}; });
+    const Spec near_cap = with(prefill(30), [](Spec& s) { s.softcap = 2.0f, s.scale = 2.0f, s.magnitude = 2.0f; });
+    return {
+        {"bwd_d_term_dropped", "D term dropped, on a causal prefill of 6", prefill(6)},
+        {"bwd_d_sign_flipped", "D with the wrong sign, on a causal prefill of 6", prefill(6)},
+        // Six keys per row: their exp(s - max) sum to far more than 1.
+        {"bwd_p_unnormalised", "P unnormalised, on a non-causal prefill of 6", with(prefill(6), [](Spec& s) { s.causal = 0; })},
+        {"bwd_lse_read_as_log2", "lse read as log2, on a non-causal prefill of 20 (lse near log 20)",
+         with(prefill(20), [](Spec& s) { s.causal = 0; })},
+        {"bwd_causal_forgotten", "causal mask forgotten, on a causal prefill of 6", prefill(6)},
+        {"bwd_window_off_by_one", "window one key short, on a prefill of 30 with window_left 3",
+         with(prefill(30), [](Spec& s) { s.window_left = 3; })},
+        {"bwd_mask_top_left", "mask at the row index, on a chunk of 5 rows at q_pos 35 of 40 keys", chunk},
+        {"bwd_alibi_forgotten", "ALiBi forgotten, on a prefill of 30 with ALiBi", with(prefill(30), [](Spec& s) { s.alibi = true; })},
+        {"bwd_alibi_row_relative", "ALiBi at the row index, on a chunk of 5 rows at q_pos 35 with ALiBi",
+         with(chunk, [](Spec& s) { s.alibi = true; })},
+        {"bwd_softcap_derivative_dropped", "softcap derivative dropped, on a prefill of 30, softcap 2, scores near the cap", near_cap},
+        {"bwd_softcap_derivative_linear", "softcap derivative 1 - t, on a prefill of 30, softcap 2, scores near the cap", near_cap},
+        {"bwd_dk_unscaled", "dk without the scale, on a prefill of 6 at scale 0.3", prefill(6)},
+        {"bwd_dq_unscaled", "dq without the scale, on a prefill of 6 at scale 0.3", prefill(6)},
+        {"bwd_dv_from_ds", "dv from dS, on a causal prefill of 6", prefill(6)},
+        {"bwd_gqa_last_head_wins", "GQA last head wins, on a prefill of 10 with Hq 4, Hk 2",
+         with(prefill(10), [](Spec& s) { s.Hq = 4, s.Hk = 2; })},
+        {"bwd_gqa_head_modulo", "GQA head by modulus, on a prefill of 10 with Hq 6, Hk 2",
+         with(prefill(10), [](Spec& s) { s.Hq = 6, s.Hk = 2; })},
+        {"bwd_padding_rows_unwritten", "padding rows unwritten, on decode steps at kv_lens 10 and 20 of capacity 30",
+         with(Spec{}, [](Spec& s) {
+             s.q_rows = {1, 1}, s.keys = {10, 20}, s.q_pos = {9, 19}, s.capacity = 30, s.with_kv_lens = true;
+         })},
+        {"bwd_unseen_keys_unwritten", "unseen keys unwritten, on a decode step at 20 keys with window_left 4",
+         with(decode(20), [](Spec& s) { s.window_left = 4; })},
+        {"bwd_empty_row_nan", "NaN on an empty row, on 8 rows of 4 keys with window_left 1 (rows 5-7 empty)",
+         with(Spec{}, [](Spec& s) { s.q_rows = {8}, s.keys = {4}, s.window_left = 1; })},
+        // dk rows written inside dk.
+        {"bwd_varlen_dkv_from_q", "varlen dk/dv by cu_seqlens_q, on varlen rows {2, 3} of keys {5, 3}",
+         with(Spec{}, [](Spec& s) { s.mode = Mode::varlen, s.q_rows = {2, 3}, s.keys = {5, 3}, s.q_pos = {3, 0}; })},
+        {"bwd_dq_block_overwrite", "dq of a key block overwritten, on a causal prefill of 100 (two 64-key blocks)", prefill(100)},
+        {"bwd_d_over_all_keys", "D over masked keys too, on a causal prefill of 6", prefill(6)},
+        // dout in the same span as out's: the wrong reads stay inside dout.
+        {"bwd_dout_with_out_strides", "dout through out's strides, on a prefill of 6, out [B,H,T,D], dout [B,T,H,D]",
+         with(prefill(6), [](Spec& s) { s.grad_layout = Layout::bthd; })},
+    };
 }
 
 // The sinks' mutants change dsinks only: the sink mutant `name` is off there, on `shows`, by more
@@ -729,30 +549,34 @@ Spec with_sinks(Spec s) {
     return s;
 }
 
-TEST_CASE("backward mutant: dsinks with the wrong sign, on a causal prefill of 6 with sinks") {
-    shows_sink_bug("bwd_dsinks_sign_flipped", with_sinks(prefill(6)));
+// The case of each mutant of dsinks (shows_sink_bug()).
+std::vector<MutantCase> sink_mutant_cases() {
+    return {
+        {"bwd_dsinks_sign_flipped", "dsinks with the wrong sign, on a causal prefill of 6 with sinks", with_sinks(prefill(6))},
+        {"bwd_dsinks_per_sequence", "dsinks reset per sequence, on a varlen batch of two",
+         with(with_sinks(prefill(5)),
+              [](Spec& s) { s.mode = Mode::varlen, s.q_rows = {5, 3}, s.keys = {5, 3}, s.q_pos = {0, 0}; })},
+        {"bwd_dsinks_unwritten", "dsinks unwritten, on a causal prefill of 6 with sinks", with_sinks(prefill(6))},
+    };
 }
 
-TEST_CASE("backward mutant: dsinks reset per sequence, on a varlen batch of two") {
-    Spec s = with_sinks(prefill(5));
-    s.varlen = true, s.q_rows = {5, 3}, s.keys = {5, 3}, s.q_pos = {0, 0};
-    shows_sink_bug("bwd_dsinks_per_sequence", s);
+}  // namespace
+
+TEST_CASE("backward mutants of dq, dk and dv: each wrong by far more than rounding on the case that shows its bug") {
+    for (const MutantCase& m : gradient_mutant_cases())
+        DYNAMIC_SECTION(m.shown) { shows_bug(m.mutant, m.shows); }
 }
 
-TEST_CASE("backward mutant: dsinks unwritten, on a causal prefill of 6 with sinks") {
-    shows_sink_bug("bwd_dsinks_unwritten", with_sinks(prefill(6)));
+TEST_CASE("backward mutants of dsinks: each wrong by far more than rounding on the case that shows its bug") {
+    for (const MutantCase& m : sink_mutant_cases())
+        DYNAMIC_SECTION(m.shown) { shows_sink_bug(m.mutant, m.shows); }
 }
 
 TEST_CASE("every backward mutant has a targeted case above") {
-    // The names shows_bug() is called with, kept in step with the TEST_CASEs above.
-    const std::set<std::string> targeted = {
-        "bwd_d_term_dropped", "bwd_d_sign_flipped", "bwd_p_unnormalised", "bwd_lse_read_as_log2",
-        "bwd_causal_forgotten", "bwd_window_off_by_one", "bwd_mask_top_left", "bwd_alibi_forgotten",
-        "bwd_alibi_row_relative", "bwd_softcap_derivative_dropped", "bwd_softcap_derivative_linear",
-        "bwd_dk_unscaled", "bwd_dq_unscaled", "bwd_dv_from_ds", "bwd_gqa_last_head_wins", "bwd_gqa_head_modulo",
-        "bwd_padding_rows_unwritten", "bwd_unseen_keys_unwritten", "bwd_empty_row_nan", "bwd_varlen_dkv_from_q",
-        "bwd_dq_block_overwrite", "bwd_d_over_all_keys", "bwd_dout_with_out_strides", "bwd_dsinks_sign_flipped",
-        "bwd_dsinks_per_sequence", "bwd_dsinks_unwritten"};
+    // The mutants the two tables above show, each once.
+    std::set<std::string> targeted;
+    for (const auto& cases : {gradient_mutant_cases(), sink_mutant_cases()})
+        for (const MutantCase& m : cases) CHECK(targeted.insert(m.mutant).second);
     std::set<std::string> registered;
     for (const KernelEntry& e : kernel_registry())
         if (e.role == KernelRole::mutant && e.backward_v2) registered.insert(e.name);
@@ -763,10 +587,6 @@ TEST_CASE("backward mutants equal bwd_naive bit for bit where their bug cannot s
     // Each mutant is its one bug and nothing else: on calls its bug does not reach, it writes
     // exactly what the base writes (the mutants of the D term, of P's normalisation and of dv's
     // factor change every call, and are absent here).
-    const auto with = [](Spec s, auto&& set) {
-        set(s);
-        return s;
-    };
     const std::vector<std::pair<std::string, std::vector<Spec>>> hides = {
         {"bwd_causal_forgotten", {with(prefill(6), [](Spec& s) { s.causal = 0; })}},
         {"bwd_window_off_by_one", {prefill(30)}},
@@ -783,7 +603,7 @@ TEST_CASE("backward mutants equal bwd_naive bit for bit where their bug cannot s
         {"bwd_unseen_keys_unwritten", {prefill(30)}},  // the last row sees every key
         {"bwd_empty_row_nan", {with(prefill(30), [](Spec& s) { s.window_left = 3; })}},
         {"bwd_varlen_dkv_from_q",
-         {prefill(6), with(Spec{}, [](Spec& s) { s.varlen = true, s.q_rows = {4, 3}, s.keys = {4, 3}, s.q_pos = {0, 0}; })}},
+         {prefill(6), with(Spec{}, [](Spec& s) { s.mode = Mode::varlen, s.q_rows = {4, 3}, s.keys = {4, 3}, s.q_pos = {0, 0}; })}},
         {"bwd_dq_block_overwrite", {prefill(64), decode(64)}},  // one 64-key block
         {"bwd_dout_with_out_strides", {prefill(6)}},           // dout laid out as out
     };

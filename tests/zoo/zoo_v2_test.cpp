@@ -18,50 +18,12 @@
 #include "attncheck/problem_v2.hpp"
 #include "kernels/registry.hpp"
 #include "reference/attention_v2.hpp"
+#include "tests/zoo/spec_v2.hpp"
 
 using namespace attncheck;
+using namespace zoo_test;
 
 namespace {
-
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-enum class Layout { bhtd, bthd, gapped };
-enum class Mode { dense, varlen, paged };
-
-// One v2 problem in words; Case builds its buffers.
-struct Spec {
-    std::int32_t dtype = ATTNCHECK_DTYPE_F32;
-    int Hq = 2, Hk = 2, Dk = 8, Dv = 8;
-    std::vector<int> q_rows = {6};  // Tq(b) per sequence (dense: all equal)
-    std::vector<int> keys = {6};    // Tk(b) per sequence
-    std::vector<int> q_pos = {0};
-    int capacity = 0;        // dense kv_len; 0: the largest Tk(b)
-    bool with_kv_lens = false;
-    Mode mode = Mode::dense;
-    int block_size = 4;
-    bool table_covers_capacity = false;  // paged: valid blocks for all kv_len keys (else -1 past a sequence's)
-    Layout layout = Layout::bhtd;
-    int causal = 1, window_left = -1, window_right = -1;
-    float scale = 0.3f, softcap = 0.0f;
-    bool alibi = false, lse = true;
-    bool lse_rows_outer = false;  // lse laid out [B, Tq, Hq] (else the contiguous [B, Hq, Tq])
-    // Every k/v element that is not a key's (padding rows, gaps, unused blocks), and every key
-    // that no query row sees (outside every row's window, past the last row's position).
-    float padding = kNaN;
-    float magnitude = 1.0f; // inputs uniform in [-magnitude, magnitude]
-    std::uint32_t seed = 1;
-};
-
-// Strides of a (n0, H, T, D) tensor in a layout; sets `size` to the elements it spans.
-void strides_of(Layout layout, std::int64_t n0, std::int64_t H, std::int64_t T, std::int64_t D, std::int64_t* s,
-                std::size_t& size) {
-    switch (layout) {
-    case Layout::bhtd: s[3] = 1, s[2] = D, s[1] = T * D, s[0] = H * T * D; break;
-    case Layout::bthd: s[3] = 1, s[1] = D, s[2] = H * D, s[0] = T * H * D; break;
-    case Layout::gapped: s[3] = 2, s[1] = 2 * D + 3, s[2] = H * (2 * D + 3) + 1, s[0] = T * s[2] + 5; break;
-    }
-    size = static_cast<std::size_t>((n0 - 1) * s[0] + (H - 1) * s[1] + (T - 1) * s[2] + (D - 1) * s[3] + 1);
-}
 
 struct Result {
     int rc = 0;
@@ -73,8 +35,8 @@ struct Result {
 struct Case {
     Spec spec;
     int B;
-    std::vector<std::int32_t> kv_lens, cu_q, cu_k, q_pos, table;
-    std::vector<float> slopes;
+    SequenceArrays arrays;
+    std::vector<std::int32_t> table;
     std::vector<std::uint8_t> q, k, v, out;  // dtype elements
     std::vector<float> lse;
     attncheck_problem_v2 p{};
@@ -83,66 +45,31 @@ struct Case {
         std::mt19937 rng(s.seed);
         std::uniform_real_distribution<float> uni(-s.magnitude, s.magnitude);
         const std::size_t es = dtype_size(s.dtype);
-        const int max_q = *std::max_element(s.q_rows.begin(), s.q_rows.end());
-        const int max_k = std::max(1, *std::max_element(s.keys.begin(), s.keys.end()));
-        const int capacity = s.capacity ? s.capacity : max_k;
-        p.abi_version = ATTNCHECK_ABI_VERSION_2;
-        p.struct_size = sizeof(attncheck_problem_v2);
-        p.dtype = s.dtype;
-        p.batch = B, p.q_heads = s.Hq, p.kv_heads = s.Hk, p.head_dim = s.Dk, p.value_dim = s.Dv;
-        p.q_len = std::max(1, max_q);
-        p.kv_len = capacity;
-        p.causal = s.causal, p.window_left = s.window_left, p.window_right = s.window_right;
-        p.scale = s.scale, p.softcap = s.softcap;
-        q_pos = s.q_pos;
-        p.q_pos = q_pos.data();
-        if (s.alibi) {
-            for (int h = 0; h < s.Hq; ++h) slopes.push_back(0.05f + 0.4f * float(h + 1) / float(s.Hq));
-            p.alibi_slopes = slopes.data();
-        }
-        const auto prefix = [](const std::vector<int>& n) {
-            std::vector<std::int32_t> cu = {0};
-            for (int x : n) cu.push_back(cu.back() + x);
-            return cu;
+        Extents e = set_problem(s, arrays, p);
+        const auto bind = [&](std::vector<std::uint8_t>& buf, attncheck_tensor_v2& t, std::int64_t n0, std::int64_t H,
+                              std::int64_t T, std::int64_t D) {
+            const std::int64_t n = strides_of(s.layout, n0, H, T, D, t.stride);
+            buf.resize(std::size_t(n) * es);
+            t.data = buf.data();
+            return n;
         };
         // q, out, lse
-        std::int64_t q_n0 = B, q_T = p.q_len;
-        if (s.mode == Mode::varlen) {
-            cu_q = prefix(s.q_rows);
-            p.cu_seqlens_q = cu_q.data();
-            q_n0 = 1, q_T = std::max(1, cu_q.back());
-        }
-        std::size_t n;
-        strides_of(s.layout, q_n0, s.Hq, q_T, s.Dk, p.q.stride, n);
-        q.resize(n * es);
-        for (std::size_t x = 0; x < n; ++x) store_element(s.dtype, q.data(), std::int64_t(x), uni(rng));
-        strides_of(s.layout, q_n0, s.Hq, q_T, s.Dv, p.out.stride, n);
-        out.resize(n * es);
-        for (std::size_t x = 0; x < n; ++x) store_element(s.dtype, out.data(), std::int64_t(x), kNaN);
-        if (s.lse) {
-            lse.assign(static_cast<std::size_t>(q_n0 * s.Hq * q_T), kNaN);
-            p.lse_stride[0] = s.mode == Mode::varlen ? 0 : s.Hq * q_T;
-            p.lse_stride[1] = s.lse_rows_outer ? 1 : q_T, p.lse_stride[2] = s.lse_rows_outer ? s.Hq : 1;
-        }
+        const std::int64_t n_q = bind(q, p.q, e.q_n0, s.Hq, e.q_T, s.Dk);
+        for (std::int64_t x = 0; x < n_q; ++x) store_element(s.dtype, q.data(), x, uni(rng));
+        const std::int64_t n_out = bind(out, p.out, e.q_n0, s.Hq, e.q_T, s.Dv);
+        for (std::int64_t x = 0; x < n_out; ++x) store_element(s.dtype, out.data(), x, kNaN);
+        if (s.lse) lse.assign(std::size_t(e.lse_elements(s.Hq)), kNaN);
+        p.lse = s.lse ? lse.data() : nullptr;
         // k, v
-        std::int64_t k_n0 = B, k_T = capacity;
-        if (s.mode == Mode::varlen) {
-            cu_k = prefix(s.keys);
-            p.cu_seqlens_k = cu_k.data();
-            k_n0 = 1, k_T = std::max(1, cu_k.back());
-        } else if (s.with_kv_lens) {
-            kv_lens.assign(s.keys.begin(), s.keys.end());
-            p.kv_lens = kv_lens.data();
-        }
         if (s.mode == Mode::paged) {
             const int bs = s.block_size;
-            const int stride = (capacity + bs - 1) / bs + 1;
+            const int stride = (p.kv_len + bs - 1) / bs + 1;
             int used = 0;
             std::vector<std::vector<int>> rows(static_cast<std::size_t>(B));
             for (int b = 0; b < B; ++b) {
-                const int keys = s.with_kv_lens ? s.keys[size_t(b)] : capacity;
+                const int keys = s.with_kv_lens ? s.keys[size_t(b)] : p.kv_len;
                 const int need = s.table_covers_capacity ? stride : (keys + bs - 1) / bs;
-                for (int e = 0; e < need; ++e) rows[size_t(b)].push_back(used++);
+                for (int x = 0; x < need; ++x) rows[size_t(b)].push_back(used++);
             }
             const int num_blocks = used + 2;  // two never used
             std::vector<int> perm(static_cast<std::size_t>(num_blocks));
@@ -150,39 +77,18 @@ struct Case {
             std::shuffle(perm.begin(), perm.end(), rng);
             table.assign(static_cast<std::size_t>(B * stride), -1);
             for (int b = 0; b < B; ++b)
-                for (std::size_t e = 0; e < rows[size_t(b)].size(); ++e)
-                    table[size_t(b * stride) + e] = perm[size_t(rows[size_t(b)][e])];
+                for (std::size_t x = 0; x < rows[size_t(b)].size(); ++x)
+                    table[size_t(b * stride) + x] = perm[size_t(rows[size_t(b)][x])];
             p.block_table = table.data(), p.block_table_stride = stride, p.block_size = bs, p.num_blocks = num_blocks;
-            k_n0 = num_blocks, k_T = bs;
+            e.k_n0 = num_blocks, e.k_T = bs;
         }
-        // A paged cache is [blocks, block_size, Hk, D]: its bhtd / bthd are the row-major
-        // orders of (block, head, row) / (block, row, head) as for dense tensors.
-        strides_of(s.layout, k_n0, s.Hk, k_T, s.Dk, p.k.stride, n);
-        k.resize(n * es);
-        for (std::size_t x = 0; x < n; ++x) store_element(s.dtype, k.data(), std::int64_t(x), s.padding);
-        strides_of(s.layout, k_n0, s.Hk, k_T, s.Dv, p.v.stride, n);
-        v.resize(n * es);
-        for (std::size_t x = 0; x < n; ++x) store_element(s.dtype, v.data(), std::int64_t(x), s.padding);
-        p.q.data = q.data(), p.k.data = k.data(), p.v.data = v.data(), p.out.data = out.data();
-        p.lse = s.lse ? lse.data() : nullptr;
-        for (int b = 0; b < B; ++b)
-            for (int hk = 0; hk < s.Hk; ++hk)
-                for (int j = 0; j < kv_len_of(p, b); ++j) {
-                    const bool hidden = !seen(b, j);
-                    const auto value = [&] { return hidden ? s.padding : uni(rng); };
-                    for (int c = 0; c < s.Dk; ++c)
-                        store_element(s.dtype, k.data(), kv_offset_v2(p, p.k, b, hk, j, c), value());
-                    for (int c = 0; c < s.Dv; ++c)
-                        store_element(s.dtype, v.data(), kv_offset_v2(p, p.v, b, hk, j, c), value());
-                }
+        const std::int64_t n_k = bind(k, p.k, e.k_n0, s.Hk, e.k_T, s.Dk);
+        for (std::int64_t x = 0; x < n_k; ++x) store_element(s.dtype, k.data(), x, s.padding);
+        const std::int64_t n_v = bind(v, p.v, e.k_n0, s.Hk, e.k_T, s.Dv);
+        for (std::int64_t x = 0; x < n_v; ++x) store_element(s.dtype, v.data(), x, s.padding);
+        fill_keys(p, s.padding, [&] { return uni(rng); });
     }
 
-    // Whether some query row of sequence b sees key j.
-    bool seen(int b, int j) const {
-        for (int i = 0; i < q_len_of(p, b); ++i)
-            if (visible_v2(p, b, i, j)) return true;
-        return false;
-    }
     Case(const Case&) = delete;
 
     // The logical rows of out and lse as `fn` writes them on a fresh copy of the outputs.
@@ -354,59 +260,6 @@ void mutant_is_its_bug(const std::string& name, const Spec& shows, const std::ve
     }
 }
 
-// A random problem of every feature: dtype, GQA, layouts, dense / varlen / paged, kv_lens,
-// positions, causal or not, windows, softcap, ALiBi, lse, lengths across the 96-key tiles.
-Spec random_spec(std::uint32_t seed) {
-    std::mt19937 rng(seed);
-    const auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-    Spec s;
-    s.seed = seed;
-    s.dtype = pick(0, 2);
-    s.Hk = pick(1, 2);
-    s.Hq = s.Hk * pick(1, 3);
-    s.Dk = pick(1, 20);
-    s.Dv = pick(0, 1) ? s.Dk : pick(1, 12);
-    s.layout = Layout(pick(0, 2));
-    s.mode = Mode(pick(0, 2));
-    const int B = pick(1, 3);
-    const bool long_keys = pick(0, 2) == 0;
-    const bool decode = pick(0, 2) == 0;
-    s.keys.clear(), s.q_rows.clear(), s.q_pos.clear();
-    const int dense_q = decode ? 1 : pick(1, 40);
-    for (int b = 0; b < B; ++b) {
-        const int keys = long_keys ? pick(90, 200) : pick(0, 30);
-        s.keys.push_back(keys);
-        const int rows = s.mode == Mode::varlen ? (decode ? 1 : pick(0, 40)) : dense_q;
-        s.q_rows.push_back(rows);
-        s.q_pos.push_back(pick(0, 3) == 0 ? pick(0, 220) : std::max(0, keys - rows));
-    }
-    s.with_kv_lens = s.mode != Mode::varlen && pick(0, 1);
-    s.capacity = std::max(1, *std::max_element(s.keys.begin(), s.keys.end()) + (s.with_kv_lens ? pick(0, 9) : 0));
-    if (!s.with_kv_lens && s.mode != Mode::varlen) std::fill(s.keys.begin(), s.keys.end(), s.capacity);
-    s.block_size = pick(1, 40);
-    s.causal = pick(0, 1);
-    s.window_left = pick(0, 1) ? -1 : pick(0, 120);
-    s.window_right = s.causal || pick(0, 1) ? -1 : pick(0, 60);
-    s.scale = std::uniform_real_distribution<float>(0.05f, 1.5f)(rng);
-    s.softcap = pick(0, 2) == 0 ? std::uniform_real_distribution<float>(0.5f, 10.0f)(rng) : 0.0f;
-    s.alibi = pick(0, 2) == 0;
-    s.lse = pick(0, 3) != 0;
-    s.lse_rows_outer = pick(0, 1);
-    s.padding = pick(0, 1) ? kNaN : INFINITY;
-    return s;
-}
-
-Spec decode(int keys) {
-    Spec s;
-    s.q_rows = {1}, s.keys = {keys}, s.q_pos = {keys - 1};
-    return s;
-}
-Spec prefill(int n) {
-    Spec s;
-    s.q_rows = {n}, s.keys = {n}, s.q_pos = {0};
-    return s;
-}
-
 }  // namespace
 
 TEST_CASE("the v2 zoo: two bases and at least 12 mutants, each with fn_v2 and a one-line bug") {
@@ -497,7 +350,7 @@ TEST_CASE("v2 bases agree with a float64 loop on hand-made problems of every fea
 
 TEST_CASE("v2 bases agree with a float64 loop on random problems (NaN/Inf in every key no row sees)") {
     for (std::uint32_t seed = 1; seed <= 150; ++seed) {
-        Case c(random_spec(seed));
+        Case c(random_spec(seed, kForwardRanges));
         INFO("seed " << seed);
         bases_are_right(c);
     }
@@ -698,7 +551,7 @@ TEST_CASE("v2 bases read no key row past the last one a query row sees: k and v 
         Case c(s);
         int last = 0;
         for (int j = 0; j < 10; ++j)
-            if (c.seen(0, j)) last = j;
+            if (key_seen(c.p, 0, j)) last = j;
         const std::size_t es = dtype_size(c.p.dtype);
         const auto cut = [&](const std::vector<std::uint8_t>& full, const attncheck_tensor_v2& t, int width) {
             const std::int64_t end = kv_offset_v2(c.p, t, 0, 0, last, width - 1) + 1;
