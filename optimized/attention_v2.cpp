@@ -119,6 +119,10 @@ struct Block {
 // lines (see attention_kernel.cpp's Scratch).
 struct Scratch {
     AlignedVector<float> q;        // [packed, Dk]   packed query rows
+    // Where the block's packed rows are read: s.q (row stride Dk), or q itself (float32 rows of
+    // one head, read in place at their row stride).
+    const float* q_rows = nullptr;
+    std::int64_t q_rs = 0;
     AlignedVector<float> krows;    // [64, Dk]       a tile's keys as float32, before the transpose
     AlignedVector<float> kt;       // [Dk, 64]       the key tile, transposed
     AlignedVector<float> v;        // [64, Dv]       the value tile
@@ -158,25 +162,39 @@ thread_local Scratch t_scratch;
 // kt + (first_tile[n] + t) * Dk * 64 ([Dk, 64]) and v + (first_tile[n] + t) * 64 * Dv ([64, Dv]).
 thread_local AlignedVector<float> t_packed_kt, t_packed_v;
 
-// Where a block finds a tile: packed up front (kt, v of its pair, null otherwise), or read and
-// converted by the block itself.
+// Where a block finds the tiles of its (sequence, kv head): the keys packed up front ([tiles,
+// Dk, 64] from tile 0, null otherwise); the values packed up front or read in place (key j's row
+// at v + j * v_rs; null otherwise). What is null a block reads and converts tile by tile itself.
 struct TileSource {
     const float* kt = nullptr;
     const float* v = nullptr;
+    std::int64_t v_rs = 0;
 };
 
-// Keys and values [jlo, jhi] of the tile at t0 (kv head hk of sequence b), as float32: keys
-// transposed into kt [Dk, 64] (the other keys' columns 0: they are never used), values into vt
-// rows jlo - t0 .. jhi - t0. krows [64, Dk] is scratch.
-void load_tile(const attncheck_problem_v2& p, int b, int hk, std::int64_t t0, std::int64_t jlo, std::int64_t jhi,
-               float* krows, float* kt, float* vt) {
-    const std::int64_t Dk = p.head_dim, Dv = p.value_dim;
+// Keys [jlo, jhi] of the tile at t0 (kv head hk of sequence b), as float32, transposed into kt
+// [Dk, 64] (the other keys' columns 0: they are never used). krows [64, Dk] is scratch.
+void load_keys(const attncheck_problem_v2& p, int b, int hk, std::int64_t t0, std::int64_t jlo, std::int64_t jhi,
+               float* krows, float* kt) {
+    const std::int64_t Dk = p.head_dim;
     std::fill(krows, krows + (jlo - t0) * Dk, 0.0f);
-    for (std::int64_t j = jlo; j <= jhi; ++j) {
+    for (std::int64_t j = jlo; j <= jhi; ++j)
         load_row(p.dtype, p.k.data, kv_offset_v2(p, p.k, b, hk, int(j), 0), p.k.stride[3], Dk, krows + (j - t0) * Dk);
-        load_row(p.dtype, p.v.data, kv_offset_v2(p, p.v, b, hk, int(j), 0), p.v.stride[3], Dv, vt + (j - t0) * Dv);
-    }
     pack_key_tile(krows, Dk, Dk, 0, int(jhi - t0 + 1), 0, kt);  // krows is scratch in the L1: nothing to prefetch
+}
+
+// Values [jlo, jhi] of the tile at t0 as float32 into vt's rows jlo - t0 .. jhi - t0 ([64, Dv]).
+void load_values(const attncheck_problem_v2& p, int b, int hk, std::int64_t t0, std::int64_t jlo, std::int64_t jhi,
+                 float* vt) {
+    const std::int64_t Dv = p.value_dim;
+    for (std::int64_t j = jlo; j <= jhi; ++j)
+        load_row(p.dtype, p.v.data, kv_offset_v2(p, p.v, b, hk, int(j), 0), p.v.stride[3], Dv, vt + (j - t0) * Dv);
+}
+
+// The values of (sequence b, kv head hk) in place, when they are float32 rows at one stride
+// (dense or varlen, not paged); {} otherwise.
+TileSource values_in_place(const attncheck_problem_v2& p, int b, int hk) {
+    if (p.dtype != ATTNCHECK_DTYPE_F32 || p.block_table || (p.value_dim > 1 && p.v.stride[3] != 1)) return {};
+    return {.v = static_cast<const float*>(p.v.data) + kv_offset_v2(p, p.v, b, hk, 0, 0), .v_rs = p.v.stride[2]};
 }
 
 // The key index of each lane of a tile, for ALiBi's distances.
@@ -222,7 +240,7 @@ void tile_softmax(const attncheck_problem_v2& p, const Block& blk, int lr0, std:
         }
     }
     vf acc[R][kTileVecs];
-    tile_scores<R>(s.q.data() + lr0 * Dk, Dk, Dk, kt, acc, lo_all, end_all);
+    tile_scores<R>(s.q_rows + lr0 * s.q_rs, s.q_rs, Dk, kt, acc, lo_all, end_all);
 
     float mx[R];
     const vf scale = vset1(p.scale);
@@ -263,7 +281,8 @@ void tile_softmax(const attncheck_problem_v2& p, const Block& blk, int lr0, std:
 // it each row's keys above them alone, so each row adds its keys in ascending order, and only
 // its own.
 template <int R>
-void tile_pv(const attncheck_problem_v2& p, int lr0, const float* vt, std::int64_t dv0, int cols, Scratch& s) {
+void tile_pv(const attncheck_problem_v2& p, int lr0, const float* vt, std::int64_t v_rs, std::int64_t dv0, int cols,
+             Scratch& s) {
     const std::int64_t Dv = p.value_dim;
     const int* lo = s.lo.data() + lr0;
     const int* hi = s.hi.data() + lr0;
@@ -286,7 +305,7 @@ void tile_pv(const attncheck_problem_v2& p, int lr0, const float* vt, std::int64
     const int last_n = cols - (nv - 1) * kLanes;
     if (n == 1 || all_lo > all_hi) {  // no key in common: each row alone
         for (int t = 0; t < n; ++t)
-            pv_dispatch<1>(nv, &o_rows[t], &a_rows[t], true, &p_rows[t], vt, Dv, dv0, last_n, lo[sel[t]],
+            pv_dispatch<1>(nv, &o_rows[t], &a_rows[t], true, &p_rows[t], vt, v_rs, dv0, last_n, lo[sel[t]],
                            hi[sel[t]] + 1);
         return;
     }
@@ -294,25 +313,30 @@ void tile_pv(const attncheck_problem_v2& p, int lr0, const float* vt, std::int64
     for (int t = 0; t < n; ++t) {
         a_common[t] = a_rows[t];
         if (lo[sel[t]] < all_lo) {
-            pv_dispatch<1>(nv, &o_rows[t], &a_rows[t], true, &p_rows[t], vt, Dv, dv0, last_n, lo[sel[t]], all_lo);
+            pv_dispatch<1>(nv, &o_rows[t], &a_rows[t], true, &p_rows[t], vt, v_rs, dv0, last_n, lo[sel[t]], all_lo);
             a_common[t] = 1.0f;  // o * 1 is exact
         }
     }
-    pv_rows<R>(n, nv, o_rows, a_common, true, p_rows, vt, Dv, dv0, last_n, all_lo, all_hi + 1);
+    pv_rows<R>(n, nv, o_rows, a_common, true, p_rows, vt, v_rs, dv0, last_n, all_lo, all_hi + 1);
     for (int t = 0; t < n; ++t)
         if (hi[sel[t]] > all_hi)
-            pv_dispatch<1>(nv, &o_rows[t], &a_rows[t], false, &p_rows[t], vt, Dv, dv0, last_n, all_hi + 1,
+            pv_dispatch<1>(nv, &o_rows[t], &a_rows[t], false, &p_rows[t], vt, v_rs, dv0, last_n, all_hi + 1,
                            hi[sel[t]] + 1);
 }
 
-// The visible keys of every packed row of blk into s.keys, and the rows of q that see some key
-// into s.q (the others 0); returns their union, one interval (empty when lo > hi).
+// The visible keys of every packed row of blk into s.keys, and where its query rows are read:
+// float32 rows of one query head (G = 1) in place, otherwise the rows that see some key
+// converted into s.q (the others 0); returns their union, one interval (empty when lo > hi).
 KeyRange prepare(const attncheck_problem_v2& p, const Block& blk, Scratch& s, bool load_q) {
     const std::int64_t Tk = kv_len_of(p, blk.b), pos = p.q_pos[blk.b], Dk = p.head_dim;
+    const bool in_place = blk.G == 1 && p.dtype == ATTNCHECK_DTYPE_F32 && (Dk == 1 || p.q.stride[3] == 1);
+    s.q_rows = in_place ? static_cast<const float*>(p.q.data) + q_offset_v2(p, p.q, blk.b, blk.hk, int(blk.i0), 0)
+                        : s.q.data();
+    s.q_rs = in_place ? p.q.stride[2] : Dk;
     for (std::int64_t r = 0; r < blk.packed(); ++r) {
         const KeyRange k = visible_keys_v2(p, Tk, pos + blk.row_of(r));
         s.keys[std::size_t(r)] = k;
-        if (!load_q) continue;
+        if (!load_q || in_place) continue;
         if (k.empty())
             std::fill_n(s.q.data() + r * Dk, Dk, 0.0f);
         else
@@ -336,10 +360,11 @@ void run_chunk(const attncheck_problem_v2& p, const Block& blk, Scratch& s, cons
     for (std::int64_t t0 = first / kTileKeys * kTileKeys; t0 <= last; t0 += kTileKeys) {
         const std::int64_t t1 = t0 + kTileKeys - 1;
         const float* kt = src.kt ? src.kt + (t0 / kTileKeys) * Dk * kTileKeys : s.kt.data();
-        const float* vt = src.v ? src.v + t0 * Dv : s.v.data();
+        const float* vt = src.v ? src.v + t0 * src.v_rs : s.v.data();
+        const std::int64_t v_rs = src.v ? src.v_rs : Dv;
         if (!src.kt)
-            load_tile(p, blk.b, blk.hk, t0, std::max(t0, first), std::min(t1, last), s.krows.data(), s.kt.data(),
-                      s.v.data());
+            load_keys(p, blk.b, blk.hk, t0, std::max(t0, first), std::min(t1, last), s.krows.data(), s.kt.data());
+        if (!src.v) load_values(p, blk.b, blk.hk, t0, std::max(t0, first), std::min(t1, last), s.v.data());
         const auto meets = [&](std::int64_t lr0, int R) {  // a row of the micro-block sees the tile
             for (int r = 0; r < R; ++r) {
                 const KeyRange k = s.keys[std::size_t(lr0 + r)];
@@ -355,7 +380,7 @@ void run_chunk(const attncheck_problem_v2& p, const Block& blk, Scratch& s, cons
                 else
                     tile_softmax<R, false>(p, blk, lr0, t0, kt, s);
             },
-            [&]<int R>(int lr0, std::int64_t dv0, int cols) { tile_pv<R>(p, lr0, vt, dv0, cols, s); });
+            [&]<int R>(int lr0, std::int64_t dv0, int cols) { tile_pv<R>(p, lr0, vt, v_rs, dv0, cols, s); });
     }
     for (std::int64_t r = 0; r < packed; ++r)
         s.lsum[std::size_t(r)] = vreduce_add(vload(s.lvec.data() + std::size_t(r) * kLanes));
@@ -425,7 +450,8 @@ bool parallel_for(const attncheck_problem_v2& p, std::int64_t packed, std::size_
 }
 
 // The (sequence, kv head) pairs' K/V tiles that some row of the call sees, converted and packed
-// into t_packed_kt / t_packed_v; source[b * Hk + hk] says where each pair's tiles are. May throw.
+// into t_packed_kt / t_packed_v (the values only where source does not read them in place
+// already); source[b * Hk + hk] says where each pair's tiles are. May throw.
 bool pack_all_tiles(const attncheck_problem_v2& p, std::int64_t packed, std::vector<TileSource>& source) {
     const std::int64_t Dk = p.head_dim, Dv = p.value_dim, Hk = p.kv_heads;
     struct Task {
@@ -449,17 +475,19 @@ bool pack_all_tiles(const attncheck_problem_v2& p, std::int64_t packed, std::vec
             tiles += std::size_t(n_tiles);
         }
     }
+    const bool pack_values = !source.empty() && !source.front().v;  // in place for all pairs or none
     t_packed_kt.resize(tiles * std::size_t(Dk * kTileKeys));
-    t_packed_v.resize(tiles * std::size_t(kTileKeys * Dv));
+    t_packed_v.resize(pack_values ? tiles * std::size_t(kTileKeys * Dv) : 0);
     float* kt = t_packed_kt.data();
     float* v = t_packed_v.data();
-    source.resize(first_tile.size());
-    for (std::size_t n = 0; n < first_tile.size(); ++n)
-        source[n] = {kt + first_tile[n] * std::size_t(Dk * kTileKeys), v + first_tile[n] * std::size_t(kTileKeys * Dv)};
+    for (std::size_t n = 0; n < first_tile.size(); ++n) {
+        source[n].kt = kt + first_tile[n] * std::size_t(Dk * kTileKeys);
+        if (pack_values) source[n] = {source[n].kt, v + first_tile[n] * std::size_t(kTileKeys * Dv), Dv};
+    }
     return parallel_for(p, packed, tasks.size(), [&](Scratch& s, std::size_t n) {
         const Task& t = tasks[n];
-        load_tile(p, t.b, t.hk, t.t0, t.jlo, t.jhi, s.krows.data(), kt + t.at * std::size_t(Dk * kTileKeys),
-                  v + t.at * std::size_t(kTileKeys * Dv));
+        load_keys(p, t.b, t.hk, t.t0, t.jlo, t.jhi, s.krows.data(), kt + t.at * std::size_t(Dk * kTileKeys));
+        if (pack_values) load_values(p, t.b, t.hk, t.t0, t.jlo, t.jhi, v + t.at * std::size_t(kTileKeys * Dv));
     });
 }
 
@@ -479,6 +507,8 @@ int run_v2_target(const attncheck_problem_v2& p) {
             for (int hk = 0; hk < p.kv_heads; ++hk) blocks.push_back({b, hk, G, i0, std::min(Tq, i0 + rows)});
     }
     std::vector<TileSource> source(std::size_t(p.batch) * std::size_t(p.kv_heads));
+    for (int b = 0; b < p.batch; ++b)
+        for (int hk = 0; hk < p.kv_heads; ++hk) source[std::size_t(b * p.kv_heads + hk)] = values_in_place(p, b, hk);
     if (shared_tiles && !pack_all_tiles(p, packed, source)) return ATTNCHECK_UNSUPPORTED;
     const auto source_of = [&](const Block& blk) { return source[std::size_t(blk.b) * std::size_t(p.kv_heads) + std::size_t(blk.hk)]; };
 
