@@ -7,6 +7,7 @@
 #include <random>
 #include <sstream>
 
+#include "attncheck/abi_v1.hpp"
 #include "attncheck/tolerance.hpp"
 #include "properties/calls.hpp"
 #include "reference/attention_grad.hpp"
@@ -110,18 +111,8 @@ ProblemV2::ProblemV2(const perf::KernelProblem& pr, std::int32_t dt, bool bwd) :
         lse.assign(std::size_t(v1.heads) * std::size_t(v1.q_len), 0.0f);
     }
     q_pos = v1.q_offset;
-    p.abi_version = ATTNCHECK_ABI_VERSION_2;
-    p.struct_size = sizeof(attncheck_problem_v2);
+    p = v2_fields_of(v1, &q_pos);  // B = 1: one position
     p.dtype = dtype;
-    p.batch = v1.batch;
-    p.q_heads = p.kv_heads = v1.heads;
-    p.head_dim = v1.head_dim;
-    p.value_dim = v1.value_dim;
-    p.q_len = v1.q_len;
-    p.kv_len = v1.kv_len;
-    p.causal = v1.causal;
-    p.window_left = p.window_right = -1;
-    p.scale = v1.scale;
     const auto bhtd = [&](attncheck_tensor_v2& t, int rows, int width) {
         t.stride[3] = 1;
         t.stride[2] = width;

@@ -17,7 +17,7 @@
 // A mutant is the base instantiated with one Bug: every deviation is an `if constexpr` at the one
 // place a real kernel gets it wrong, so the diff from the base is that line. To add one: a Bug
 // value, its `if constexpr`, an entry in zoo_backward_entries() and a case in
-// tests/zoo/zoo_backward_test.cpp on which it is wrong by far more than float32 rounding. A bug
+// tests/zoo/zoo_backward_mutants_test.cpp on which it is wrong by far more than float32 rounding. A bug
 // that only moves the last bits (a bf16 gradient truncated instead of rounded) does not belong
 // here: no sound float32 error bound can tell it from a correct kernel.
 //

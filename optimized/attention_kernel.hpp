@@ -69,8 +69,8 @@ inline std::int64_t tiled_key_offset(std::int64_t j, std::int64_t Dk) {
     return (j / kTileKeys) * Dk * kTileKeys + j % kTileKeys;
 }
 
-// The kernel's run on the best instruction set, on a problem already checked (attention_kernel.cpp;
-// may throw std::bad_alloc).
+// The kernel (attention_v2.cpp's run_v2) on a version 1 problem already checked, posed as the
+// version 2 problem it is (attention_kernel_entry.cpp; may throw std::bad_alloc).
 int run_v1(const attncheck_problem& p, const Strides& st, const float* q, const float* k, const float* v, float* out);
 
 // attncheck_optimized_kernel on views at any non-negative strides (the version 2 kernel's

@@ -1,12 +1,17 @@
-// optimized/attention_kernel_entry.cpp — the entry points of the built-in fast attention kernel
-// (attention_kernel.cpp): attncheck_optimized_kernel on contiguous tensors and strided_kernel on
-// views, each checking the problem, its sizes and its views before the run.
+// optimized/attention_kernel_entry.cpp — the version 1 entry points of the built-in fast attention
+// kernel: attncheck_optimized_kernel on contiguous tensors and strided_kernel on views, each
+// checking the problem, its sizes and its views, then posing it as the version 2 problem it is
+// (float32, one kv head per head, q_pos = q_offset for every sequence, kv_valid_len as kv_lens)
+// for the one kernel behind both ABIs (attention_v2.cpp).
 #include <cstdint>
+#include <vector>
 
+#include "attncheck/abi_v1.hpp"
 #include "attncheck/kernel_abi.h"
 #include "attncheck/kernels.hpp"
 #include "attncheck/problem.hpp"
 #include "optimized/attention_kernel.hpp"
+#include "optimized/attention_v2.hpp"
 
 namespace attncheck::optimized::attention_detail {
 namespace {
@@ -41,6 +46,21 @@ bool views_fit(const attncheck_problem& p, const Strides& st) {
 }
 
 }  // namespace
+
+int run_v1(const attncheck_problem& p, const Strides& st, const float* q, const float* k, const float* v, float* out) {
+    thread_local std::vector<std::int32_t> q_pos;  // kept between calls: a decoder's step allocates nothing
+    q_pos.assign(std::size_t(p.batch), p.q_offset);
+    attncheck_problem_v2 v2 = v2_fields_of(p, q_pos.data());
+    const auto view = [](attncheck_tensor_v2& t, const void* data, const std::int64_t (&s)[3]) {
+        t.data = const_cast<void*>(data);
+        t.stride[0] = s[0], t.stride[1] = s[1], t.stride[2] = s[2], t.stride[3] = 1;
+    };
+    view(v2.q, q, st.q);
+    view(v2.k, k, st.k);
+    view(v2.v, v, st.v);
+    view(v2.out, out, st.out);
+    return run_v2(v2, {.k_tiled = st.k_tiled});
+}
 
 }  // namespace attncheck::optimized::attention_detail
 

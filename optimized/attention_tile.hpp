@@ -1,10 +1,8 @@
-// optimized/attention_tile.hpp — the pieces of the online-softmax attention kernels that both
-// kernels share: attncheck_optimized_kernel (attention_kernel.cpp, ABI version 1) and the general
-// path of attncheck_optimized_kernel_v2 (attention_v2.cpp). The register blocking per target,
-// the scores of a micro-block of rows against a key tile (S = Q Kt), their online-softmax update,
-// the P V update, the merge of a chunk's partial into a row's running state, and the final
-// division. Sharing them is what makes the two kernels give the same bits for a problem both can
-// express.
+// optimized/attention_tile.hpp — the arithmetic of the online-softmax attention kernel
+// (attention_v2.cpp, behind attncheck_optimized_kernel and attncheck_optimized_kernel_v2) and of
+// the backward's score tiles: the register blocking per target, the scores of a micro-block of
+// rows against a key tile (S = Q Kt), their online-softmax update, the P V update, the merge of a
+// chunk's partial into a row's running state, and the final division.
 //
 // Per target, like vec16.hpp (included once per target of simd_targets.hpp by a file that includes
 // hwy/foreach_target.h).

@@ -1,12 +1,16 @@
-// optimized/attention_v2.cpp — the general path of attncheck_optimized_kernel_v2, the fused
-// attention kernel of kernel ABI version 2 (its entry and fast path: attention_v2_entry.cpp):
-// the version 1 kernel's online softmax (attention_kernel.cpp), with the same tiles, chunks,
-// micro-blocks and arithmetic (attention_tile.hpp), per (sequence, kv head, query block):
+// optimized/attention_v2.cpp — the built-in fused attention kernel, the one driver behind both
+// entry points: attncheck_optimized_kernel_v2 (attention_v2_entry.cpp) and
+// attncheck_optimized_kernel, whose problem is posed as version 2 (attention_kernel_entry.cpp).
+// Its design, exp and arithmetic: attention_kernel.cpp's notes, attention_tile.hpp. Per
+// (sequence, kv head, query block):
 //
 //   pack the query rows of the block for ALL the query heads of the kv head's group
 //     (G = Hq / Hk heads x block rows), converted to float32 once     Qf [G*rows, Dk]
+//     (float32 rows of one head, G = 1, are read in place)
 //   for each chunk of kChunkKeys keys, for each tile of kTileKeys keys that some row sees:
 //     its keys transposed and its values, as float32                  Kt [Dk, 64], Vf [64, Dv]
+//     (float32 values at one row stride are read in place; keys already in tiles, a
+//     Session's cache, too: RunOptions::k_tiled)
 //     for each micro-block of kRows packed rows that meets the tile:
 //       S = scale * Q Kt in registers; softcap, ALiBi; keys a row does not see -> -inf;
 //       m' = max(m, max S), alpha = exp(m - m'), P = exp(S - m'), l = l * alpha + sum P,
@@ -14,7 +18,7 @@
 //     merge the chunk's (m, l, O) of each row into the row's total, in chunk order
 //   out = O / l, lse = m + log l   (0 and -inf for a row that sees no key)
 //
-// So a float32 MHA problem gives the version 1 kernel's bits in any layout, paged or packed.
+// So a float32 MHA problem gives the same bits in any layout, paged or packed, through either entry.
 //
 // K/V. A call with several query blocks per (sequence, kv head) (a prefill) first converts and
 // packs each tile once, in parallel, into buffers the size of the used K/V in float32; a call
@@ -32,17 +36,7 @@
 // ascending order either way, so a key a row does not see is never multiplied into its output
 // (not even as 0 * v) and a row's bits do not depend on its neighbours.
 //
-// Work split (OpenMP, dynamic schedule): tasks are the blocks, last (heaviest) first. When
-// there are fewer than two blocks per thread (a decode step), tasks are (block, chunk) pairs
-// instead, each writing its rows' chunk state to a buffer, and a second loop merges each
-// block's chunks in order, with the same arithmetic as a block run on one thread.
-//
-// Determinism: as in the version 1 kernel, a row's arithmetic depends only on its own inputs
-// and on the tiles and chunks, which start at multiples of their size in absolute key index.
-// The result is bitwise the same for any thread count, either work split and any blocking.
-//
-// Vectorization: compiled once per target of simd_targets.hpp (Highway's foreach_target.h
-// re-includes this file) and dispatched at run time, like the version 1 kernel.
+// Work split, determinism, vectorization and contraction: attention_kernel.cpp's notes.
 //
 // Dimension legend: B = batch, Hq = q_heads, Hk = kv_heads, G = Hq / Hk, Tq / Tk = rows / keys
 // of a sequence, Dk = head_dim, Dv = value_dim.
@@ -162,9 +156,8 @@ thread_local Scratch t_scratch;
 // kt + (first_tile[n] + t) * Dk * 64 ([Dk, 64]) and v + (first_tile[n] + t) * 64 * Dv ([64, Dv]).
 thread_local AlignedVector<float> t_packed_kt, t_packed_v;
 
-// Where a block finds the tiles of its (sequence, kv head): the keys packed up front ([tiles,
-// Dk, 64] from tile 0, null otherwise); the values packed up front or read in place (key j's row
-// at v + j * v_rs; null otherwise). What is null a block reads and converts tile by tile itself.
+// Where a block finds its (sequence, kv head)'s tiles: keys [tiles, Dk, 64] from tile 0, values
+// key j's row at v + j * v_rs (packed up front, or in place); a block converts what is null itself.
 struct TileSource {
     const float* kt = nullptr;
     const float* v = nullptr;
@@ -190,8 +183,7 @@ void load_values(const attncheck_problem_v2& p, int b, int hk, std::int64_t t0, 
         load_row(p.dtype, p.v.data, kv_offset_v2(p, p.v, b, hk, int(j), 0), p.v.stride[3], Dv, vt + (j - t0) * Dv);
 }
 
-// The values of (sequence b, kv head hk) in place, when they are float32 rows at one stride
-// (dense or varlen, not paged); {} otherwise.
+// The values of (sequence b, kv head hk) in place: float32 rows at one stride, not paged; else {}.
 TileSource values_in_place(const attncheck_problem_v2& p, int b, int hk) {
     if (p.dtype != ATTNCHECK_DTYPE_F32 || p.block_table || (p.value_dim > 1 && p.v.stride[3] != 1)) return {};
     return {.v = static_cast<const float*>(p.v.data) + kv_offset_v2(p, p.v, b, hk, 0, 0), .v_rs = p.v.stride[2]};
@@ -459,8 +451,13 @@ bool pack_all_tiles(const attncheck_problem_v2& p, std::int64_t packed, std::vec
         std::int64_t t0, jlo, jhi;
         std::size_t at;  // tile index in the packed buffers
     };
-    std::vector<Task> tasks;
-    std::vector<std::size_t> first_tile(std::size_t(p.batch * Hk));
+    // Kept between calls, and named through references, as run_v2_target's lists.
+    thread_local std::vector<Task> t_tasks;
+    thread_local std::vector<std::size_t> t_first_tile;
+    auto& tasks = t_tasks;
+    auto& first_tile = t_first_tile;
+    tasks.clear();
+    first_tile.assign(std::size_t(p.batch * Hk), 0);
     std::size_t tiles = 0;
     for (int b = 0; b < p.batch; ++b) {
         const KeyRange used = keys_of_rows(p, b, 0, q_len_of(p, b));
@@ -475,29 +472,38 @@ bool pack_all_tiles(const attncheck_problem_v2& p, std::int64_t packed, std::vec
             tiles += std::size_t(n_tiles);
         }
     }
-    const bool pack_values = !source.empty() && !source.front().v;  // in place for all pairs or none
-    t_packed_kt.resize(tiles * std::size_t(Dk * kTileKeys));
+    // Keys and values are each in place for every pair or for none.
+    const bool pack_keys = !source.front().kt, pack_values = !source.front().v;
+    if (!pack_keys && !pack_values) return true;
+    t_packed_kt.resize(pack_keys ? tiles * std::size_t(Dk * kTileKeys) : 0);
     t_packed_v.resize(pack_values ? tiles * std::size_t(kTileKeys * Dv) : 0);
     float* kt = t_packed_kt.data();
     float* v = t_packed_v.data();
     for (std::size_t n = 0; n < first_tile.size(); ++n) {
-        source[n].kt = kt + first_tile[n] * std::size_t(Dk * kTileKeys);
-        if (pack_values) source[n] = {source[n].kt, v + first_tile[n] * std::size_t(kTileKeys * Dv), Dv};
+        if (pack_keys) source[n].kt = kt + first_tile[n] * std::size_t(Dk * kTileKeys);
+        if (pack_values) source[n].v = v + first_tile[n] * std::size_t(kTileKeys * Dv), source[n].v_rs = Dv;
     }
     return parallel_for(p, packed, tasks.size(), [&](Scratch& s, std::size_t n) {
         const Task& t = tasks[n];
-        load_keys(p, t.b, t.hk, t.t0, t.jlo, t.jhi, s.krows.data(), kt + t.at * std::size_t(Dk * kTileKeys));
+        if (pack_keys) load_keys(p, t.b, t.hk, t.t0, t.jlo, t.jhi, s.krows.data(), kt + t.at * std::size_t(Dk * kTileKeys));
         if (pack_values) load_values(p, t.b, t.hk, t.t0, t.jlo, t.jhi, v + t.at * std::size_t(kTileKeys * Dv));
     });
 }
 
 }  // namespace
 
-// The general path of this target, on a problem already validated (may throw std::bad_alloc).
-int run_v2_target(const attncheck_problem_v2& p) {
+// The kernel on this target, on a problem already validated (may throw std::bad_alloc).
+int run_v2_target(const attncheck_problem_v2& p, const RunOptions& options) {
     const int G = p.q_heads / p.kv_heads;
     const std::int64_t rows = std::max(1, kPackedRows / G), packed = G * rows, Dv = p.value_dim;
-    std::vector<Block> blocks;
+    // The call's lists, kept between calls (thread_local, as the scratch): a decoder's step with
+    // shapes seen before allocates nothing. Named through references, so that the worker threads'
+    // lambdas below read this thread's lists, not their own.
+    thread_local std::vector<Block> t_blocks;
+    thread_local std::vector<TileSource> t_source;
+    auto& blocks = t_blocks;
+    auto& source = t_source;
+    blocks.clear();
     bool shared_tiles = false;  // some (sequence, kv head) has several query blocks
     for (int b = 0; b < p.batch; ++b) {
         const std::int64_t Tq = q_len_of(p, b);
@@ -506,9 +512,14 @@ int run_v2_target(const attncheck_problem_v2& p) {
         for (std::int64_t i0 = (Tq - 1) / rows * rows; i0 >= 0 && Tq > 0; i0 -= rows)
             for (int hk = 0; hk < p.kv_heads; ++hk) blocks.push_back({b, hk, G, i0, std::min(Tq, i0 + rows)});
     }
-    std::vector<TileSource> source(std::size_t(p.batch) * std::size_t(p.kv_heads));
+    source.assign(std::size_t(p.batch) * std::size_t(p.kv_heads), TileSource{});
     for (int b = 0; b < p.batch; ++b)
-        for (int hk = 0; hk < p.kv_heads; ++hk) source[std::size_t(b * p.kv_heads + hk)] = values_in_place(p, b, hk);
+        for (int hk = 0; hk < p.kv_heads; ++hk) {
+            TileSource& src = source[std::size_t(b * p.kv_heads + hk)];
+            src = values_in_place(p, b, hk);
+            if (options.k_tiled)
+                src.kt = static_cast<const float*>(p.k.data) + b * p.k.stride[0] + hk * p.k.stride[1];
+        }
     if (shared_tiles && !pack_all_tiles(p, packed, source)) return ATTNCHECK_UNSUPPORTED;
     const auto source_of = [&](const Block& blk) { return source[std::size_t(blk.b) * std::size_t(p.kv_heads) + std::size_t(blk.hk)]; };
 
@@ -526,8 +537,14 @@ int run_v2_target(const attncheck_problem_v2& p) {
         std::int64_t chunk;
         std::size_t at;  // offset in partials: [packed rows][m, l, o[Dv]]
     };
-    std::vector<Split> splits;
-    std::vector<std::size_t> first_split(blocks.size() + 1);
+    thread_local std::vector<Split> t_splits;
+    thread_local std::vector<std::size_t> t_first_split;
+    thread_local std::vector<float> t_partials;
+    auto& splits = t_splits;
+    auto& first_split = t_first_split;
+    auto& partials = t_partials;
+    splits.clear();
+    first_split.assign(blocks.size() + 1, 0);
     std::size_t size = 0;
     const std::size_t stride = std::size_t(Dv + 2);
     for (std::size_t n = 0; n < blocks.size(); ++n) {
@@ -541,7 +558,7 @@ int run_v2_target(const attncheck_problem_v2& p) {
             }
     }
     first_split[blocks.size()] = splits.size();
-    std::vector<float> partials(size);
+    partials.resize(size);
     const bool ran = parallel_for(p, packed, splits.size(), [&](Scratch& s, std::size_t n) {
         const Split& sp = splits[n];
         const Block& blk = blocks[sp.block];
@@ -575,9 +592,9 @@ HWY_AFTER_NAMESPACE();
 namespace attncheck::optimized::attention_detail {
 HWY_EXPORT(run_v2_target);
 
-int run_v2(const attncheck_problem_v2& p) {
+int run_v2(const attncheck_problem_v2& p, const RunOptions& options) {
     isa_choice();  // ATTNCHECK_ISA is applied before the first dispatch
-    return HWY_DYNAMIC_DISPATCH(run_v2_target)(p);
+    return HWY_DYNAMIC_DISPATCH(run_v2_target)(p, options);
 }
 }  // namespace attncheck::optimized::attention_detail
 #endif  // HWY_ONCE

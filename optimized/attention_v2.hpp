@@ -10,9 +10,17 @@
 #include "attncheck/problem_v2.hpp"
 
 namespace attncheck::optimized::attention_detail {
-// The general path of attncheck_optimized_kernel_v2 on the best instruction set: any well-formed
-// problem whose sizes fit (attention_v2.cpp).
-int run_v2(const attncheck_problem_v2& p);
+// What a caller inside the library can hand the kernel beyond the ABI.
+struct RunOptions {
+    // p.k holds each (sequence, kv head)'s keys already in the kernel's key tiles (dense only):
+    // head (b, hk) at k + b * k.stride[0] + hk * k.stride[1] is [ceil(Tk / 64), Dk, 64], float32,
+    // as attention_kernel.hpp's Strides::k_tiled describes (a decoder Session's cache).
+    bool k_tiled = false;
+};
+// The one fused attention kernel, behind both entry points (attncheck_optimized_kernel_v2 and
+// attncheck_optimized_kernel), on the best instruction set: any well-formed problem whose sizes
+// fit (attention_v2.cpp; may throw std::bad_alloc).
+int run_v2(const attncheck_problem_v2& p, const RunOptions& options = {});
 }  // namespace attncheck::optimized::attention_detail
 
 namespace attncheck::optimized::attention_v2_detail {

@@ -67,7 +67,7 @@ struct AttentionKernel {
     // one call per head on the exact incremental problem of KERNEL_ABI.md (kv_len = pos + n).
     // Grouped-query heads and sliding windows always get per-head calls (attention_policy.hpp).
     // A correct kernel sees the same visible keys either way; the built-in kernel gives the same
-    // bits either way (tests/optimized/decoder_test.cpp).
+    // bits either way (tests/optimized/decoder_bitwise_test.cpp).
     bool reads_only_visible_keys = false;
     // A kernel of ABI version 2 (attncheck/kernel_abi_v2.h) instead of fn (which is then null):
     // every attention call, self and cross, in every way of running, is one version 2 call on

@@ -1,4 +1,4 @@
-// optimized/key_tile.hpp — moving keys into the attention kernel's tiles (attention_kernel.cpp):
+// optimized/key_tile.hpp — moving keys into the attention kernel's tiles (attention_v2.cpp):
 // the transpose of a tile of keys into Kt [Dk, 64]. Per target, like vec16.hpp (an in-register
 // transpose on AVX-512 and AVX2, a plain loop on scalar).
 #include <algorithm>
@@ -16,7 +16,7 @@
 
 HWY_BEFORE_NAMESPACE();
 namespace attncheck::optimized::attention_detail::HWY_NAMESPACE {
-// Internal linkage, as for the rest of the kernel's pieces: only attention_kernel.cpp includes this.
+// Internal linkage, as for the rest of the kernel's pieces: each kernel file has its own copy.
 namespace {
 
 // Asks for key rows [j0, j1) of src (Dk floats each, k_rs apart) in the L1 data cache.

@@ -227,7 +227,7 @@ Verdict incremental(const DecoderUnderTest& d, const DecoderCase& c) {
         // Back to an earlier position and forward again: the cache must forget what it held.
         int back = rng.integer(0, int(T) - 1);
         // A window's rolling cache holds the last w+1 keys only: a truncate that needs older ones
-        // is refused (tests/optimized/decoder_test.cpp); go back by one position or to 0 instead.
+        // is refused (tests/optimized/decoder_session_test.cpp); go back by one position or to 0 instead.
         const int w = c.config.attn_window, held_from = int(T) - (w + 1);
         if (w >= 0 && w < c.config.max_len - 1 && back > 0 && std::max(0, back - w) < held_from) back = back % 2 ? int(T) - 1 : 0;
         chunked.truncate(back);

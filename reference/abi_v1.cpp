@@ -29,6 +29,25 @@ attncheck_problem v1_fields_of(const attncheck_problem_v2& p) {
                          .causal = p.causal != 0, .kv_valid_len = p.kv_lens, .scale = p.scale});
 }
 
+attncheck_problem_v2 v2_fields_of(const attncheck_problem& p, const std::int32_t* q_pos) {
+    attncheck_problem_v2 v2{};
+    v2.abi_version = ATTNCHECK_ABI_VERSION_2;
+    v2.struct_size = sizeof(attncheck_problem_v2);
+    v2.dtype = ATTNCHECK_DTYPE_F32;
+    v2.batch = p.batch;
+    v2.q_heads = v2.kv_heads = p.heads;
+    v2.head_dim = p.head_dim;
+    v2.value_dim = p.value_dim;
+    v2.q_len = p.q_len;
+    v2.kv_len = p.kv_len;
+    v2.q_pos = q_pos;
+    v2.kv_lens = p.kv_valid_len;
+    v2.causal = p.causal;
+    v2.window_left = v2.window_right = -1;
+    v2.scale = p.scale;
+    return v2;
+}
+
 const char* beyond_v1_features(const attncheck_problem_v2& p) {
     if (p.dtype != ATTNCHECK_DTYPE_F32) return "a dtype other than float32";
     if (p.kv_heads != p.q_heads) return "kv_heads != q_heads (grouped-query heads)";

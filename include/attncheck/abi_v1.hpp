@@ -11,6 +11,7 @@
 // problems for a version 1 kernel (KernelDeclaration::limit_to_abi_v1()).
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "attncheck/kernel_abi.h"
@@ -27,15 +28,18 @@ struct V1Call {
 
 // The version 1 problem of p's fields, whatever its layout and features: batch, q_heads as heads,
 // lengths, widths, q_pos[0] as q_offset, causal, kv_lens as kv_valid_len, scale, abi_version 1.
-// Only meaningful when version 1 can pose p (v1_call_of() checks), or, as the optimized version 2
-// kernel uses it, for a problem whose only difference from version 1 is its strides.
+// Only meaningful when version 1 can pose p (v1_call_of() checks).
 attncheck_problem v1_fields_of(const attncheck_problem_v2& p);
+
+// The version 2 problem of a version 1 problem's fields, its tensors aside (their data and
+// strides are the caller's to set): float32, kv_heads = heads, q_pos = the given B positions
+// (each q_offset; the caller owns them), kv_valid_len as kv_lens, no window, softcap, ALiBi, lse
+// or sinks. The built-in optimized kernel runs a version 1 call as this problem.
+attncheck_problem_v2 v2_fields_of(const attncheck_problem& p, const std::int32_t* q_pos);
 
 // Null when version 1 can say everything p says, its tensors' strides aside (float32, kv_heads =
 // q_heads, dense, one q_pos for every sequence, no window, softcap, ALiBi or lse), else the first
-// thing it cannot (a static string: the optimized version 2 kernel asks on every call). v1_call_of()
-// adds the layout; that kernel's fast path, version 1's arithmetic on strided views, needs only
-// contiguous rows.
+// thing it cannot (a static string). v1_call_of() adds the layout.
 const char* beyond_v1_features(const attncheck_problem_v2& p);
 
 // "" and `call` filled when version 1 can pose p, else the first reason it cannot ("a dtype other

@@ -1,5 +1,6 @@
 // tests/optimized/kernel_test.cpp — the fused attention kernel (attncheck_optimized_kernel)
-// against the float64 reference, plus the exact properties it promises.
+// against the float64 reference, plus the exact properties it promises; the kernel on strided
+// views and on keys in its tiles is tested in kernel_strided_test.cpp.
 //
 // Accuracy: every case runs the optimized kernel, reference::attention<double> (the oracle) and
 // reference::attention<float> (the float32 baseline), and demands check_agreement() of
@@ -37,74 +38,12 @@
 #include "optimized/simd_targets.hpp"
 #include "reference/attention.hpp"
 #include "reference/error_bound.hpp"
+#include "tests/optimized/kernel_cases.hpp"
 
 namespace {
 
 namespace detail = attncheck::optimized::attention_detail;
-
-// One attention problem with its inputs. valid holds kv_valid_len when padded is true.
-struct Case {
-    int B = 1, H = 1, Tq = 1, Tk = 1, Dk = 1, Dv = 1, q_offset = 0;
-    bool causal = true;
-    bool padded = false;
-    std::vector<int32_t> valid;  // [B]
-    float scale = 1.0f;
-    float input_scale = 1.0f;  // inputs uniform in [-input_scale, input_scale]
-    std::uint64_t seed = 1;
-    std::vector<float> q, k, v;  // [B,H,Tq,Dk] [B,H,Tk,Dk] [B,H,Tk,Dv]
-
-    attncheck_problem problem() const {
-        return attncheck::make_problem({.batch = B, .heads = H, .q_len = Tq, .kv_len = Tk,
-                                        .head_dim = Dk, .value_dim = Dv, .q_offset = q_offset,
-                                        .causal = causal, .kv_valid_len = padded ? valid.data() : nullptr,
-                                        .scale = scale});
-    }
-    std::size_t out_size() const { return std::size_t(B) * H * Tq * Dv; }
-    std::string describe() const {
-        std::ostringstream s;
-        s << "B=" << B << " H=" << H << " Tq=" << Tq << " Tk=" << Tk << " Dk=" << Dk << " Dv=" << Dv
-          << " q_offset=" << q_offset << " causal=" << causal << " scale=" << scale
-          << " input_scale=" << input_scale << " seed=" << seed;
-        if (padded) {
-            s << " kv_valid_len=[";
-            for (std::size_t b = 0; b < valid.size(); ++b) s << (b ? "," : "") << valid[b];
-            s << "]";
-        }
-        return s.str();
-    }
-};
-
-// Fills q, k, v from the case's seed (the same seed gives the same inputs everywhere).
-void fill_inputs(Case& c) {
-    std::mt19937_64 rng(c.seed);
-    std::uniform_real_distribution<float> u(-c.input_scale, c.input_scale);
-    auto fill = [&](std::vector<float>& x, std::size_t n) {
-        x.resize(n);
-        for (auto& e : x) e = u(rng);
-    };
-    fill(c.q, std::size_t(c.B) * c.H * c.Tq * c.Dk);
-    fill(c.k, std::size_t(c.B) * c.H * c.Tk * c.Dk);
-    fill(c.v, std::size_t(c.B) * c.H * c.Tk * c.Dv);
-}
-
-Case make_case(int B, int H, int Tq, int Tk, int Dk, int Dv, int q_offset, bool causal,
-               std::uint64_t seed) {
-    Case c;
-    c.B = B, c.H = H, c.Tq = Tq, c.Tk = Tk, c.Dk = Dk, c.Dv = Dv, c.q_offset = q_offset;
-    c.causal = causal;
-    c.scale = 1.0f / std::sqrt(float(Dk));
-    c.seed = seed;
-    fill_inputs(c);
-    return c;
-}
-
-std::vector<float> run_optimized(const Case& c) {
-    std::vector<float> out(c.out_size(), std::numeric_limits<float>::quiet_NaN());
-    const attncheck_problem p = c.problem();
-    REQUIRE(attncheck_optimized_kernel(&p, c.q.data(), c.k.data(), c.v.data(), out.data()) ==
-            ATTNCHECK_OK);
-    return out;
-}
+using namespace attncheck::testing;  // Case and its helpers (kernel_cases.hpp)
 
 // The agreement check of NUMERICS.md, with the case and the worst element in the message.
 void check_against_reference(const Case& c) {
@@ -117,23 +56,6 @@ void check_against_reference(const Case& c) {
     INFO(a.describe() << " (flat index = ((b*H + h)*Tq + i)*Dv + col)");
     CHECK(a.ok);
 }
-
-bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-// First flat index where two outputs differ in their bits, or -1.
-long first_difference(const float* a, const float* b, std::size_t n) {
-    for (std::size_t i = 0; i < n; ++i)
-        if (std::memcmp(a + i, b + i, sizeof(float)) != 0) return long(i);
-    return -1;
-}
-
-// Restores the OpenMP thread count when a test that changes it ends (even by a failed REQUIRE).
-struct ThreadCountGuard {
-    int saved = omp_get_max_threads();
-    ~ThreadCountGuard() { omp_set_num_threads(saved); }
-};
 
 }  // namespace
 
@@ -510,180 +432,4 @@ TEST_CASE("optimized kernel refuses malformed problems", "[kernel][errors]") {
     CHECK(attncheck_optimized_kernel(&p, c.q.data(), c.k.data(), c.v.data(), nullptr) != ATTNCHECK_OK);
     // The well-formed problem is accepted (so the refusals above are about the field changed).
     CHECK(attncheck_optimized_kernel(&p, c.q.data(), c.k.data(), c.v.data(), out.data()) == ATTNCHECK_OK);
-}
-
-namespace {
-
-// Case c's tensors as views into buffers with gaps: row r of (sequence b, head h) of a tensor
-// of `width` columns at b * s[0] + h * s[1] + r * s[2], in the [B, T, H, D] order of a
-// decoder's projection rows, with `gap` unused floats after each row and each sequence. The
-// gaps hold a sentinel.
-struct Views {
-    detail::Strides st{};
-    std::vector<float> q, k, v, out;
-    static constexpr float kSentinel = -777.25f;
-
-    static void strides(std::int64_t H, std::int64_t rows, std::int64_t width, std::int64_t gap,
-                        std::int64_t (&s)[3]) {
-        s[1] = width + gap;        // heads side by side in a row
-        s[2] = H * s[1] + gap;     // rows
-        s[0] = rows * s[2] + gap;  // sequences
-    }
-    static std::vector<float> scatter(const std::vector<float>& dense, int B, int H, int rows, int width,
-                                      const std::int64_t (&s)[3]) {
-        std::vector<float> x(std::size_t(B * s[0]), kSentinel);
-        for (int b = 0; b < B; ++b)
-            for (int h = 0; h < H; ++h)
-                for (int r = 0; r < rows; ++r)
-                    for (int c = 0; c < width; ++c)
-                        x[std::size_t(b * s[0] + h * s[1] + r * s[2] + c)] =
-                            dense[((std::size_t(b) * H + h) * rows + r) * width + c];
-        return x;
-    }
-    Views(const Case& c, std::int64_t gap) {
-        strides(c.H, c.Tq, c.Dk, gap, st.q);
-        strides(c.H, c.Tk, c.Dk, gap + 3, st.k);
-        strides(c.H, c.Tk, c.Dv, gap + 1, st.v);
-        strides(c.H, c.Tq, c.Dv, gap + 2, st.out);
-        q = scatter(c.q, c.B, c.H, c.Tq, c.Dk, st.q);
-        k = scatter(c.k, c.B, c.H, c.Tk, c.Dk, st.k);
-        v = scatter(c.v, c.B, c.H, c.Tk, c.Dv, st.v);
-        out.assign(std::size_t(c.B * st.out[0]), kSentinel);
-    }
-    int run(const attncheck_problem& p) {
-        return detail::strided_kernel(p, st, q.data(), k.data(), v.data(), out.data());
-    }
-    // out's elements in [B, H, Tq, Dv] order; every float of the gaps must still be the sentinel.
-    std::vector<float> dense_out(const Case& c, bool& gaps_untouched) const {
-        std::vector<float> d(c.out_size());
-        std::vector<char> seen(out.size(), 0);
-        for (int b = 0; b < c.B; ++b)
-            for (int h = 0; h < c.H; ++h)
-                for (int r = 0; r < c.Tq; ++r)
-                    for (int col = 0; col < c.Dv; ++col) {
-                        const std::size_t at = std::size_t(b * st.out[0] + h * st.out[1] + r * st.out[2] + col);
-                        d[((std::size_t(b) * c.H + h) * c.Tq + r) * c.Dv + col] = out[at];
-                        seen[at] = 1;
-                    }
-        gaps_untouched = true;
-        for (std::size_t i = 0; i < out.size(); ++i)
-            if (!seen[i] && std::memcmp(&out[i], &kSentinel, sizeof(float)) != 0) gaps_untouched = false;
-        return d;
-    }
-};
-
-// The shapes the kernel is given as views, seeds from seed0: several query blocks (values and
-// query rows copied beside the packed keys), decode steps (on 2 heads of 1300 keys the chunks go
-// across threads; on 8 heads of 1025 not), one block of a few rows, non-causal, padding, widths
-// that are not a multiple of a vector, kv_len not a multiple of a tile.
-std::vector<Case> view_cases(std::uint64_t seed0) {
-    std::vector<Case> cases = {
-        make_case(1, 3, 200, 200, 64, 64, 0, true, seed0),
-        make_case(2, 2, 1, 1300, 64, 64, 1299, true, seed0 + 1),
-        make_case(1, 8, 1, 1025, 64, 64, 1000, true, seed0 + 2),
-        make_case(1, 2, 5, 700, 24, 40, 695, true, seed0 + 3),
-        make_case(2, 2, 130, 130, 17, 9, 0, false, seed0 + 4),
-        make_case(2, 1, 70, 600, 16, 16, 530, true, seed0 + 5),
-    };
-    Case padded = make_case(2, 2, 150, 150, 32, 32, 0, true, seed0 + 6);
-    padded.padded = true;
-    padded.valid = {150, 97};
-    cases.push_back(padded);
-    return cases;
-}
-
-}  // namespace
-
-TEST_CASE("the kernel on strided views gives the bits of the kernel on contiguous copies", "[kernel][strided]") {
-    // strided_kernel is what the version 2 kernel's fast path and the decoder's in-place
-    // prefill call (view_cases).
-    ThreadCountGuard guard;
-    for (const Case& c : view_cases(71))
-        for (const std::int64_t gap : {0, 5})
-            for (const int threads : {1, 3}) {
-                INFO(c.describe() << " gap=" << gap << " threads=" << threads);
-                omp_set_num_threads(threads);
-                const std::vector<float> want = run_optimized(c);
-                Views views(c, gap);
-                const Views before = views;
-                REQUIRE(views.run(c.problem()) == ATTNCHECK_OK);
-                bool gaps_untouched = false;
-                const std::vector<float> got = views.dense_out(c, gaps_untouched);
-                INFO("first differing element " << first_difference(want.data(), got.data(), want.size()));
-                CHECK(bitwise_equal(want, got));
-                CHECK(gaps_untouched);
-                CHECK(bitwise_equal(views.q, before.q));
-                CHECK(bitwise_equal(views.k, before.k));
-                CHECK(bitwise_equal(views.v, before.v));
-            }
-}
-
-TEST_CASE("the kernel on strided views refuses what it cannot index", "[kernel][strided][errors]") {
-    const Case c = make_case(2, 2, 8, 8, 8, 8, 0, true, 77);
-    Views views(c, 1);
-    const attncheck_problem p = c.problem();
-    REQUIRE(views.run(p) == ATTNCHECK_OK);  // so each refusal below is about the change made
-    Views negative = views;
-    negative.st.v[1] = -1;
-    CHECK(negative.run(p) == ATTNCHECK_UNSUPPORTED);
-    Views huge = views;
-    huge.st.k[0] = std::numeric_limits<std::int64_t>::max() / 2;  // sequence 1's keys: past int64
-    CHECK(huge.run(p) == ATTNCHECK_UNSUPPORTED);
-    attncheck_problem bad = p;
-    bad.head_dim = 0;
-    CHECK(views.run(bad) == ATTNCHECK_UNSUPPORTED);
-    CHECK(detail::strided_kernel(p, views.st, nullptr, views.k.data(), views.v.data(), views.out.data()) ==
-          ATTNCHECK_UNSUPPORTED);
-    CHECK(detail::strided_kernel(p, views.st, views.q.data(), views.k.data(), views.v.data(), nullptr) ==
-          ATTNCHECK_UNSUPPORTED);
-}
-
-TEST_CASE("the kernel on keys already in its tiles gives the bits of the kernel on keys in rows",
-          "[kernel][strided][tiled]") {
-    // Strides::k_tiled is how a Session's cache hands the built-in kernel its keys. Every key a
-    // row can see is in its lane of its tile; the lanes of keys no row sees (padding, the
-    // future of a causal call, past kv_len) hold NaN and inf, which must not reach any output.
-    // The shapes of view_cases.
-    ThreadCountGuard guard;
-    for (const Case& c : view_cases(81)) {
-        const std::int64_t per_head = detail::tiled_key_floats(c.Tk, c.Dk);
-        std::vector<float> tiles(std::size_t(c.B * c.H * per_head));
-        for (std::size_t i = 0; i < tiles.size(); ++i)
-            tiles[i] = i % 2 ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
-        for (int b = 0; b < c.B; ++b) {
-            const int valid = c.padded ? c.valid[std::size_t(b)] : c.Tk;
-            const int seen = c.causal ? std::min(valid, c.q_offset + c.Tq) : valid;  // keys some row sees
-            for (int h = 0; h < c.H; ++h)
-                for (int j = 0; j < seen; ++j)
-                    for (int col = 0; col < c.Dk; ++col)
-                        tiles[std::size_t((b * c.H + h) * per_head + detail::tiled_key_offset(j, c.Dk) +
-                                          col * detail::kTileKeys)] =
-                            c.k[((std::size_t(b) * c.H + h) * c.Tk + j) * c.Dk + col];
-        }
-        const std::int64_t Tq = c.Tq, Tk = c.Tk, H = c.H, Dk = c.Dk, Dv = c.Dv;
-        const detail::Strides st{.q = {H * Tq * Dk, Tq * Dk, Dk},
-                                 .k = {H * per_head, per_head, 0},
-                                 .v = {H * Tk * Dv, Tk * Dv, Dv},
-                                 .out = {H * Tq * Dv, Tq * Dv, Dv},
-                                 .k_tiled = true};
-        for (const int threads : {1, 3}) {
-            INFO(c.describe() << " threads=" << threads);
-            omp_set_num_threads(threads);
-            const std::vector<float> want = run_optimized(c);
-            std::vector<float> got(c.out_size(), -1.0f);
-            REQUIRE(detail::strided_kernel(c.problem(), st, c.q.data(), tiles.data(), c.v.data(), got.data()) ==
-                    ATTNCHECK_OK);
-            INFO("first differing element " << first_difference(want.data(), got.data(), want.size()));
-            CHECK(bitwise_equal(want, got));
-        }
-    }
-    // A head's tiles past what int64 indexes are refused, as a view of rows would be.
-    const Case c = make_case(2, 2, 8, 8, 8, 8, 0, true, 88);
-    std::vector<float> tiles(std::size_t(4 * detail::tiled_key_floats(8, 8))), out(c.out_size());
-    detail::Strides st{.q = {16 * 8, 8 * 8, 8}, .k = {2 * 512, 512, 0}, .v = {16 * 8, 8 * 8, 8},
-                       .out = {16 * 8, 8 * 8, 8}, .k_tiled = true};
-    REQUIRE(detail::strided_kernel(c.problem(), st, c.q.data(), tiles.data(), c.v.data(), out.data()) == ATTNCHECK_OK);
-    st.k[0] = std::numeric_limits<std::int64_t>::max() / 2;
-    CHECK(detail::strided_kernel(c.problem(), st, c.q.data(), tiles.data(), c.v.data(), out.data()) ==
-          ATTNCHECK_UNSUPPORTED);
 }

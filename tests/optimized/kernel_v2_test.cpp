@@ -286,10 +286,10 @@ std::vector<std::uint32_t> logical_out_bits(Built& bt) {
 
 TEST_CASE("kernel v2: a float32 MHA problem gives the v1 kernel's bits in any layout, paged or packed",
           "[kernel_v2]") {
-    // Rows at other strides ([B,T,H,D]) go to the v1 kernel's arithmetic on the views
-    // (strided_kernel); the general path (columns 2 apart, paged, packed) shares its tiles,
-    // chunks and arithmetic (attention_tile.hpp). So the layout, the paging and the packing of
-    // the same problem change no bit of out.
+    // Both entry points run one kernel (attention_v2.cpp), whose tiles, chunks and arithmetic
+    // do not depend on where the rows are: rows at other strides ([B,T,H,D]) read in place,
+    // columns 2 apart, paged and packed rows converted. So the layout, the paging and the
+    // packing of the same problem change no bit of out, and neither does the entry point.
     const int shapes[][2] = {{200, 200}, {1, 1100}};  // rows, keys: a prefill, a decode step
     for (const bool causal : {true, false})
         for (const auto& shape : shapes) {

@@ -1,7 +1,8 @@
 // tests/zoo/spec_v2.hpp — a version 2 call in words (Spec), the problem it describes, and a random
 // Spec of every feature, for the tests of the version 2 zoo (zoo_v2_test.cpp, the forward) and of
-// the backward zoo (zoo_backward_test.cpp): each builds its own buffers from a Spec, through the
-// same problem, strides and key values.
+// the backward zoo (zoo_backward_cases.hpp, for zoo_backward_test.cpp and
+// zoo_backward_mutants_test.cpp): each builds its own buffers from a Spec, through the same
+// problem, strides and key values.
 //
 // Dimension legend: B = batch, Hq / Hk = query / kv heads, Tq / Tk = query rows / keys of a
 // sequence, Dk = head_dim, Dv = value_dim.
