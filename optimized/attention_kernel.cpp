@@ -18,16 +18,18 @@
 //
 // No Tq x Tk matrix exists: P lives for one query block and tile (64 x 64 floats).
 //
-// Masking and skipping. Key j is visible to query row i when j < kv_valid_len[b] and, if
-// causal, j <= q_offset + i (reference::key_visible). Rows' last visible keys are
-// nondecreasing in i, so a block stops at the tile that holds the last row's last key: tiles
-// past the causal diagonal and padding tiles are never read, let alone computed. Inside the
-// diagonal tile, masked scores become -inf (exp gives exactly 0) and P V runs, per row, only
-// over that row's visible keys, so a masked key contributes nothing, not even a 0 * v (which
-// would turn an inf or NaN in a future value into NaN, or -0 into +0). A score pass or a vector
-// of exps that no row of a micro-block needs is skipped (tile_scores, online_softmax): no bit
-// changes, and a causal prefill of `base`'s shape (T = 512) ran 1.02-1.06x as fast (AMD EPYC
-// Zen 3, alternating processes, 10 pairs).
+// GQA without replication: a kv head's tiles serve the G query heads of its group. Skipping: a
+// row's visible keys are one interval [lo, hi] (window and causality), nondecreasing in the
+// row, so a block's keys are the union of its rows' intervals, one interval too; tiles outside
+// it (past the diagonal, before the window, in the padding) are never read, micro-blocks that
+// see nothing of a tile are skipped, and in a partly visible tile a row's scores outside its
+// interval are replaced (a blend, not arithmetic) by -inf and its P V runs over its own keys
+// only: keys only it sees alone, the keys every row of the micro-block sees together, in
+// ascending order either way, so a key a row does not see is never multiplied into its output
+// (not even as 0 * v: an inf or NaN in a value it does not see cannot reach it) and a row's bits
+// do not depend on its neighbours. A score pass or a vector of exps that no row of a micro-block
+// needs is skipped (tile_scores, online_softmax): no bit changes, and a causal prefill of
+// `base`'s shape (T = 512) ran 1.02-1.06x as fast (AMD EPYC Zen 3, alternating processes).
 //
 // Determinism and exact causality. The arithmetic that produces row i is a fixed function of
 // (q[i], keys and values 0 .. last visible, scale): tiles and chunks start at multiples of

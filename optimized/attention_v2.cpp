@@ -26,17 +26,7 @@
 // Either way a tile is read through the strides, the varlen packing or the block table, and the
 // keys of a sequence that no row of the call sees are never read.
 //
-// GQA without replication: a kv head's tiles serve the G query heads of its group. Skipping: a
-// row's visible keys are one interval [lo, hi] (window and causality), nondecreasing in the
-// row, so a block's keys are the union of its rows' intervals, one interval too; tiles outside
-// it (past the diagonal, before the window, in the padding) are never read, micro-blocks that
-// see nothing of a tile are skipped, and in a partly visible tile a row's scores outside its
-// interval are replaced (a blend, not arithmetic) by -inf and its P V runs over its own keys
-// only: keys only it sees alone, the keys every row of the micro-block sees together, in
-// ascending order either way, so a key a row does not see is never multiplied into its output
-// (not even as 0 * v) and a row's bits do not depend on its neighbours.
-//
-// Work split, determinism, vectorization and contraction: attention_kernel.cpp's notes.
+// GQA, skipping, work split, determinism, vectorization and contraction: attention_kernel.cpp's notes.
 //
 // Dimension legend: B = batch, Hq = q_heads, Hk = kv_heads, G = Hq / Hk, Tq / Tk = rows / keys
 // of a sequence, Dk = head_dim, Dv = value_dim.
@@ -165,10 +155,17 @@ struct TileSource {
 };
 
 // Keys [jlo, jhi] of the tile at t0 (kv head hk of sequence b), as float32, transposed into kt
-// [Dk, 64] (the other keys' columns 0: they are never used). krows [64, Dk] is scratch.
+// [Dk, 64] (the other keys' columns 0: never used); keys to `last` come next. krows: scratch.
 void load_keys(const attncheck_problem_v2& p, int b, int hk, std::int64_t t0, std::int64_t jlo, std::int64_t jhi,
-               float* krows, float* kt) {
+               std::int64_t last, float* krows, float* kt) {
     const std::int64_t Dk = p.head_dim;
+    if (p.dtype == ATTNCHECK_DTYPE_F32 && !p.block_table && (Dk == 1 || p.k.stride[3] == 1) && jlo == t0) {
+        // float32 rows at one stride, from the tile's first key: transposed where they are.
+        const float* rows = static_cast<const float*>(p.k.data) + kv_offset_v2(p, p.k, b, hk, int(t0), 0);
+        const int ahead = int(std::clamp<std::int64_t>(last - jhi, 0, kTileKeys));  // prefetched (key_tile.hpp)
+        pack_key_tile(rows, p.k.stride[2], Dk, 0, int(jhi - t0 + 1), ahead, kt);
+        return;
+    }
     std::fill(krows, krows + (jlo - t0) * Dk, 0.0f);
     for (std::int64_t j = jlo; j <= jhi; ++j)
         load_row(p.dtype, p.k.data, kv_offset_v2(p, p.k, b, hk, int(j), 0), p.k.stride[3], Dk, krows + (j - t0) * Dk);
@@ -355,7 +352,7 @@ void run_chunk(const attncheck_problem_v2& p, const Block& blk, Scratch& s, cons
         const float* vt = src.v ? src.v + t0 * src.v_rs : s.v.data();
         const std::int64_t v_rs = src.v ? src.v_rs : Dv;
         if (!src.kt)
-            load_keys(p, blk.b, blk.hk, t0, std::max(t0, first), std::min(t1, last), s.krows.data(), s.kt.data());
+            load_keys(p, blk.b, blk.hk, t0, std::max(t0, first), std::min(t1, last), last, s.krows.data(), s.kt.data());
         if (!src.v) load_values(p, blk.b, blk.hk, t0, std::max(t0, first), std::min(t1, last), s.v.data());
         const auto meets = [&](std::int64_t lr0, int R) {  // a row of the micro-block sees the tile
             for (int r = 0; r < R; ++r) {
@@ -406,14 +403,16 @@ void finalize(const attncheck_problem_v2& p, const Block& blk, Scratch& s) {
         }
         const bool any = !s.keys[std::size_t(r)].empty() || p.sinks;
         const float l = s.l_tot[std::size_t(r)];
-        finalize_row(s.o_tot.data() + std::size_t(r * Dv), any ? l : 0.0f, s.row.data(), Dv);
         const std::int64_t at = q_offset_v2(p, p.out, blk.b, h, i, 0), step = p.out.stride[3];
+        const bool direct = p.dtype == ATTNCHECK_DTYPE_F32 && (Dv == 1 || step == 1);  // float32 row: written in place
         const float* row = s.row.data();
-        if (p.dtype == ATTNCHECK_DTYPE_F32)
+        finalize_row(s.o_tot.data() + std::size_t(r * Dv), any ? l : 0.0f,
+                     direct ? static_cast<float*>(p.out.data) + at : s.row.data(), Dv);
+        if (!direct && p.dtype == ATTNCHECK_DTYPE_F32)
             for (std::int64_t c = 0; c < Dv; ++c) static_cast<float*>(p.out.data)[at + c * step] = row[c];
         else if (p.dtype == ATTNCHECK_DTYPE_BF16)  // a loop of its own per dtype: it vectorizes
             for (std::int64_t c = 0; c < Dv; ++c) static_cast<std::uint16_t*>(p.out.data)[at + c * step] = float_to_bf16(row[c]);
-        else
+        else if (p.dtype == ATTNCHECK_DTYPE_F16)
             for (std::int64_t c = 0; c < Dv; ++c) static_cast<std::uint16_t*>(p.out.data)[at + c * step] = float_to_f16(row[c]);
         if (p.lse) p.lse[lse_offset_v2(p, blk.b, h, i)] = any ? s.m_tot[std::size_t(r)] + std::log(l) : kNegInf;
     }
@@ -448,8 +447,8 @@ bool pack_all_tiles(const attncheck_problem_v2& p, std::int64_t packed, std::vec
     const std::int64_t Dk = p.head_dim, Dv = p.value_dim, Hk = p.kv_heads;
     struct Task {
         int b, hk;
-        std::int64_t t0, jlo, jhi;
-        std::size_t at;  // tile index in the packed buffers
+        std::int64_t t0, jlo, jhi, last;  // last: the pair's last used key
+        std::size_t at;                   // tile index in the packed buffers
     };
     // Kept between calls, and named through references, as run_v2_target's lists.
     thread_local std::vector<Task> t_tasks;
@@ -466,7 +465,7 @@ bool pack_all_tiles(const attncheck_problem_v2& p, std::int64_t packed, std::vec
             first_tile[std::size_t(b * Hk + hk)] = tiles;
             for (std::int64_t t = used.empty() ? 0 : used.lo / kTileKeys; t < n_tiles; ++t) {
                 const std::int64_t t0 = t * kTileKeys;
-                tasks.push_back({b, hk, t0, std::max(t0, used.lo), std::min(t0 + kTileKeys - 1, used.hi),
+                tasks.push_back({b, hk, t0, std::max(t0, used.lo), std::min(t0 + kTileKeys - 1, used.hi), used.hi,
                                  tiles + std::size_t(t)});
             }
             tiles += std::size_t(n_tiles);
@@ -485,7 +484,8 @@ bool pack_all_tiles(const attncheck_problem_v2& p, std::int64_t packed, std::vec
     }
     return parallel_for(p, packed, tasks.size(), [&](Scratch& s, std::size_t n) {
         const Task& t = tasks[n];
-        if (pack_keys) load_keys(p, t.b, t.hk, t.t0, t.jlo, t.jhi, s.krows.data(), kt + t.at * std::size_t(Dk * kTileKeys));
+        if (pack_keys)
+            load_keys(p, t.b, t.hk, t.t0, t.jlo, t.jhi, t.last, s.krows.data(), kt + t.at * std::size_t(Dk * kTileKeys));
         if (pack_values) load_values(p, t.b, t.hk, t.t0, t.jlo, t.jhi, v + t.at * std::size_t(kTileKeys * Dv));
     });
 }
