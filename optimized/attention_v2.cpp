@@ -69,8 +69,7 @@ namespace {
 // Packed query rows per block: G heads x max(1, kQueryBlock / G) rows.
 constexpr int kPackedRows = kQueryBlock;
 
-// The keys [lo, hi] a row sees: visible_keys_v2() (attncheck/problem_v2.hpp).
-using KeyRange = KeyInterval;
+using KeyRange = KeyInterval;  // the keys [lo, hi] a row sees: visible_keys_v2() (problem_v2.hpp)
 
 // The union of the keys rows [i0, i1) of sequence b see: one interval, since each row's
 // interval is nondecreasing in the row (empty when no row sees a key).
@@ -103,10 +102,8 @@ struct Block {
 // lines (see attention_kernel.cpp's Scratch).
 struct Scratch {
     AlignedVector<float> q;        // [packed, Dk]   packed query rows
-    // Where the block's packed rows are read: s.q (row stride Dk), or q itself (float32 rows of
-    // one head, read in place at their row stride).
-    const float* q_rows = nullptr;
-    std::int64_t q_rs = 0;
+    const float* q_rows = nullptr;  // where the block's rows are read: q above, or q's own (f32_rows)
+    std::int64_t q_rs = 0;          // at this row stride
     AlignedVector<float> krows;    // [64, Dk]       a tile's keys as float32, before the transpose
     AlignedVector<float> kt;       // [Dk, 64]       the key tile, transposed
     AlignedVector<float> v;        // [64, Dv]       the value tile
@@ -146,6 +143,11 @@ thread_local Scratch t_scratch;
 // kt + (first_tile[n] + t) * Dk * 64 ([Dk, 64]) and v + (first_tile[n] + t) * 64 * Dv ([64, Dv]).
 thread_local AlignedVector<float> t_packed_kt, t_packed_v;
 
+// Whether t's rows of `width` are float32, columns contiguous: used in place (k, v: if not paged).
+bool f32_rows(const attncheck_problem_v2& p, const attncheck_tensor_v2& t, std::int64_t width) {
+    return p.dtype == ATTNCHECK_DTYPE_F32 && (width == 1 || t.stride[3] == 1);
+}
+
 // Where a block finds its (sequence, kv head)'s tiles: keys [tiles, Dk, 64] from tile 0, values
 // key j's row at v + j * v_rs (packed up front, or in place); a block converts what is null itself.
 struct TileSource {
@@ -159,8 +161,7 @@ struct TileSource {
 void load_keys(const attncheck_problem_v2& p, int b, int hk, std::int64_t t0, std::int64_t jlo, std::int64_t jhi,
                std::int64_t last, float* krows, float* kt) {
     const std::int64_t Dk = p.head_dim;
-    if (p.dtype == ATTNCHECK_DTYPE_F32 && !p.block_table && (Dk == 1 || p.k.stride[3] == 1) && jlo == t0) {
-        // float32 rows at one stride, from the tile's first key: transposed where they are.
+    if (f32_rows(p, p.k, Dk) && !p.block_table && jlo == t0) {  // from the tile's first key: transposed in place
         const float* rows = static_cast<const float*>(p.k.data) + kv_offset_v2(p, p.k, b, hk, int(t0), 0);
         const int ahead = int(std::clamp<std::int64_t>(last - jhi, 0, kTileKeys));  // prefetched (key_tile.hpp)
         pack_key_tile(rows, p.k.stride[2], Dk, 0, int(jhi - t0 + 1), ahead, kt);
@@ -180,9 +181,9 @@ void load_values(const attncheck_problem_v2& p, int b, int hk, std::int64_t t0, 
         load_row(p.dtype, p.v.data, kv_offset_v2(p, p.v, b, hk, int(j), 0), p.v.stride[3], Dv, vt + (j - t0) * Dv);
 }
 
-// The values of (sequence b, kv head hk) in place: float32 rows at one stride, not paged; else {}.
+// The values of (sequence b, kv head hk) in place (f32_rows, not paged); else {}.
 TileSource values_in_place(const attncheck_problem_v2& p, int b, int hk) {
-    if (p.dtype != ATTNCHECK_DTYPE_F32 || p.block_table || (p.value_dim > 1 && p.v.stride[3] != 1)) return {};
+    if (!f32_rows(p, p.v, p.value_dim) || p.block_table) return {};
     return {.v = static_cast<const float*>(p.v.data) + kv_offset_v2(p, p.v, b, hk, 0, 0), .v_rs = p.v.stride[2]};
 }
 
@@ -313,13 +314,13 @@ void tile_pv(const attncheck_problem_v2& p, int lr0, const float* vt, std::int64
                            hi[sel[t]] + 1);
 }
 
-// The visible keys of every packed row of blk into s.keys, and where its query rows are read:
-// float32 rows of one query head (G = 1) in place, otherwise the rows that see some key
-// converted into s.q (the others 0); returns their union, one interval (empty when lo > hi).
+// The visible keys of every packed row of blk into s.keys, and its query rows: in place for one
+// head (G = 1, f32_rows), else those that see a key converted into s.q (the others 0); returns
+// the union of the keys, one interval (empty when lo > hi).
 KeyRange prepare(const attncheck_problem_v2& p, const Block& blk, Scratch& s, bool load_q) {
     const std::int64_t Tk = kv_len_of(p, blk.b), pos = p.q_pos[blk.b], Dk = p.head_dim;
-    const bool in_place = blk.G == 1 && p.dtype == ATTNCHECK_DTYPE_F32 && (Dk == 1 || p.q.stride[3] == 1);
-    s.q_rows = in_place ? static_cast<const float*>(p.q.data) + q_offset_v2(p, p.q, blk.b, blk.hk, int(blk.i0), 0)
+    const bool in_place = blk.G == 1 && f32_rows(p, p.q, Dk);
+    s.q_rows = in_place ? static_cast<const float*>(p.q.data) + q_offset_v2(p, p.q, blk.b, blk.head_of(0), int(blk.i0), 0)
                         : s.q.data();
     s.q_rs = in_place ? p.q.stride[2] : Dk;
     for (std::int64_t r = 0; r < blk.packed(); ++r) {
@@ -404,7 +405,7 @@ void finalize(const attncheck_problem_v2& p, const Block& blk, Scratch& s) {
         const bool any = !s.keys[std::size_t(r)].empty() || p.sinks;
         const float l = s.l_tot[std::size_t(r)];
         const std::int64_t at = q_offset_v2(p, p.out, blk.b, h, i, 0), step = p.out.stride[3];
-        const bool direct = p.dtype == ATTNCHECK_DTYPE_F32 && (Dv == 1 || step == 1);  // float32 row: written in place
+        const bool direct = f32_rows(p, p.out, Dv);  // written in place
         const float* row = s.row.data();
         finalize_row(s.o_tot.data() + std::size_t(r * Dv), any ? l : 0.0f,
                      direct ? static_cast<float*>(p.out.data) + at : s.row.data(), Dv);
@@ -496,9 +497,8 @@ bool pack_all_tiles(const attncheck_problem_v2& p, std::int64_t packed, std::vec
 int run_v2_target(const attncheck_problem_v2& p, const RunOptions& options) {
     const int G = p.q_heads / p.kv_heads;
     const std::int64_t rows = std::max(1, kPackedRows / G), packed = G * rows, Dv = p.value_dim;
-    // The call's lists, kept between calls (thread_local, as the scratch): a decoder's step with
-    // shapes seen before allocates nothing. Named through references, so that the worker threads'
-    // lambdas below read this thread's lists, not their own.
+    // The call's lists, kept between calls (a decoder's step allocates nothing); named through
+    // references, so that the worker threads' lambdas below read this thread's lists, not their own.
     thread_local std::vector<Block> t_blocks;
     thread_local std::vector<TileSource> t_source;
     auto& blocks = t_blocks;
