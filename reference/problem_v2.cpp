@@ -6,6 +6,13 @@
 #include <cmath>
 #include <sstream>
 
+// The suite's checks (-inf masks, NaN propagation, exact zeros) need IEEE arithmetic. CMakeLists.txt
+// refuses -ffast-math and its relatives in the build's flags; this stops them from anywhere else
+// (every program of the suite links this file).
+#if defined(__FAST_MATH__) || (defined(__FINITE_MATH_ONLY__) && __FINITE_MATH_ONLY__)
+#error "attncheck must not be compiled with -ffast-math, -Ofast or -ffinite-math-only"
+#endif
+
 namespace attncheck {
 
 const char* dtype_name(std::int32_t dtype) {
