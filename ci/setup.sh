@@ -10,6 +10,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libhwy-dev
   libomp-dev clang
   python3 python3-scipy python3-numpy python3-matplotlib
+  python3-dev pybind11-dev python3-pytest python3-torch
 )
 
 missing=()

@@ -4,6 +4,7 @@
 #include "attncheck/declaration.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <iomanip>
 #include <sstream>
@@ -51,6 +52,29 @@ std::string cell(const PropertyResult& r) {
     return s.str();
 }
 
+// The replay line of a failure: `format` with {seed}, {cases} and {property} filled in, or the
+// environment variables check_kernel() reads and "<this test binary>".
+std::string replay_line(const std::string& format, std::uint64_t seed, int cases, const std::string& property) {
+    if (format.empty())
+        return "ATTNCHECK_SEED=" + std::to_string(seed) + " ATTNCHECK_CASES=" + std::to_string(cases) +
+               " ATTNCHECK_PROPERTY=" + property + " <this test binary>";
+    std::string line;
+    for (std::size_t i = 0; i < format.size();) {
+        const auto fill = [&](const char* field, const std::string& value) {
+            const std::string f = field;
+            if (format.compare(i, f.size(), f) != 0) return false;
+            line += value;
+            i += f.size();
+            return true;
+        };
+        if (fill("{seed}", std::to_string(seed)) || fill("{cases}", std::to_string(cases)) ||
+            fill("{property}", property))
+            continue;
+        line += format[i++];
+    }
+    return line;
+}
+
 }  // namespace
 
 CheckOptions CheckOptions::from_environment(CheckOptions o) {
@@ -79,6 +103,8 @@ CheckReport check(KernelUnderTest kernel, const CheckOptions& options) {
     const bool v2 = kernel.fn_v2 != nullptr;
     if (options.cases < 1 || options.decoder_cases < 1)
         throw std::invalid_argument("check_kernel(" + name + "): cases and decoder_cases must be at least 1");
+    if (!(options.shrink_time_s >= 0))
+        throw std::invalid_argument("check_kernel(" + name + "): shrink_time_s must be 0 (no limit) or more");
     std::vector<std::string> only;
     for (const std::string& p : options.only) {
         if (!is_property(p))
@@ -115,7 +141,7 @@ CheckReport check(KernelUnderTest kernel, const CheckOptions& options) {
             not_applicable_lines += "  " + prop.name + ": not applicable (" + why + ")\n";
             continue;
         }
-        results.push_back(run_kernel_property(prop, kernel, RunParams{report.seed, options.cases}));
+        results.push_back(run_kernel_property(prop, kernel, RunParams{report.seed, options.cases, options.shrink_time_s}));
         budgets.push_back(options.cases);
     }
     if (const std::string names = v2 ? "" : abi_v1_lacks(selected); !names.empty())
@@ -135,7 +161,7 @@ CheckReport check(KernelUnderTest kernel, const CheckOptions& options) {
                 not_applicable_lines += "  " + prop.name + ": not applicable (" + why + ")\n";
                 continue;
             }
-            results.push_back(run_decoder_property(prop, decoder, RunParams{report.seed, options.decoder_cases}));
+            results.push_back(run_decoder_property(prop, decoder, RunParams{report.seed, options.decoder_cases, options.shrink_time_s}));
             budgets.push_back(options.decoder_cases);
         }
     }
@@ -155,13 +181,19 @@ CheckReport check(KernelUnderTest kernel, const CheckOptions& options) {
         if (!r.warning.empty()) t << "warning: " << r.property << ": " << r.warning << "\n";
     for (std::size_t i = 0; i < results.size(); ++i) {
         const PropertyResult& r = results[i];
-        if (!fails_run(r.status, options.allow_unchecked)) continue;
-        report.failed.push_back(r.property);
-        t << "\n" << r.property << " " << to_string(r.status) << " on " << name;
-        if (r.status == Status::fail) t << " at case " << r.failed_at << (r.counterexample.empty() ? "" : ", shrunk to:");
-        t << "\n" << r.counterexample << "  " << r.message << "\n"
-          << "  replay: ATTNCHECK_SEED=" << report.seed << " ATTNCHECK_CASES=" << budgets[i]
-          << " ATTNCHECK_PROPERTY=" << r.property << " <this test binary>\n";
+        std::string status = to_string(r.status);  // the report's words, lower case ("FAIL" -> "fail")
+        for (char& ch : status) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+        CheckedProperty c{r.property, status, r.cases, r.unsupported, budgets[i], r.failed_at,
+                          r.counterexample, r.message, r.warning, "", r.seconds, r.shrink_stopped};
+        if (fails_run(r.status, options.allow_unchecked)) {
+            report.failed.push_back(r.property);
+            c.replay = replay_line(options.replay, report.seed, budgets[i], r.property);
+            t << "\n" << r.property << " " << to_string(r.status) << " on " << name;
+            if (r.status == Status::fail)
+                t << " at case " << r.failed_at << (r.counterexample.empty() ? "" : ", shrunk to:");
+            t << "\n" << r.counterexample << "  " << r.message << "\n  replay: " << c.replay << "\n";
+        }
+        report.properties.push_back(std::move(c));
     }
     report.passed = report.failed.empty() && !results.empty();
     if (results.empty()) t << "no property selected: nothing was checked\n";

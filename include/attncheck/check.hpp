@@ -53,12 +53,36 @@ struct CheckOptions {
     // A property with too few supported cases (fewer than 10, the kernel refused the rest) is
     // "not checked" and fails the report, unless this is set.
     bool allow_unchecked = false;
+    // Wall-clock seconds shrinking a failure may take per property (0: no limit). Past it the
+    // smallest failing case found so far is reported (RunParams::shrink_budget_s).
+    double shrink_time_s = 5;
+    // The replay line of a failure, with {seed}, {cases} and {property} replaced; empty: the
+    // environment variables below and "<this test binary>". A caller that is not a test binary
+    // (the Python module) says how its own runs are replayed.
+    std::string replay;
 
     // `defaults` overridden by ATTNCHECK_SEED, ATTNCHECK_CASES (both kernel and decoder cases)
     // and ATTNCHECK_PROPERTY (a comma-separated list of property names). A malformed value
     // throws std::invalid_argument naming the variable.
     static CheckOptions from_environment(CheckOptions defaults);
     static CheckOptions from_environment();  // the defaults above, overridden
+};
+
+// One property's outcome in a report, for a caller that acts on it rather than prints it.
+struct CheckedProperty {
+    std::string property;
+    // "pass", "fail", "not checked", "error", "skipped" or "not applicable".
+    std::string status;
+    int cases = 0;        // cases run (passed or refused); for a failure, those before it
+    int unsupported = 0;  // of those, cases the kernel refused
+    int budget = 0;       // cases asked for
+    int failed_at = 0;    // the first failing case (1-based), 0 when none failed
+    std::string counterexample;  // the shrunk case, one "label: value" line each
+    std::string message;         // why it failed: the worst element with both values and the bound
+    std::string warning;         // a passing run that checked less than asked
+    std::string replay;          // the replay line of a failure, "" otherwise
+    double seconds = 0;
+    bool shrink_stopped = false;  // the shrink time ran out: the counterexample is not minimal
 };
 
 struct CheckReport {
@@ -71,6 +95,7 @@ struct CheckReport {
     std::string text;
     std::vector<std::string> failed;  // names of the properties that failed
     std::uint64_t seed = 0;           // the seed that was used
+    std::vector<CheckedProperty> properties;  // every property that ran, in the table's order
 };
 
 // Runs the properties on `fn` (called `name` in the report). Throws std::invalid_argument for an
