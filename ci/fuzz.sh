@@ -6,13 +6,13 @@
 #
 # Usage: ci/fuzz.sh [--merge] [target...]      targets: model npy tokens (default: all)
 #   --merge   after fuzzing, fold the new interesting inputs into libfuzzer/corpus/ (then commit them)
-# Environment: ATTNCHECK_FUZZ_SECONDS (per target, default 60), ATTNCHECK_FUZZ_BUILD_DIR
+# Environment: ATTNCHECK_FUZZ_SECONDS (per target, default 50), ATTNCHECK_FUZZ_BUILD_DIR
 #   (default build-fuzz), CXX_FUZZ (the clang++, default clang++-14 or clang++).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . ci/lib.sh
 
-seconds=${ATTNCHECK_FUZZ_SECONDS:-60}
+seconds=${ATTNCHECK_FUZZ_SECONDS:-50}
 dir=${ATTNCHECK_FUZZ_BUILD_DIR:-build-fuzz}
 cxx=${CXX_FUZZ:-$(command -v clang++-14 || command -v clang++)}
 merge=0

@@ -39,5 +39,5 @@ for path in avx512 avx2 scalar; do
   ran=$((ran + 1))
 done
 echo "== other_isa.sh: building for -march=znver3 with warnings as errors (not run)"
-ATTNCHECK_WERROR=ON ATTNCHECK_BUILD_DIR=$dir ci/build.sh -DATTNCHECK_MARCH=znver3 -DATTNCHECK_BUILD_BENCH=OFF
+ATTNCHECK_WERROR=ON ATTNCHECK_BUILD_DIR=$dir ci/build.sh -DATTNCHECK_MARCH=znver3 -DATTNCHECK_BUILD_BENCH=OFF -DATTNCHECK_PYTHON=OFF
 echo "other_isa.sh: $ran other path(s) tested; the znver3 build is clean"

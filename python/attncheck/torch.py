@@ -32,13 +32,12 @@ _ARRAYS = ("kv_lens", "cu_seqlens_q", "cu_seqlens_k", "q_pos", "alibi_slopes", "
 
 def from_numpy(a: np.ndarray, dtype: str) -> _torch.Tensor:
     """A problem tensor as a torch tensor sharing its memory (bfloat16 bit patterns as bfloat16)."""
+    bf16 = dtype == "bfloat16" and a.dtype == np.uint16
     with warnings.catch_warnings():
         # q, k, v are read-only views: torch warns that it cannot mark them so.
         warnings.simplefilter("ignore", UserWarning)
-        t = _torch.from_numpy(a)
-    if dtype == "bfloat16" and a.dtype == np.uint16:
-        t = t.view(_torch.bfloat16)
-    return t
+        t = _torch.from_numpy(a.view(np.int16) if bf16 else a)  # torch has no uint16
+    return t.view(_torch.bfloat16) if bf16 else t
 
 
 def to_numpy(t: _torch.Tensor, dtype: str) -> np.ndarray:
