@@ -108,6 +108,7 @@ GradOracle attention_grad_oracle(const attncheck_problem_v2& p, const attncheck_
     const double fl = kMinNormal32, fl_scaled = std::max(1.0, std::abs(scale)) * kMinNormal32;
     const bool narrow = p.dtype != ATTNCHECK_DTYPE_F32;
     const bool rounded = options.probabilities_rounded && narrow;
+    const bool bounds = !options.values_only;
     const auto load = [&](const void* data, std::int64_t offset) { return double(load_element(p.dtype, data, offset)); };
     std::vector<Key> row_keys;
     std::vector<double> dO(uDv), out_exact(uDv), q(uDk), dq(uDk), aq(uDk), bq(uDk);
@@ -151,6 +152,7 @@ GradOracle attention_grad_oracle(const attncheck_problem_v2& p, const attncheck_
                     E_softmax = std::max(E_softmax, k.sc.e + u * (4.0 * std::abs(k.sc.s) + 4.0 * std::abs(m) + 4.0));
                 const double rel_softmax = std::expm1(2.0 * E_softmax) * (1.0 + g(3.0 * nn + 10.0)) + g(3.0 * nn + 10.0);
                 for (Key& k : row_keys) {
+                    if (!bounds) break;
                     const double E = k.sc.e + u * (4.0 * std::abs(k.sc.s) + 4.0 * std::abs(double(lse_given)) + 4.0) + lse_error;
                     double rel = std::max(std::expm1(E), rel_softmax);
                     if (rounded) rel += ud * (1.0 + rel);
@@ -162,11 +164,12 @@ GradOracle attention_grad_oracle(const attncheck_problem_v2& p, const attncheck_
                 std::fill(out_exact.begin(), out_exact.end(), 0.0);
                 for (Key& k : row_keys) {
                     const double* vj = kv.value(k.j, Dv);
+                    if (bounds)
+                        for (int c = 0; c < Dv; ++c) k.mdP += std::abs(dO[std::size_t(c)] * vj[c]);
                     for (int c = 0; c < Dv; ++c) {
                         const double vc = vj[c];
                         out_exact[std::size_t(c)] += k.p * vc;
                         k.dP += dO[std::size_t(c)] * vc;
-                        k.mdP += std::abs(dO[std::size_t(c)] * vc);
                     }
                     k.edP = g(double(Dv) + 2.0) * k.mdP + 2.0 * double(Dv) * fl;
                 }
@@ -230,17 +233,20 @@ GradOracle attention_grad_oracle(const attncheck_problem_v2& p, const attncheck_
                     const double* kj = kv.key(k.j, Dk);
                     for (int c = 0; c < Dk; ++c) {
                         const std::size_t uc = std::size_t(c);
-                        const double kc = kj[c];
-                        dq[uc] += scale * dS0 * kc;
-                        aq[uc] += e_dS0 * std::abs(kc);
-                        bq[uc] += (std::abs(dS0) + e_dS0) * std::abs(kc);
+                        dq[uc] += scale * dS0 * kj[c];
                         o.dk[kr * uDk + uc] += scale * dS0 * q[uc];
+                    }
+                    for (int c = 0; c < Dv; ++c) o.dv[kr * uDv + std::size_t(c)] += k.p * dO[std::size_t(c)];
+                    if (!bounds) continue;
+                    for (int c = 0; c < Dk; ++c) {
+                        const std::size_t uc = std::size_t(c);
+                        aq[uc] += e_dS0 * std::abs(kj[c]);
+                        bq[uc] += (std::abs(dS0) + e_dS0) * std::abs(kj[c]);
                         ak.a[kr * uDk + uc] += e_dS0 * std::abs(q[uc]);
                         ak.b[kr * uDk + uc] += (std::abs(dS0) + e_dS0) * std::abs(q[uc]);
                     }
                     for (int c = 0; c < Dv; ++c) {
                         const std::size_t uc = std::size_t(c);
-                        o.dv[kr * uDv + uc] += k.p * dO[uc];
                         av.a[kr * uDv + uc] += k.ep * std::abs(dO[uc]);
                         av.b[kr * uDv + uc] += (k.p + k.ep) * std::abs(dO[uc]);
                     }
@@ -256,6 +262,10 @@ GradOracle attention_grad_oracle(const attncheck_problem_v2& p, const attncheck_
             }
         }
 
+    if (!bounds) {
+        o.dq_bound.clear();
+        return o;
+    }
     // dk_j = scale sum over the rows that see key j (of every query head of its group), dv_j the
     // same without the scale: sums of m terms in any order.
     o.dk_bound.assign(keys * uDk, 0.0);
@@ -292,7 +302,9 @@ extern "C" int attncheck_reference_kernel_v2_backward(const attncheck_problem_v2
     try {
         if (!grads_v2_error(*p, *g).empty()) return ATTNCHECK_UNSUPPORTED;
         // The whole result first, then dq, dk and dv, each element once, at the ABI's offsets.
-        const reference::GradOracle o = reference::attention_grad_oracle(*p, g->dout);
+        reference::GradOracleOptions values;
+        values.values_only = true;
+        const reference::GradOracle o = reference::attention_grad_oracle(*p, g->dout, values);
         for (int b = 0; b < p->batch; ++b) {
             for (int h = 0; h < p->q_heads; ++h)
                 for (int i = 0; i < o.q_len[std::size_t(b)]; ++i)

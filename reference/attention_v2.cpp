@@ -193,6 +193,10 @@ void attend_row(const attncheck_problem_v2& p, const OracleV2Options& options, i
             v[t] = keys[t].j < 0 ? 0.0 : kv.value(keys[t].j, p.value_dim)[c];
             out += keys[t].p * v[t];
         }
+        if (options.values_only) {
+            o.out[r * Dv + c] = out;
+            continue;
+        }
         double soft = 0, mag = 0, vmax = 0, cap = 0;
         for (std::size_t t = 0; t < n; ++t) {
             soft += keys[t].p * keys[t].e * std::abs(v[t] - out);
@@ -265,7 +269,9 @@ extern "C" int attncheck_reference_kernel_v2(const attncheck_problem_v2* p) {
     try {
         if (!problem_v2_error(*p).empty()) return ATTNCHECK_UNSUPPORTED;
         // The whole result first, then out and lse, each element once, at the ABI's offsets.
-        const reference::OracleV2 o = reference::attention_v2_oracle(*p);
+        reference::OracleV2Options values;
+        values.values_only = true;
+        const reference::OracleV2 o = reference::attention_v2_oracle(*p, values);
         const std::size_t Dv = std::size_t(p->value_dim);
         for (int b = 0; b < p->batch; ++b)
             for (int h = 0; h < p->q_heads; ++h)

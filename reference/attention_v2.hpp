@@ -24,6 +24,9 @@ struct OracleV2Options {
     // correctly rounded ones; a GPU kernel on tanh.approx.f32 (relative error 2^-11) declares
     // 4096 (the declaration item tanh_ulps=4096, attncheck/declaration.hpp, sets this).
     double tanh_ulps = 2.0;
+    // The values only, bounds left empty: what the reference kernels store (they call the oracle
+    // for its values, and the suite computes the bound of its own oracle call).
+    bool values_only = false;
 };
 
 struct OracleV2 {
