@@ -97,7 +97,7 @@ stage "examples: flash-kernel flash_attention (ABI v2) passes" \
   expect_fuzz 0 "" "$work/flash-kernel/libflash_style_kernel.so" flash_attention --seed "$(ci_seed)"
 # The Python package as installed (python/CMakeLists.txt: <prefix>/lib/python3/dist-packages):
 # --attncheck-cases is an option of the plugin, so pytest accepts it only when the installed
-# entry point loaded it. The full Python examples run in the test stage (ctest python:examples).
+# entry point loaded it. The full Python examples run in the test stage (ctest label python).
 python_installed() {
   PYTHONPATH="$prefix/lib/python3/dist-packages" "$(gate_python)" -m pytest -q -p no:cacheprovider \
     --attncheck-cases 30 --attncheck-seed "$(ci_seed)" examples/python/test_torch_sdpa.py -k mask_from_the_positions
