@@ -14,8 +14,9 @@ import attncheck
 FAST = dict(cases=30, decoder=False, shrink_time=1.0)
 
 
-def _softmax_rows(p, b, h, to32=attncheck.to_float32):
-    """A plain float64 evaluation of one (sequence, head) of p, for the small kernels here."""
+def _softmax_rows(p, b, h, to32=attncheck.to_float32, off_by_one=False):
+    """A plain float64 evaluation of one (sequence, head) of p, for the small kernels here;
+    off_by_one: the planted bug of a causal mask one key to the left (j < a)."""
     start, n = p.queries(b)
     q = to32(p.rows(p.q, b, h), p.dtype).astype(np.float64)
     hk = p.kv_head(h)
@@ -26,7 +27,7 @@ def _softmax_rows(p, b, h, to32=attncheck.to_float32):
     j = np.arange(k.shape[0])[None, :]
     visible = np.ones(s.shape, dtype=bool)
     if p.causal:
-        visible &= j <= a
+        visible &= (j < a) if off_by_one else (j <= a)
     if p.window_left >= 0:
         visible &= j >= a - p.window_left
     if not p.causal and p.window_right >= 0:
@@ -73,28 +74,13 @@ def test_the_builtin_through_python_passes_with_the_decoder():
 
 
 def _mask_off_by_one(p):
-    simple_kernel(p)
-    # the last visible key of every row dropped: the causal mask one to the left
+    attncheck.require_declared(p, SIMPLE)
     for b in range(p.batch):
         for h in range(p.q_heads):
-            start, n = p.queries(b)
-            if p.causal and p.keys(b) > 1:
-                q = attncheck.to_float32(p.rows(p.q, b, h), p.dtype).astype(np.float64)
-                k = attncheck.to_float32(p.key_rows(p.k, b, p.kv_head(h)), p.dtype).astype(np.float64)
-                v = attncheck.to_float32(p.key_rows(p.v, b, p.kv_head(h)), p.dtype).astype(np.float64)
-                s = p.scale * q @ k.T
-                a = int(p.q_pos[b]) + np.arange(n)[:, None]
-                j = np.arange(k.shape[0])[None, :]
-                vis = (j < a) & (j < k.shape[0])
-                if p.window_left >= 0:
-                    vis &= j >= a - p.window_left
-                s = np.where(vis, s, -np.inf)
-                m = np.max(s, axis=1, keepdims=True, initial=-np.inf)
-                m = np.where(np.isfinite(m), m, 0.0)
-                e = np.exp(s - m)
-                z = e.sum(axis=1, keepdims=True)
-                out = np.where(z > 0, (e @ v) / np.where(z > 0, z, 1), 0)
-                p.rows(p.out, b, h)[...] = attncheck.from_float32(out, p.dtype)
+            out, _ = _softmax_rows(p, b, h, off_by_one=True)
+            p.rows(p.out, b, h)[...] = attncheck.from_float32(out, p.dtype)
+            if p.lse is not None:
+                p.rows(p.lse, b, h)[...] = _softmax_rows(p, b, h)[1]
 
 
 def test_a_planted_bug_fails_with_a_shrunk_case_and_a_replay_line():
