@@ -394,10 +394,8 @@ py::object make_problem(py::array q, py::array k, py::array v, const std::string
         py::array_t<std::int32_t, py::array::c_style | py::array::forcecast> cu(cu_seqlens_q);
         if (cu.ndim() != 1 || cu.size() < 2) throw py::value_error("cu_seqlens_q: expected B + 1 >= 2 values");
         p.batch = int(cu.size() - 1);
-    } else if (paged) {
-        p.batch = int(q.shape(0));
     } else {
-        p.batch = int(q.shape(0));
+        p.batch = int(q.shape(0));  // dense and paged: q's batch axis
     }
     const py::ssize_t B = p.batch;
     p.cu_seqlens_q = ints_of(cu_seqlens_q, "cu_seqlens_q", B + 1, h);
