@@ -42,9 +42,12 @@ void print_header(const Options& o, const Result& r) {
     if (o.baseline) std::printf(" against baseline %s (interleaved)", describe(*o.baseline).c_str());
     std::printf(", threads %d, %d repetitions of at least %g s per shape\n", o.threads, o.reps, o.min_time);
     std::printf("%s\n", isa_line().c_str());
-    std::printf("calibration (this process): FMA peak %.1f GFLOP/s on %d threads, DRAM read %.1f GB/s; "
+    char dram[64] = "DRAM read not measured (no decode shape)";
+    if (r.calibration.dram_read_gbs > 0)
+        std::snprintf(dram, sizeof dram, "DRAM read %.1f GB/s", r.calibration.dram_read_gbs);
+    std::printf("calibration (this process): FMA peak %.1f GFLOP/s on %d threads, %s; "
                 "OpenMP wait: OMP_WAIT_POLICY=%s GOMP_SPINCOUNT=%s\n",
-                r.calibration.fma_peak_gflops, o.threads, r.calibration.dram_read_gbs,
+                r.calibration.fma_peak_gflops, o.threads, dram,
                 env_or("OMP_WAIT_POLICY", "(default)").c_str(), env_or("GOMP_SPINCOUNT", "(default)").c_str());
     for (const ShapeResult& s : r.shapes) {
         if (!s.shape.decode) continue;
@@ -139,7 +142,7 @@ Json context(const Options& o, const Result& r) {
     c["attncheck_threads"] = std::to_string(o.threads);
     c["attncheck_pass"] = o.backward ? "backward" : "forward";
     c["fma_peak_gflops"] = r.calibration.fma_peak_gflops;
-    c["dram_read_gbs"] = r.calibration.dram_read_gbs;
+    if (r.calibration.dram_read_gbs > 0) c["dram_read_gbs"] = r.calibration.dram_read_gbs;  // decode shapes only
     c["attncheck_verdict"] = r.verdict;
     return c;
 }

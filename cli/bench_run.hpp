@@ -115,7 +115,7 @@ struct ShapeResult {
 
 struct Calibration {
     double fma_peak_gflops = 0;  // on Options::threads threads
-    double dram_read_gbs = 0;    // all OpenMP threads
+    double dram_read_gbs = 0;    // all OpenMP threads; 0: not measured (no decode shape uses it)
 };
 
 struct Result {

@@ -516,7 +516,9 @@ TEST_CASE("a registry kernel that reads out of bounds runs isolated, and each su
         if (!e.reads_out_of_bounds) continue;
         ++isolated;
         INFO(e.name << " (" << e.bug << ")");
-        const Result r = run_cli(dir, {"fuzz", "--kernel", e.name, "--cases", "100", "--seed", "1"},
+        // 30 cases: each of these mutants fails within them at this seed (the zoo's kill test
+        // holds the default budget); what is asserted here is the isolation of the crash.
+        const Result r = run_cli(dir, {"fuzz", "--kernel", e.name, "--cases", "30", "--seed", "1"},
                                  {"ASAN_OPTIONS=halt_on_error=1:log_path=stderr:handle_segv=0:detect_leaks=0"});
         INFO(r.describe());
         CHECK(r.code == 1);

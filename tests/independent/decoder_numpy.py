@@ -8,6 +8,10 @@ agreement between the two is evidence that both implement the spec.
 
 Usage:
     decoder_numpy.py MODEL.safetensors TOKENS OUT.npy [MEMORY.npy VALID_LEN]
+    decoder_numpy.py --batch LIST.txt
+
+LIST.txt holds one such set of arguments per line, separated by tabs: one process for many
+cases (a Python start with NumPy costs more than a small decoder's forward).
 
 TOKENS is a comma-separated list of token ids ("3,1,4"). MEMORY.npy is [S, d] (float32 or
 float64) and VALID_LEN the number of its rows that are real (the rest is padding); both are
@@ -206,6 +210,19 @@ def decode(cfg, W, tokens, memory, n_valid):
 
 
 def main(argv):
+    if len(argv) == 3 and argv[1] == "--batch":
+        with open(argv[2], encoding="utf-8") as f:
+            lines = [line.rstrip("\n") for line in f if line.strip()]
+        for n, line in enumerate(lines, 1):
+            try:
+                run_one([argv[0]] + line.split("\t"))
+            except BadInput as e:
+                raise BadInput(f"{argv[2]}:{n}: {e}") from e
+        return 0
+    return run_one(argv)
+
+
+def run_one(argv):
     if len(argv) not in (4, 6):
         raise BadInput(__doc__)
     meta, W = read_safetensors(argv[1])

@@ -6,7 +6,7 @@
 // written from MODEL.md alone, that reads the model through its own safetensors parser (so the
 // file format written by save_model is checked too). Every one of the 96 configurations is run.
 //
-// The script's logits come back through a .npy file read by read_npy, which rounds them to
+// All cases go to one Python process (the script's --batch). The script's logits come back through a .npy file read by read_npy, which rounds them to
 // float32: that rounding is at most 2^-24 of a logit, 16 times below the bound.
 //
 // Dimension legend: V, d, T, S as in MODEL.md.
@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -67,37 +68,41 @@ struct ScratchDir {
     }
 };
 
-// The reference against the script on one case; returns the worst error relative to max|logit|.
-double compare_with_numpy(const ScratchDir& dir, test::VariantCase& v) {
-    INFO(v.describe());
-    const ModelConfig& c = v.config;
-    const std::vector<int> tokens = v.tokens(c.max_len);
-    // 5 rows, 3 real: the script must mask the padding too.
-    const auto memory = v.memory(5, 3);
+// One case written for the script: its model, tokens and memory files, and the line of the
+// batch list that names them.
+struct Written {
+    std::vector<int> tokens;
+    std::optional<Memory> memory;
+    fs::path out_file;
+    std::string line;  // MODEL \t TOKENS \t OUT [\t MEMORY \t VALID_LEN]
+};
 
-    const fs::path model_file = dir.path / "model.safetensors";
-    const fs::path memory_file = dir.path / "memory.npy";
-    const fs::path out_file = dir.path / "logits.npy";
-    const fs::path log_file = dir.path / "log.txt";
-    fs::remove(out_file);
+Written write_case(const ScratchDir& dir, int index, test::VariantCase& v) {
+    const ModelConfig& c = v.config;
+    Written w{v.tokens(c.max_len), v.memory(5, 3), dir.path / ("logits_" + std::to_string(index) + ".npy"), {}};
+    // 5 memory rows, 3 real: the script must mask the padding too.
+    const fs::path model_file = dir.path / ("model_" + std::to_string(index) + ".safetensors");
     save_model(v.model, model_file.string());
     // g++ 12 warns falsely (-Wrestrict) on chains of std::string operator+; a stream is clearer anyway.
-    std::ostringstream command;
-    command << kPython << " '" << script_path() << "' '" << model_file.string() << "' ";
-    for (std::size_t i = 0; i < tokens.size(); ++i) command << (i ? "," : "") << tokens[i];
-    command << " '" << out_file.string() << "'";
-    if (memory) {
-        write_npy(memory_file.string(), {std::size_t(memory->rows), std::size_t(c.d_model)}, memory->data);
-        command << " '" << memory_file.string() << "' " << memory->valid_len;
+    std::ostringstream line;
+    line << model_file.string() << '\t';
+    for (std::size_t i = 0; i < w.tokens.size(); ++i) line << (i ? "," : "") << w.tokens[i];
+    line << '\t' << w.out_file.string();
+    if (w.memory) {
+        const fs::path memory_file = dir.path / ("memory_" + std::to_string(index) + ".npy");
+        write_npy(memory_file.string(), {std::size_t(w.memory->rows), std::size_t(c.d_model)}, w.memory->data);
+        line << '\t' << memory_file.string() << '\t' << w.memory->valid_len;
     }
-    command << " > '" << log_file.string() << "' 2>&1";
-    const std::string cmd = command.str();
-    const int rc = std::system(cmd.c_str());
-    INFO("command: " << cmd << "\noutput: " << slurp(log_file));
-    REQUIRE(rc == 0);
+    w.line = line.str();
+    return w;
+}
 
-    const NpyArray theirs = read_npy(out_file.string());  // [T, V]
-    const xt::xtensor<double, 2> ours = reference::Decoder<double>(v.model).forward(tokens, memory);  // [T, V]
+// The reference against the script's logits on one case; returns the worst error relative to
+// max|logit|.
+double compare_with_numpy(const Written& w, test::VariantCase& v) {
+    INFO(v.describe());
+    const NpyArray theirs = read_npy(w.out_file.string());  // [T, V]
+    const xt::xtensor<double, 2> ours = reference::Decoder<double>(v.model).forward(w.tokens, w.memory);  // [T, V]
     REQUIRE(theirs.shape == std::vector<std::size_t>{ours.shape(0), ours.shape(1)});
     const double scale = xt::amax(xt::abs(ours))();
     std::size_t worst_i = 0;
@@ -127,11 +132,25 @@ void compare_variants(std::uint64_t id, int n, Config config, const char* which)
     }
     REQUIRE(fs::exists(script_path()));
     ScratchDir dir;
-    double worst = 0;
+    std::vector<test::VariantCase> cases;
+    std::vector<Written> written;
+    std::ofstream list(dir.path / "cases.txt");
     for (int index = 0; index < n; ++index) {
-        test::VariantCase v(id, index, config(index));
-        worst = std::max(worst, compare_with_numpy(dir, v));
+        cases.emplace_back(id, index, config(index));
+        written.push_back(write_case(dir, index, cases.back()));
+        list << written.back().line << '\n';
     }
+    list.close();
+    // One Python process for every case (each start with NumPy costs about 0.2 s).
+    const fs::path log_file = dir.path / "log.txt";
+    const std::string cmd = std::string(kPython) + " '" + script_path() + "' --batch '" +
+                            (dir.path / "cases.txt").string() + "' > '" + log_file.string() + "' 2>&1";
+    const int rc = std::system(cmd.c_str());
+    INFO("command: " << cmd << "\noutput: " << slurp(log_file));
+    REQUIRE(rc == 0);
+    double worst = 0;
+    for (int index = 0; index < n; ++index)
+        worst = std::max(worst, compare_with_numpy(written[std::size_t(index)], cases[std::size_t(index)]));
     WARN("worst reference-vs-numpy error over " << n << " " << which << ": " << worst << " x max|logit|");
 }
 
