@@ -57,31 +57,12 @@ xt::xtensor<T, 2> linear(const xt::xtensor<T, 2>& x, const xt::xtensor<T, 2>& W,
                          const xt::xtensor<T, 1>* b) {
     const std::size_t n = x.shape(0), in = x.shape(1), out = W.shape(0);
     xt::xtensor<T, 2> y = xt::zeros<T>({n, out});  // [n, out]
-    // Each y(r, o) is one sum over c in index order, then the bias. Four outputs are summed side
-    // by side: four independent chains of adds instead of one (the same values, bit for bit;
-    // the reference decoder spends most of its time here).
-    const auto dot = [&](std::size_t r, std::size_t o) {
-        T acc = 0;
-        for (std::size_t c = 0; c < in; ++c) acc += x(r, c) * W(o, c);
-        return acc;
-    };
-    const auto store = [&](std::size_t r, std::size_t o, T acc) { y(r, o) = b ? acc + (*b)(o) : acc; };
-    for (std::size_t r = 0; r < n; ++r) {
-        const T* xr = x.data() + r * in;
-        std::size_t o = 0;
-        for (; o + 4 <= out; o += 4) {
-            const T *w0 = W.data() + o * in, *w1 = w0 + in, *w2 = w1 + in, *w3 = w2 + in;
-            T a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-            for (std::size_t c = 0; c < in; ++c) {
-                a0 += xr[c] * w0[c];
-                a1 += xr[c] * w1[c];
-                a2 += xr[c] * w2[c];
-                a3 += xr[c] * w3[c];
-            }
-            store(r, o, a0), store(r, o + 1, a1), store(r, o + 2, a2), store(r, o + 3, a3);
+    for (std::size_t r = 0; r < n; ++r)
+        for (std::size_t o = 0; o < out; ++o) {
+            T acc = 0;
+            for (std::size_t c = 0; c < in; ++c) acc += x(r, c) * W(o, c);
+            y(r, o) = b ? acc + (*b)(o) : acc;
         }
-        for (; o < out; ++o) store(r, o, dot(r, o));
-    }
     return y;
 }
 
