@@ -33,21 +33,30 @@ cmake --build "$dir" -j"$(jobs)"
 # needs 512 MB (the loader must not allocate what a header merely claims), one input never takes
 # 10 s (a hang is a bug too).
 declare -A max_len=([model]=65536 [npy]=4096 [tokens]=1024)
-failed=()
-for t in "${targets[@]}"; do
-  work=out/fuzz/$t
+# One harness: fuzzes target $1, its log in out/fuzz/$1/log.txt; exit 1 on a finding.
+fuzz_one() {
+  local t=$1 work=out/fuzz/$1
   rm -rf "$work"; mkdir -p "$work/new"
   # One more model seed, made by the command line itself, when a build is there to make it.
   if [ "$t" = model ] && [ -x build/cli/attncheck ]; then
     build/cli/attncheck init --out "$work/new/init_tiny.safetensors" --preset tiny --seed 1 \
       >/dev/null 2>&1 || true
   fi
-  echo "== fuzz_$t for ${seconds}s"
   # New inputs go to the scratch folder (first), the committed corpus is read only.
-  if ! "$dir/fuzz_$t" "$work/new" "libfuzzer/corpus/$t" \
-        -dict="libfuzzer/$t.dict" -max_total_time="$seconds" -max_len="${max_len[$t]}" \
-        -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=512 \
-        -artifact_prefix="$work/" -print_final_stats=1 2> "$work/log.txt"; then
+  "$dir/fuzz_$t" "$work/new" "libfuzzer/corpus/$t" \
+    -dict="libfuzzer/$t.dict" -max_total_time="$seconds" -max_len="${max_len[$t]}" \
+    -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=512 \
+    -artifact_prefix="$work/" -print_final_stats=1 2> "$work/log.txt"
+}
+
+# The harnesses run side by side, as many at a time as there are jobs (each is one process on
+# one core: one after another, a 2-core machine idled half of this stage).
+declare -A pid=()
+running=()
+failed=()
+report() {
+  local t=$1 work=out/fuzz/$1
+  if ! wait "${pid[$t]}"; then
     failed+=("$t")
     tail -n 60 "$work/log.txt"
     echo "fuzz.sh: fuzz_$t FAILED; reproducer(s): $(ls "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$work"/oom-* 2>/dev/null | tr '\n' ' ')"
@@ -58,7 +67,18 @@ for t in "${targets[@]}"; do
   if [ "$merge" = 1 ]; then
     "$dir/fuzz_$t" -merge=1 "libfuzzer/corpus/$t" "$work/new" 2>/dev/null
   fi
+}
+for t in "${targets[@]}"; do
+  if [ ${#running[@]} -ge "$(jobs)" ]; then
+    report "${running[0]}"
+    running=("${running[@]:1}")
+  fi
+  echo "== fuzz_$t for ${seconds}s"
+  fuzz_one "$t" &
+  pid[$t]=$!
+  running+=("$t")
 done
+for t in "${running[@]}"; do report "$t"; done
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzz.sh: failures in: ${failed[*]}" >&2

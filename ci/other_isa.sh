@@ -7,7 +7,7 @@
 #      (ctest label isa: GEMM, the attention kernels, exp, the optimized decoder) at the CI
 #      budget, and the property suite (label properties: every kernel and decoder property
 #      against the built-in kernels and decoders) at a reduced budget of random cases,
-#      ATTNCHECK_OTHER_ISA_CASES (default 30, as under the sanitizers). Everything else (model
+#      ATTNCHECK_OTHER_ISA_CASES (default 20). Everything else (model
 #      files, the reference, the command line, the zoo's own kernels) runs the same code on every
 #      path and is tested once, in the test stage;
 #   2. a build for -march=znver3 (AVX2 + FMA, what g++ 12 picks on AMD Zen 3, the class of most
@@ -35,7 +35,7 @@ for path in avx512 avx2 scalar; do
   ATTNCHECK_ISA=$path ATTNCHECK_BUILD_DIR=$build ATTNCHECK_JUNIT=out/test/junit-isa-$path.xml \
     ci/test.sh -L isa "$@"
   ATTNCHECK_ISA=$path ATTNCHECK_BUILD_DIR=$build ATTNCHECK_JUNIT=out/test/junit-properties-$path.xml \
-    ATTNCHECK_CI_CASES=${ATTNCHECK_OTHER_ISA_CASES:-30} ci/test.sh -L properties "$@"
+    ATTNCHECK_CI_CASES=${ATTNCHECK_OTHER_ISA_CASES:-20} ci/test.sh -L properties "$@"
   ran=$((ran + 1))
 done
 echo "== other_isa.sh: building for -march=znver3 with warnings as errors (not run)"
