@@ -5,6 +5,7 @@
 // check_kernel() (properties/check.cpp); a flag overrides its variable. The hidden --worker and
 // --worker-out start the worker side of a --kernel-lib run (properties/fuzz_library.cpp).
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <iostream>
 #include <map>
@@ -30,6 +31,7 @@ struct FuzzArgs {
     std::vector<std::string> kernels, properties;
     std::vector<std::string> declare, empty_rows, head_dim, deterministic;
     std::string decoder, level, cases, seed, shrink_time, timeout;
+    std::string rounds, duration, shard, checkpoint_every;
     bool list = false, worker = false;
     FuzzOptions o;  // the flags that need no checking are stored here directly
 };
@@ -76,6 +78,51 @@ double parse_seconds(const std::string& flag, const std::string& v, bool zero_ok
     } catch (const std::exception&) {
     }
     throw UsageError(flag + " " + v + ": " + what);
+}
+
+// A duration: "90s", "30m", "8h", "1h30m", "2d" or plain seconds ("45"); more than 0 and at most
+// 30 days.
+double parse_duration(const std::string& flag, const std::string& v) {
+    const std::string what = flag + " " + v + ": expected a duration such as 90s, 30m, 8h or 1h30m (at most 30 days)";
+    double total = 0;
+    std::size_t i = 0;
+    while (i < v.size()) {
+        std::size_t used = 0;
+        double n = 0;
+        try {
+            if (!std::isdigit(static_cast<unsigned char>(v[i]))) throw UsageError(what);
+            n = std::stod(v.substr(i), &used);
+        } catch (const std::exception&) {
+            throw UsageError(what);
+        }
+        // A number without a unit is seconds, and only as the whole value ("1h30" is refused).
+        if (i > 0 && i + used == v.size() && v.find_first_not_of("0123456789.") != std::string::npos) throw UsageError(what);
+        i += used;
+        const char unit = i < v.size() ? v[i++] : 's';
+        const double scale = unit == 's' ? 1 : unit == 'm' ? 60 : unit == 'h' ? 3600 : unit == 'd' ? 86400 : 0;
+        if (scale == 0) throw UsageError(what);
+        total += n * scale;
+    }
+    if (!(total > 0) || total > 30 * 86400.0) throw UsageError(what);
+    return total;
+}
+
+// --shard I/N: 0 <= I < N <= 100000.
+void parse_shard(const std::string& v, int& index, int& count) {
+    const std::size_t slash = v.find('/');
+    try {
+        std::size_t a = 0, b = 0;
+        if (slash != std::string::npos && slash > 0 && slash + 1 < v.size() && v[0] != '-' && v[slash + 1] != '-') {
+            const long i = std::stol(v.substr(0, slash), &a), n = std::stol(v.substr(slash + 1), &b);
+            if (a == slash && b == v.size() - slash - 1 && n >= 1 && n <= 100000 && i >= 0 && i < n) {
+                index = int(i);
+                count = int(n);
+                return;
+            }
+        }
+    } catch (const std::exception&) {
+    }
+    throw UsageError("--shard " + v + ": expected I/N with 0 <= I < N (shards count from 0), e.g. 0/4");
 }
 
 // The declaration items of --declare, --empty-rows, --head-dim and --deterministic, in the
@@ -131,6 +178,16 @@ void check_flags(const CLI::App& sub, FuzzArgs& a) {
     if (o.mutants && (!o.kernels.empty() || !o.kernel_lib.empty() || o.reference_decoder))
         throw UsageError("--mutants runs the zoo; it does not combine with --kernel, --kernel-lib or --decoder");
     if (o.mutants && !o.junit.empty()) throw UsageError("--junit does not combine with --mutants (use --json)");
+    if (!a.rounds.empty()) o.rounds = parse_cases("--rounds", a.rounds);
+    if (!a.duration.empty()) o.duration_s = parse_duration("--duration", a.duration);
+    if (!a.shard.empty()) parse_shard(a.shard, o.shard_index, o.shard_count);
+    if (!a.checkpoint_every.empty()) {
+        o.checkpoint_every_s = parse_duration("--checkpoint-every", a.checkpoint_every);
+        if (o.json.empty()) throw UsageError("--checkpoint-every writes the --json report: give --json FILE");
+    }
+    if (o.mutants && (o.campaign() || !o.corpus.empty()))
+        throw UsageError("--mutants runs the zoo once; --rounds, --duration, --shard and --corpus are for kernels and decoders");
+    if (o.corpus_prune && o.corpus.empty()) throw UsageError("--corpus-prune needs --corpus DIR");
 }
 
 // RapidCheck's RC_PARAMS ("seed=S max_success=N ..."), which a user replaying a test binary's
@@ -241,6 +298,27 @@ void add_budget_options(CLI::App* sub, FuzzArgs& a) {
         ->type_name("LIST")->allow_extra_args(false);
     sub->add_option("--deterministic", a.deterministic, "The same as --declare deterministic=...")
         ->type_name("yes|no")->allow_extra_args(false);
+    sub->add_option("--rounds", a.rounds,
+                    "Campaign: run the selection R times, round r at a seed derived from --seed (round 0 at --seed "
+                    "itself); with --shard, R rounds per shard")
+        ->type_name("R");
+    sub->add_option("--duration", a.duration,
+                    "Campaign: keep running rounds until this much time is spent (90s, 30m, 8h, 1h30m; with --rounds, "
+                    "whichever ends first); the property run in flight finishes first. SIGINT/SIGTERM stop a campaign "
+                    "the same way, dropping the run in flight")
+        ->type_name("D");
+    sub->add_option("--shard", a.shard,
+                    "Campaign: this process runs shard I of N (I from 0): every Nth property run of the campaign, so "
+                    "N shards with one --seed cover one run of N times the rounds; attncheck report merge joins them")
+        ->type_name("I/N");
+    sub->add_option("--corpus", a.o.corpus,
+                    "Failure corpus: every new failure's shrunk case is saved in DIR (a JSON file each), and every "
+                    "entry is replayed first on later runs, as its one case (a refused file is named, never run)")
+        ->type_name("DIR");
+    sub->add_flag("--corpus-prune", a.o.corpus_prune, "Delete the corpus entries that pass now (default: kept, said fixed)");
+    sub->add_option("--checkpoint-every", a.checkpoint_every,
+                    "Campaign: rewrite the --json report this often while it runs (default 10m)")
+        ->type_name("D");
     sub->add_flag("--allow-unchecked", a.o.allow_unchecked,
                   "A property with fewer than 10 supported cases (NOT CHECKED) does not fail the run (it is still "
                   "reported)");
@@ -255,6 +333,7 @@ void add_output_options(CLI::App* sub, FuzzArgs& a) {
     // The worker side of --kernel-lib (properties/isolation/isolation.hpp): not for people.
     sub->add_flag("--worker", a.worker)->group("");
     sub->add_option("--worker-out", a.o.worker_out)->group("");
+    sub->add_option("--reproduce", a.o.reproduce)->group("");
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "attncheck/error.hpp"
 #include "attncheck/isa.hpp"
 #include "kernels/registry.hpp"
+#include "properties/campaign.hpp"
 #include "properties/fuzz_run.hpp"
 
 namespace attncheck::properties {
@@ -150,9 +151,10 @@ int run_mutants(const FuzzOptions& o, std::uint64_t seed, std::vector<Row>& rows
     return all_killed && controls_ok ? 0 : 1;
 }
 
-// The kernels and decoders the options select, then the tables and the failures.
-int run_subjects(const FuzzOptions& o, std::uint64_t seed, const std::vector<KernelUnderTest>& kernels,
-                 bool reference_decoder, std::vector<Row>& rows) {
+}  // namespace
+
+void collect_subjects(const FuzzOptions& o, std::uint64_t seed, const std::vector<KernelUnderTest>& kernels,
+                      bool reference_decoder, std::vector<Row>& rows) {
     ProgressLine line(o.progress);
     for (const auto& k : kernels) {
         const KernelEntry* e = find_kernel(k.name);
@@ -180,20 +182,20 @@ int run_subjects(const FuzzOptions& o, std::uint64_t seed, const std::vector<Ker
                             "--kernel " + k.name + declare_flag(o), rows, line);
     }
     if (!o.kernel_lib.empty()) run_library_isolated(o, seed, rows);
+}
 
-    print_table(std::cout, rows, RowKind::kernel, "kernel property");
-    print_table(std::cout, rows, RowKind::decoder, "decoder property");
+int report_rows(const FuzzOptions& o, const std::vector<Row>& table, const std::vector<Row>& rows) {
+    print_table(std::cout, table, RowKind::kernel, "kernel property");
+    print_table(std::cout, table, RowKind::decoder, "decoder property");
     int code = 0;
-    for (const Row& r : rows)
+    for (const Row& r : table)
         if (fails_run(r.result.status, o.allow_unchecked)) code = 1;
-    print_notes(std::cout, rows);
+    print_notes(std::cout, table);
     print_failures(std::cout, rows);
-    print_skipped(std::cout, rows);
+    print_skipped(std::cout, table);
     return code;
 }
 
-// The closing line, then --json and --junit. A file that cannot be written is exit 2, unless a
-// check failed: that verdict (1) is what a CI job must see.
 int finish(const FuzzOptions& o, std::uint64_t seed, double seconds, const std::vector<Row>& rows,
            nlohmann::json& json_out, int code) {
     int total_cases = 0;
@@ -217,6 +219,8 @@ int finish(const FuzzOptions& o, std::uint64_t seed, double seconds, const std::
     written("--junit", o.junit, junit_xml(rows, seed, seconds));
     return code;
 }
+
+namespace {
 
 // Everything that makes the run bad usage, found before it starts: unknown kernels, a library
 // or declaration that does not load, a selection that runs nothing, unwritable output files.
@@ -269,8 +273,15 @@ int run_fuzz(const FuzzOptions& o) {
         json_out["schema_version"] = kJsonSchemaVersion;
         json_out["seed"] = seed;
         json_out["isa"] = isa_line();
-        const int code = o.mutants ? run_mutants(o, seed, rows, json_out)
-                                   : run_subjects(o, seed, kernels, everything || o.reference_decoder, rows);
+        if (o.campaign() || !o.corpus.empty())
+            return run_campaign(o, seed, kernels, everything || o.reference_decoder, json_out);
+        int code = 0;
+        if (o.mutants) {
+            code = run_mutants(o, seed, rows, json_out);
+        } else {
+            collect_subjects(o, seed, kernels, everything || o.reference_decoder, rows);
+            code = report_rows(o, rows, rows);
+        }
         if (o.verbose) print_spread(std::cout, rows);
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         return finish(o, seed, seconds, rows, json_out, code);

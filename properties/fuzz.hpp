@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <optional>
 #include <string>
@@ -49,6 +50,21 @@ struct FuzzOptions {
     std::string declare;
     std::string json, junit;  // "" = not written
     std::string worker_out;   // the worker's result file (run_fuzz_worker)
+
+    // Campaigns (properties/campaign.hpp, docs/cli.md "Campaigns"). Any of rounds, duration_s
+    // or a shard makes the run a campaign: rounds of the whole selection, each at its own seed.
+    std::optional<int> rounds;       // --rounds (with --duration: whichever ends first)
+    double duration_s = 0;           // --duration; 0: none
+    int shard_index = 0, shard_count = 1;  // --shard I/N
+    double checkpoint_every_s = 600;       // --checkpoint-every: --json rewritten this often
+    std::string corpus;                    // --corpus DIR: failures saved there, replayed first
+    bool corpus_prune = false;             // --corpus-prune: an entry that passes now is deleted
+    std::string reproduce;  // the worker's case to run again (RunParams::reproduce), hidden --reproduce
+    // Which property runs this process takes, asked before each one (kind "kernel", "decoder",
+    // ...; the subject as the rows name it): a campaign's shard and a corpus replay choose
+    // through it. Empty: every selected run. A take that returns false skips that run.
+    std::function<bool(const std::string& kind, const std::string& subject, const std::string& property)> take;
+    bool campaign() const { return rounds || duration_s > 0 || shard_count > 1; }
 };
 
 // The run: prints the report on stdout and returns the exit code: 0 every property passed (with

@@ -54,6 +54,7 @@ std::vector<std::string> worker_args(const FuzzOptions& o, const std::vector<std
                              "--cases", std::to_string(cases), "--shrink-time", shrink_time.str(), "--worker-out",
                              out_path});
     if (!o.declare.empty()) args.insert(args.end(), {"--declare", o.declare});
+    if (!o.reproduce.empty()) args.insert(args.end(), {"--reproduce", o.reproduce});
     return args;
 }
 
@@ -173,6 +174,7 @@ void run_isolated(const FuzzOptions& o, std::uint64_t seed, const IsolatedSubjec
         const int cases = is_decoder ? decoder_cases(o, kernel_failed(rows, name), capped_from) : kernel_cases(o);
         const RowKind kind = is_decoder ? RowKind::decoder : s.kind;
         const std::string subject = is_decoder ? "optimized[" + name + "]" : name;
+        if (!takes(o, kind, subject, prop)) continue;
         Row base{kind, subject, flag, run_params(o, seed, cases), {}};
         base.library = s.library;
         base.capped_from = capped_from;

@@ -260,6 +260,12 @@ nlohmann::json to_json(const Row& r) {
     if (!p.note.empty()) j["note"] = p.note;
     if (!p.warning.empty()) j["warning"] = p.warning;
     if (r.capped_from) j["capped_from"] = r.capped_from;
+    if (!r.replay_flag.empty()) j["flag"] = r.replay_flag;
+    if (r.library) j["library"] = true;
+    if (r.unit >= 0 || r.round != 0) j["round"] = r.round;
+    if (r.unit >= 0) j["unit"] = r.unit;
+    if (!r.corpus_entry.empty()) j["corpus_entry"] = r.corpus_entry;
+    if (!p.reproduce.empty()) j["reproduce"] = p.reproduce;
     if (!p.vacuous_reason.empty()) j["vacuous_reason"] = p.vacuous_reason;
     if (p.status != Status::pass) {
         j["failed_at"] = p.failed_at;
@@ -305,6 +311,7 @@ PropertyResult from_json(const nlohmann::json& j) {
     p.seconds = j.value("seconds", 0.0);
     p.shrink_seconds = j.value("shrink_seconds", 0.0);
     p.shrink_stopped = j.value("shrink_stopped", false);
+    p.reproduce = j.value("reproduce", "");
     // The worker writes the object in the order the generators drew the values; nlohmann's
     // object sorts keys, so the labels' order in the text version is the one to trust.
     if (j.contains("counterexample_values") && j["counterexample_values"].is_object()) {
@@ -319,6 +326,22 @@ PropertyResult from_json(const nlohmann::json& j) {
     if (j.contains("spread") && j["spread"].is_object())
         for (const auto& [tags, n] : j["spread"].items()) p.spread[tags] = n.get<int>();
     return p;
+}
+
+Row row_from_json(const nlohmann::json& j) {
+    Row r;
+    r.kind = row_kind_from_string(j.value("kind", ""), RowKind::kernel);
+    r.subject = j.value("subject", "");
+    r.replay_flag = j.value("flag", "");
+    r.params.seed = j.value("seed", std::uint64_t(0));
+    r.params.cases = j.value("max_cases", 0);
+    r.result = from_json(j);
+    r.library = j.value("library", false);
+    r.capped_from = j.value("capped_from", 0);
+    r.round = j.value("round", 0);
+    r.unit = j.value("unit", -1L);
+    r.corpus_entry = j.value("corpus_entry", "");
+    return r;
 }
 
 // JUnit XML: a <testsuite> per subject ("kernel NAME", "decoder optimized[NAME]"), a <testcase>

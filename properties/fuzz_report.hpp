@@ -7,6 +7,7 @@
 #include <iosfwd>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -29,6 +30,10 @@ RowKind row_kind_from_string(const std::string& text, RowKind otherwise);
 
 // One line of the results: a property run against a subject.
 struct Row {
+    Row() = default;
+    Row(RowKind kind_, std::string subject_, std::string replay_flag_, RunParams params_, PropertyResult result_ = {})
+        : kind(kind_), subject(std::move(subject_)), replay_flag(std::move(replay_flag_)), params(std::move(params_)),
+          result(std::move(result_)) {}
     RowKind kind = RowKind::kernel;
     std::string subject;      // kernel name, or decoder name
     std::string replay_flag;  // what selects the subject on the command line
@@ -36,6 +41,12 @@ struct Row {
     PropertyResult result;
     bool library = false;     // a --kernel-lib kernel: check_kernel() on it replays the row too
     int capped_from = 0;      // > 0: the default budget this decoder-level run was capped from
+    // Campaigns (properties/campaign.hpp): the round (its seed is params.seed; -1: a corpus
+    // replay) and the property run's index in the whole campaign (-1 outside one), which orders
+    // the rows of merged shards as one run would have.
+    int round = 0;
+    long unit = -1;
+    std::string corpus_entry;  // a corpus replay: the entry's file name
 };
 
 // "pass 300", "FAIL @17", "NOT CHECKED (4/40 supported)", ...
@@ -59,6 +70,9 @@ void print_spread(std::ostream& os, const std::vector<Row>& rows);
 // One row as a --json "results" object, and back (the worker's result file).
 nlohmann::json to_json(const Row& r);
 PropertyResult from_json(const nlohmann::json& j);
+// A whole row back from its --json object (attncheck report merge). Throws nlohmann's
+// exceptions on fields of the wrong type.
+Row row_from_json(const nlohmann::json& j);
 std::string junit_xml(const std::vector<Row>& rows, std::uint64_t seed, double seconds);
 
 // The mutant zoo's kill table: a mutant's first kill (the failed row with the smallest case

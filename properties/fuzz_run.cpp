@@ -73,12 +73,22 @@ int decoder_cases(const FuzzOptions& o) { return o.cases.value_or(kDefaultDecode
 
 int decoder_cases(const FuzzOptions& o, bool kernel_failed, int& capped_from) {
     capped_from = 0;
-    if (o.cases || !kernel_failed || kDefaultDecoderCases <= kCappedDecoderCases) return decoder_cases(o);
+    // A campaign keeps every budget whole: a shard does not see the other shards' kernel-level
+    // failures, and its runs must be the ones a single run of the campaign would make.
+    if (o.cases || !kernel_failed || o.campaign() || kDefaultDecoderCases <= kCappedDecoderCases) return decoder_cases(o);
     capped_from = kDefaultDecoderCases;
     return kCappedDecoderCases;
 }
 
-RunParams run_params(const FuzzOptions& o, std::uint64_t seed, int cases) { return RunParams{seed, cases, o.shrink_time_s}; }
+RunParams run_params(const FuzzOptions& o, std::uint64_t seed, int cases) {
+    RunParams p{seed, cases, o.shrink_time_s};
+    p.reproduce = o.reproduce;
+    return p;
+}
+
+bool takes(const FuzzOptions& o, RowKind kind, const std::string& subject, const std::string& property) {
+    return !o.take || o.take(to_string(kind), subject, property);
+}
 
 std::string declare_flag(const FuzzOptions& o) { return o.declare.empty() ? "" : " --declare '" + o.declare + "'"; }
 
@@ -114,7 +124,7 @@ void run_kernel_subject(const FuzzOptions& o, std::uint64_t seed, const KernelUn
     if (o.level == Level::decoder) return;
     const KernelUnderTest k = checked(given);
     const auto run = [&](const std::string& name, const auto& run_one) {
-        if (!selected(o, name)) return;
+        if (!selected(o, name) || !takes(o, kind, k.name, name)) return;
         const RunParams params = run_params(o, seed, kernel_cases(o));
         Row row{kind, k.name, "--kernel " + k.name + declare_flag(o), params, {}};
         row.result = run_one(params, line.track(progress_label(kind, k.name, name), params.cases));
@@ -156,6 +166,7 @@ void run_decoder_subject(const FuzzOptions& o, const RunParams& params, int capp
             std::cout << progress_label(RowKind::decoder, d.name, prop.name) << ": not applicable (" << why << ")\n";
             continue;
         }
+        if (!takes(o, RowKind::decoder, d.name, prop.name)) continue;
         Row row{RowKind::decoder, d.name, flag, params, {}};
         row.capped_from = capped_from;
         row.result = run_decoder_property(prop, d, params, line.track(progress_label(RowKind::decoder, d.name, prop.name), params.cases),

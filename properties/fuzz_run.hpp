@@ -52,6 +52,8 @@ int decoder_cases(const FuzzOptions& o);
 // Sets `capped_from` when the budget was lowered for that reason.
 int decoder_cases(const FuzzOptions& o, bool kernel_failed, int& capped_from);
 RunParams run_params(const FuzzOptions& o, std::uint64_t seed, int cases);
+// Whether this process runs the property run (FuzzOptions::take; true when it is empty).
+bool takes(const FuzzOptions& o, RowKind kind, const std::string& subject, const std::string& property);
 // The declaration flags of the run, for its replay lines: " --declare '...'" or "".
 std::string declare_flag(const FuzzOptions& o);
 // What a --kernel-lib kernel declares: its exported <symbol>_declaration, then the flags' items.
@@ -100,6 +102,19 @@ struct IsolatedSubject {
     bool verdict_lines = true;             // print each property's verdict as it finishes
 };
 void run_isolated(const FuzzOptions& o, std::uint64_t seed, const IsolatedSubject& subject, std::vector<Row>& rows);
+
+// The selected kernels (in process, or isolated when a registry entry reads out of bounds), the
+// reference decoder when asked, the optimized decoder around each kernel, then --kernel-lib's
+// kernel: every selected property run of them appended to rows (properties/fuzz.cpp).
+void collect_subjects(const FuzzOptions& o, std::uint64_t seed, const std::vector<KernelUnderTest>& kernels,
+                      bool reference_decoder, std::vector<Row>& rows);
+// The tables of `table` (one row per property and subject), its notes, the failures of `rows`
+// (each with its replay line) and the skipped runs; the exit code of the verdict (0 or 1).
+int report_rows(const FuzzOptions& o, const std::vector<Row>& table, const std::vector<Row>& rows);
+// The closing line, then --json (json_out with the rows' results) and --junit. A file that
+// cannot be written is exit 2, unless a check failed: that verdict (1) is what CI must see.
+int finish(const FuzzOptions& o, std::uint64_t seed, double seconds, const std::vector<Row>& rows,
+           nlohmann::json& json_out, int code);
 
 // --kernel-lib in a worker per property: run_isolated with the library's kernel. Prints each
 // property's verdict as it finishes, with progress on stderr.

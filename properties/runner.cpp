@@ -3,9 +3,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <iterator>
 #include <sstream>
+#include <stdexcept>
+#include <unordered_map>
+#include <vector>
 
 #include <rapidcheck.h>
+#include <rapidcheck/detail/Serialization.h>
 
 namespace attncheck::properties {
 
@@ -157,6 +163,40 @@ void read_success(const rc::detail::SuccessResult& success, const CaseLoop& loop
     }
 }
 
+const char kHex[] = "0123456789abcdef";
+
+std::string to_hex(const rc::detail::Reproduce& r) {
+    std::vector<std::uint8_t> bytes;
+    rc::detail::serialize(r, std::back_inserter(bytes));
+    std::string hex;
+    for (const std::uint8_t b : bytes) {
+        hex += kHex[b >> 4];
+        hex += kHex[b & 15];
+    }
+    return hex;
+}
+
+// The Reproduce that to_hex wrote; throws std::invalid_argument naming what is wrong.
+rc::detail::Reproduce from_hex(const std::string& hex) {
+    if (hex.empty() || hex.size() % 2) throw std::invalid_argument("not an even number of hex digits");
+    std::vector<std::uint8_t> bytes;
+    for (std::size_t i = 0; i < hex.size(); i += 2) {
+        const char* hi = std::strchr(kHex, hex[i]);
+        const char* lo = std::strchr(kHex, hex[i + 1]);
+        if (!hex[i] || !hex[i + 1] || !hi || !lo) throw std::invalid_argument("a character that is not a lower-case hex digit");
+        bytes.push_back(std::uint8_t((hi - kHex) << 4 | (lo - kHex)));
+    }
+    rc::detail::Reproduce r;
+    try {
+        if (rc::detail::deserialize(bytes.begin(), bytes.end(), r) != bytes.end())
+            throw std::invalid_argument("bytes left over after the case");
+    } catch (const rc::detail::SerializationException& e) {
+        throw std::invalid_argument(std::string("not a RapidCheck case: ") + e.what());
+    }
+    if (r.size < 0 || r.size > 100000) throw std::invalid_argument("a size out of range");
+    return r;
+}
+
 // A case failed: where, the shrunk counterexample and its message (the listener's copy when the
 // shrink budget ran out, since RapidCheck's own final evaluation then "passed").
 void read_failure(const rc::detail::FailureResult& failure, const CaseLoop& loop, const ProgressListener& listener,
@@ -173,6 +213,7 @@ void read_failure(const rc::detail::FailureResult& failure, const CaseLoop& loop
         out.counterexample_values.emplace_back(label, value);
     }
     out.counterexample = ce.str();
+    out.reproduce = to_hex(failure.reproduce);
     out.shrink_seconds = loop.shrinking ? loop.shrink_elapsed() : 0;
 }
 
@@ -192,10 +233,20 @@ PropertyResult run_property(const std::string& property, const std::function<Ver
     meta.id = property;
     meta.description = property;
     ProgressListener listener(progress);
+    std::unordered_map<std::string, rc::detail::Reproduce> reproduce;
+    if (!params.reproduce.empty()) {
+        try {
+            reproduce[meta.id] = from_hex(params.reproduce);
+        } catch (const std::invalid_argument& e) {
+            out.status = Status::error;
+            out.message = "the case to reproduce does not decode: " + std::string(e.what());
+            return out;
+        }
+    }
     const auto t0 = std::chrono::steady_clock::now();
     // The testable is copied by RapidCheck: it refers to the loop, which holds the state.
     const rc::detail::TestResult result =
-        rc::detail::checkTestable([&loop] { loop.run_case(); }, meta, tp, listener);
+        rc::detail::checkTestable([&loop] { loop.run_case(); }, meta, tp, listener, reproduce);
     out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     rc::detail::SuccessResult success;
@@ -210,11 +261,28 @@ PropertyResult run_property(const std::string& property, const std::function<Ver
         out.status = Status::error;
         out.cases = gave_up.numSuccess;
         out.message = "gave up: " + gave_up.description;
+    } else if (result.match(error) && !params.reproduce.empty() && loop.at.number > 1) {
+        // RapidCheck calls a reproduced case that passes an error; here it is the news that the
+        // case passes now (a corpus entry that was fixed).
+        out.status = loop.unsupported ? Status::not_checked : Status::pass;
+        out.cases = 1;
+        out.unsupported = loop.unsupported;
+        out.vacuous = loop.vacuous;
+        if (loop.unsupported) out.message = "the kernel refused (returned \"unsupported\" for) the case to reproduce";
     } else if (result.match(error)) {
         out.status = Status::error;
         out.message = "RapidCheck error: " + error.description;
     }
     return out;
+}
+
+std::string reproduce_problem(const std::string& reproduce) {
+    try {
+        (void)from_hex(reproduce);
+        return "";
+    } catch (const std::invalid_argument& e) {
+        return e.what();
+    }
 }
 
 std::string replay_command(const std::string& subject_flag, const std::string& property, const RunParams& p) {

@@ -34,6 +34,9 @@ const char* to_string(Status s);
 bool fails_run(Status s, bool allow_unchecked);
 
 struct RunParams {
+    RunParams() = default;
+    RunParams(std::uint64_t seed_, int cases_ = 100, double shrink_budget_s_ = 0)
+        : seed(seed_), cases(cases_), shrink_budget_s(shrink_budget_s_) {}
     std::uint64_t seed = 0;
     int cases = 100;  // RapidCheck's maxSuccess: the case sequence depends on it, replay needs it
     // Wall-clock seconds allowed for shrinking a failure; 0: no limit. RapidCheck has no time
@@ -42,6 +45,10 @@ struct RunParams {
     // The failing case (failed_at) and its replay do not depend on the budget; how far the
     // counterexample shrank does (it depends on the machine's speed).
     double shrink_budget_s = 0;
+    // A failure to run again, as PropertyResult::reproduce wrote it: RapidCheck then runs that one
+    // shrunk case only (its generators' random state, size and shrink path), not the sequence.
+    // A text that does not decode is an error result, never a run of something else.
+    std::string reproduce;
 };
 
 // Where a call of the case function stands in the run, for announcing it (a crash report names
@@ -71,6 +78,9 @@ struct PropertyResult {
     double seconds = 0;
     double shrink_seconds = 0;    // time spent shrinking the failure
     bool shrink_stopped = false;  // the shrink budget ran out: the counterexample is not minimal
+    // The shrunk case as RapidCheck's Reproduce (hex of its serialization): RunParams::reproduce
+    // runs it again as the first and only case (a failure corpus, properties/campaign.hpp).
+    std::string reproduce;
 };
 
 // progress(cases_done) is called after every case (never while shrinking).
@@ -81,6 +91,9 @@ PropertyResult run_property(const std::string& property, const std::function<Ver
 // The same, with the case function told which case (or shrink step) it is running.
 PropertyResult run_property(const std::string& property, const std::function<Verdict(const CaseInfo&)>& one_case,
                             const RunParams& params, const Progress& progress = {});
+
+// Why a RunParams::reproduce text does not decode ("" when it does).
+std::string reproduce_problem(const std::string& reproduce);
 
 // Shown in failure reports: "attncheck fuzz --kernel NAME --property P --seed S --cases N".
 std::string replay_command(const std::string& subject_flag, const std::string& property, const RunParams& p);
