@@ -21,7 +21,9 @@
 # sign test's reach, --min-frac-peak, spread-512's scores, a decode verdict's divisor) and the
 # gate's reading of its JSON. They time the same code paths as the bench tests that do run
 # here (a built-in kernel, a library kernel against a baseline on decode, a version 2 kernel,
-# the backward, every refusal), and each costs 25-75 s under the sanitizers.
+# the backward, every refusal), and each costs 25-75 s under the sanitizers. Nor the check of the
+# campaign examples (campaign:validate_examples: YAML files, and a dozen shard runs whose code
+# the campaign tests of cli_tests run here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . ci/lib.sh
@@ -47,7 +49,7 @@ export ATTNCHECK_CI_CASES=${ATTNCHECK_CI_CASES:-10}
 [ -n "${RC_PARAMS:-}" ] || export RC_PARAMS="seed=$(ci_seed) max_success=$ATTNCHECK_CI_CASES"
 
 rc=0
-not_sanitized='cli_tests:bench: (a comparison too short to judge|--min-frac-peak fails|spread-512|a decode shape.s verdict divides)|cli:bench_json_in_perf_gate'
+not_sanitized='cli_tests:bench: (a comparison too short to judge|--min-frac-peak fails|spread-512|a decode shape.s verdict divides)|cli:bench_json_in_perf_gate|campaign:validate_examples'
 ctest --test-dir "$dir" --output-on-failure -j"$(jobs)" -E "$not_sanitized" \
       --output-junit "$logs/junit.xml" "$@" || rc=$?
 # The dispatched code's other paths (optimized/simd_targets.hpp) under the sanitizers too: its

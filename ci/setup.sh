@@ -11,6 +11,7 @@ packages=(
   libomp-dev clang
   python3 python3-scipy python3-numpy python3-matplotlib
   python3-dev pybind11-dev python3-pytest python3-torch
+  python3-yaml python3-jsonschema
 )
 
 missing=()

@@ -198,8 +198,8 @@ struct Campaign {
     }
 };
 
-// The corpus's entries of this shard (entry i goes to shard i mod N), each run once as the
-// first and only case of its property on its subject.
+// The corpus's entries of this shard (corpus_shard), each run once as the first and only case of
+// its property on its subject.
 void replay_corpus(Campaign& c, const std::vector<KernelUnderTest>& kernels, bool reference_decoder) {
     const FuzzOptions& o = c.o;
     const CorpusLoad corpus = load_corpus(o.corpus);
@@ -213,9 +213,8 @@ void replay_corpus(Campaign& c, const std::vector<KernelUnderTest>& kernels, boo
         j["refused"].push_back({{"file", file}, {"why", why}});
     }
     int replayed = 0, failing = 0, fixed = 0, pruned = 0, elsewhere = 0;
-    for (std::size_t i = 0; i < corpus.entries.size(); ++i) {
-        if (long(i) % o.shard_count != o.shard_index) continue;
-        const CorpusEntry& e = corpus.entries[i];
+    for (const CorpusEntry& e : corpus.entries) {
+        if (corpus_shard(e.file, o.shard_count) != o.shard_index) continue;
         if (c.should_stop()) break;
         FuzzOptions ro = o;
         ro.properties = {e.property};

@@ -72,6 +72,10 @@ CorpusEntry parse_corpus_entry(const std::string& file, const std::string& text)
 std::string corpus_entry_text(const Row& r);
 std::string corpus_file_name(const Row& r);
 
+// The shard that replays an entry: a hash of its file name mod N, so that an entry another shard
+// saves while this one starts moves no other entry to another shard.
+int corpus_shard(const std::string& file, int shard_count);
+
 struct CorpusLoad {
     std::vector<CorpusEntry> entries;                          // by file name
     std::vector<std::pair<std::string, std::string>> refused;  // file, why

@@ -110,6 +110,10 @@ std::string corpus_file_name(const Row& r) {
     return std::string(to_string(r.kind)) + "-" + file_part(r.subject) + "-" + r.result.property + "-" + hash.str() + ".json";
 }
 
+int corpus_shard(const std::string& file, int shard_count) {
+    return int(fnv1a(file) % std::uint64_t(shard_count > 0 ? shard_count : 1));
+}
+
 CorpusLoad load_corpus(const std::string& dir) {
     std::error_code ec;
     fs::create_directories(dir, ec);

@@ -94,20 +94,35 @@ TEST_CASE("fuzz --corpus: a failure found once is replayed as the first case of 
     CHECK(entry["subject"] == "tile_edge_key_dropped");
     CHECK_FALSE(entry["reproduce"].get<std::string>().empty());
 
-    // Another seed and 2 shards: the entry (the corpus's first) is shard 0's, and fails at once.
-    const Result next = run_cli(dir, run + std::vector<std::string>{"--seed", "12345", "--cases", "100", "--corpus", corpus,
-                                                                    "--shard", "0/2", "--json", dir.file("next.json")});
-    INFO(next.describe());
-    CHECK(next.code == 1);
-    CHECK_THAT(next.out, Catch::Contains("still fails"));
-    const nlohmann::json replay = read_json(dir.file("next.json"))["results"][0];
+    // Another seed and 2 shards, each from a copy of the corpus (as machines would have): one of
+    // them replays the entry, and it fails at once.
+    int replayed_by = -1;
+    for (int shard = 0; shard < 2; ++shard) {
+        const std::string json = dir.file("next" + std::to_string(shard) + ".json");
+        const std::string copy = dir.file("corpus" + std::to_string(shard));
+        std::filesystem::copy(corpus, copy);
+        const Result next = run_cli(dir, run + std::vector<std::string>{"--seed", "12345", "--cases", "100", "--corpus", copy,
+                                                                        "--shard", std::to_string(shard) + "/2", "--json", json});
+        INFO(next.describe());
+        REQUIRE((next.code == 0 || next.code == 1));
+        if (read_json(json)["campaign"]["corpus"]["replayed"] == 1) {
+            CHECK(replayed_by == -1);
+            replayed_by = shard;
+            CHECK(next.code == 1);
+            CHECK_THAT(next.out, Catch::Contains("still fails"));
+        }
+    }
+    REQUIRE(replayed_by >= 0);
+    const std::string next_json = dir.file("next" + std::to_string(replayed_by) + ".json");
+    const nlohmann::json replay = read_json(next_json)["results"][0];
     CHECK(replay["round"] == -1);
     CHECK(replay["status"] == "FAIL");
     CHECK(replay["failed_at"] == 1);
     CHECK(replay["cases"] == 0);
-    CHECK(read_json(dir.file("next.json"))["campaign"]["corpus"]["still_failing"] == 1);
-    // No second entry for the bug the corpus already holds.
-    CHECK(std::distance(std::filesystem::directory_iterator(corpus), std::filesystem::directory_iterator()) == 1);
+    CHECK(read_json(next_json)["campaign"]["corpus"]["still_failing"] == 1);
+    // No second entry for the bug the corpus already holds, where it was replayed.
+    const std::string replayed_copy = dir.file("corpus" + std::to_string(replayed_by));
+    CHECK(std::distance(std::filesystem::directory_iterator(replayed_copy), std::filesystem::directory_iterator()) == 1);
 
     // The same entry against a correct kernel passes: said fixed and kept, then pruned.
     nlohmann::json fixed = entry;
