@@ -28,6 +28,7 @@ Command add_explain_command(CLI::App& app);
 Command add_fuzz_command(CLI::App& app);
 Command add_bench_command(CLI::App& app);
 Command add_report_command(CLI::App& app);
+Command add_train_command(CLI::App& app);
 
 // `attncheck bench` re-executes the process with GOMP_SPINCOUNT=10000 (cli/bench_command.cpp says
 // why) before anything else runs, unless the caller chose an OpenMP wait policy; any other

@@ -46,7 +46,7 @@ int run(int argc, char** argv) {
         attncheck::cli::add_init_command(app),     attncheck::cli::add_logits_command(app),
         attncheck::cli::add_generate_command(app), attncheck::cli::add_explain_command(app),
         attncheck::cli::add_fuzz_command(app),     attncheck::cli::add_bench_command(app),
-        attncheck::cli::add_report_command(app),
+        attncheck::cli::add_report_command(app),   attncheck::cli::add_train_command(app),
     };
     try {
         app.parse(argc, argv);
@@ -56,7 +56,7 @@ int run(int argc, char** argv) {
         // CLI11 reports a misspelt command as "A subcommand is required"; name it instead.
         if (app.get_subcommands().empty() && argc >= 2 && argv[1][0] != '-')
             return fail(std::string("unknown command '") + argv[1] +
-                        "' (expected init, logits, generate, explain, fuzz, bench or report; run `attncheck --help`)");
+                        "' (expected init, logits, generate, explain, fuzz, bench, report or train; run `attncheck --help`)");
         std::string where = "attncheck";
         for (const CLI::App* sub : app.get_subcommands()) where += " " + sub->get_name();
         return fail(std::string(e.what()) + "\n(run `" + where + " --help` for usage)");
