@@ -432,7 +432,7 @@ int run_campaign(const FuzzOptions& o, std::uint64_t seed, const std::vector<Ker
     print_throughput(std::cout, table);
     json_out["campaign"] = c.campaign_json();
     const double seconds = json_out["campaign"]["seconds"].get<double>();
-    return finish(o, seed, seconds, c.rows, json_out, code);
+    return finish(o, seed, seconds, c.rows, json_out, code, &table);
 }
 
 }  // namespace attncheck::properties

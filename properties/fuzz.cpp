@@ -197,7 +197,7 @@ int report_rows(const FuzzOptions& o, const std::vector<Row>& table, const std::
 }
 
 int finish(const FuzzOptions& o, std::uint64_t seed, double seconds, const std::vector<Row>& rows,
-           nlohmann::json& json_out, int code) {
+           nlohmann::json& json_out, int code, const std::vector<Row>* junit_rows) {
     int total_cases = 0;
     for (const Row& r : rows) total_cases += r.result.cases;
     std::cout << (code == 0 ? (o.mutants ? "every mutant killed" : "all passed") : "FAILED") << ": " << rows.size()
@@ -216,7 +216,7 @@ int finish(const FuzzOptions& o, std::uint64_t seed, double seconds, const std::
         json_out["passed"] = code == 0;
         written("--json", o.json, json_out.dump(2) + "\n");
     }
-    written("--junit", o.junit, junit_xml(rows, seed, seconds));
+    written("--junit", o.junit, junit_xml(junit_rows ? *junit_rows : rows, seed, seconds));
     return code;
 }
 

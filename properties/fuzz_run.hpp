@@ -111,10 +111,11 @@ void collect_subjects(const FuzzOptions& o, std::uint64_t seed, const std::vecto
 // The tables of `table` (one row per property and subject), its notes, the failures of `rows`
 // (each with its replay line) and the skipped runs; the exit code of the verdict (0 or 1).
 int report_rows(const FuzzOptions& o, const std::vector<Row>& table, const std::vector<Row>& rows);
-// The closing line, then --json (json_out with the rows' results) and --junit. A file that
-// cannot be written is exit 2, unless a check failed: that verdict (1) is what CI must see.
+// The closing line, then --json (json_out with the rows' results) and --junit (of junit_rows
+// when given: a campaign's one testcase per property and subject). A file that cannot be written
+// is exit 2, unless a check failed: that verdict (1) is what CI must see.
 int finish(const FuzzOptions& o, std::uint64_t seed, double seconds, const std::vector<Row>& rows,
-           nlohmann::json& json_out, int code);
+           nlohmann::json& json_out, int code, const std::vector<Row>* junit_rows = nullptr);
 
 // --kernel-lib in a worker per property: run_isolated with the library's kernel. Prints each
 // property's verdict as it finishes, with progress on stderr.

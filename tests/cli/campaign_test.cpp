@@ -47,7 +47,8 @@ const std::vector<std::string> kMutantRun = {"fuzz", "--kernel", "tile_edge_key_
 
 TEST_CASE("fuzz --shard: 4 shards merged are one run of 4 rounds, with the same cases and verdicts", "[cli][campaign]") {
     const TempDir dir;
-    const Result one = run_cli(dir, kMutantRun + std::vector<std::string>{"--seed", "5", "--rounds", "4", "--json", dir.file("one.json")});
+    const Result one = run_cli(dir, kMutantRun + std::vector<std::string>{"--seed", "5", "--rounds", "4", "--json", dir.file("one.json"),
+                                                                          "--junit", dir.file("one.xml")});
     INFO(one.describe());
     REQUIRE(one.code == 1);  // agreement fails
     std::vector<std::string> merge = {"report", "merge"};
@@ -68,6 +69,14 @@ TEST_CASE("fuzz --shard: 4 shards merged are one run of 4 rounds, with the same 
     REQUIRE(a["results"].size() == 16);
     CHECK(keys(a) == keys(b));
     CHECK_THAT(slurp(dir.file("merged.xml")), Catch::Contains("<failure"));
+    // JUnit has one testcase per property and subject, however many rounds ran it.
+    const auto testcases = [&](const std::string& xml) {
+        std::size_t n = 0;
+        for (std::size_t at = xml.find("<testcase"); at != std::string::npos; at = xml.find("<testcase", at + 1)) ++n;
+        return n;
+    };
+    CHECK(testcases(slurp(dir.file("one.xml"))) == 4);
+    CHECK(testcases(slurp(dir.file("merged.xml"))) == 4);
     // The rounds ran at distinct seeds, round 0 at the base seed.
     std::set<std::uint64_t> seeds;
     for (const auto& r : a["results"]) seeds.insert(r["seed"].get<std::uint64_t>());
