@@ -109,10 +109,11 @@ struct Campaign {
     std::set<std::string> saved_keys;  // (kind, subject, property) with a corpus entry from this run
     long rounds_per_shard = 1;         // 0: until --duration ends it
 
+    // Sets stopped_by when a signal came or the time is spent; true once it is set.
     bool should_stop() {
         if (g_stop_signal) stopped_by = signal_name(g_stop_signal);
         else if (deadline && Clock::now() >= *deadline) stopped_by = "duration";
-        return g_stop_signal || (deadline && Clock::now() >= *deadline);
+        return !stopped_by.empty();
     }
 
     // Ends the unit in flight: its rows get their round and index, or are dropped when a signal
@@ -137,7 +138,7 @@ struct Campaign {
     bool take(int round) {
         close_unit();
         const long unit = next_unit++;
-        if (!stopped_by.empty() || should_stop()) return false;
+        if (should_stop()) return false;
         if (unit % o.shard_count != o.shard_index) return false;
         open_unit = unit;
         open_round = round;
@@ -341,6 +342,15 @@ std::vector<Row> aggregate_rows(const std::vector<Row>& rows) {
     return out;
 }
 
+std::vector<Row> first_failures(const std::vector<Row>& rows) {
+    std::vector<Row> out;
+    std::set<std::string> shown;
+    for (const Row& r : rows)
+        if (r.result.status != Status::pass && r.result.status != Status::not_applicable && shown.insert(row_key(r)).second)
+            out.push_back(r);
+    return out;
+}
+
 nlohmann::json throughput_json(const std::vector<Row>& table) {
     nlohmann::json out = nlohmann::json::array();
     for (const Row& r : table)
@@ -373,8 +383,7 @@ int run_campaign(const FuzzOptions& o, std::uint64_t seed, const std::vector<Ker
     Campaign c(o, seed);
     if (o.duration_s > 0) c.deadline = c.start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.duration_s));
     // Without --rounds and --duration (a shard or a corpus only): one round per shard.
-    c.rounds_per_shard = o.rounds ? *o.rounds : o.duration_s > 0 ? 0 : 1;
-    const long rounds_per_shard = c.rounds_per_shard;
+    const long rounds_per_shard = c.rounds_per_shard = o.rounds ? *o.rounds : o.duration_s > 0 ? 0 : 1;
     const long total_rounds = rounds_per_shard > 0 ? rounds_per_shard * o.shard_count : std::numeric_limits<long>::max();
     if (o.campaign()) {
         std::cout << "campaign: seed " << seed << ", ";
@@ -420,15 +429,8 @@ int run_campaign(const FuzzOptions& o, std::uint64_t seed, const std::vector<Ker
         std::cout << "campaign: --duration spent after " << c.rounds_complete << " complete rounds" << std::endl;
 
     const std::vector<Row> table = aggregate_rows(c.rows);
-    // The failures: the first of each property and subject (later rounds' failures of the same
-    // run are in --json), and every corpus entry that still fails.
-    std::vector<Row> failures;
-    std::set<std::string> shown;
-    for (const Row& r : c.rows)
-        if (r.result.status != Status::pass && r.result.status != Status::not_applicable && shown.insert(row_key(r)).second)
-            failures.push_back(r);
     std::cout << "\n";
-    const int code = report_rows(o, table, failures);
+    const int code = report_rows(o, table, first_failures(c.rows));
     print_throughput(std::cout, table);
     json_out["campaign"] = c.campaign_json();
     const double seconds = json_out["campaign"]["seconds"].get<double>();

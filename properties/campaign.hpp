@@ -36,6 +36,10 @@ int run_campaign(const FuzzOptions& o, std::uint64_t seed, const std::vector<Ker
 // One row per (kind, subject, property) of rows: cases, unsupported, vacuous, notes and seconds
 // summed; the status the worst of them (a failure, with its details, the first one found).
 std::vector<Row> aggregate_rows(const std::vector<Row>& rows);
+// The rows whose failures are printed: the first of each (kind, subject, property) that neither
+// passed nor was not applicable, in row order (a corpus replay first; the later rounds' failures
+// of the same run stay in --json).
+std::vector<Row> first_failures(const std::vector<Row>& rows);
 // Cases per second per aggregated row, as --json "campaign.throughput" and a printed table.
 nlohmann::json throughput_json(const std::vector<Row>& table);
 void print_throughput(std::ostream& os, const std::vector<Row>& table);

@@ -6,7 +6,6 @@
 #include <iostream>
 #include <limits>
 #include <map>
-#include <set>
 #include <sstream>
 
 #include "attncheck/error.hpp"
@@ -107,13 +106,7 @@ int merge_reports(const std::vector<std::string>& files, const std::string& json
     std::cout << "attncheck report merge: " << files.size() << " report" << (files.size() == 1 ? "" : "s") << ", "
               << rows.size() << " property runs\n\n";
     const std::vector<Row> table = aggregate_rows(rows);
-    std::vector<Row> failures;
-    std::set<std::string> shown;
-    for (const Row& r : rows)
-        if (r.result.status != Status::pass && r.result.status != Status::not_applicable &&
-            shown.insert(std::string(to_string(r.kind)) + "\n" + r.subject + "\n" + r.result.property).second)
-            failures.push_back(r);
-    int code = report_rows(FuzzOptions{}, table, failures);
+    int code = report_rows(FuzzOptions{}, table, first_failures(rows));
     print_throughput(std::cout, table);
     if (!missing.empty()) {
         std::cout << "shards missing:";

@@ -377,14 +377,16 @@ void backward(const ModelConfig& c, const Params& p, const std::vector<int>& tok
     }
 }
 
+// The tokens through check_tokens (model/tokens.cpp, as every decoder checks them), then what a
+// training sequence needs besides: something to predict and one weight per predicted token.
 void check_sequence(const ModelConfig& c, const Sequence& q, std::size_t index) {
     const std::string at = "sequence " + std::to_string(index) + ": ";
     if (q.tokens.size() < 2) throw InputError(at + "fewer than 2 tokens (nothing to predict)");
-    if (q.tokens.size() > std::size_t(c.max_len))
-        throw InputError(at + std::to_string(q.tokens.size()) + " tokens, more than max_len " + std::to_string(c.max_len));
-    for (const int tok : q.tokens)
-        if (tok < 0 || tok >= c.vocab_size)
-            throw InputError(at + "token " + std::to_string(tok) + " out of [0, " + std::to_string(c.vocab_size) + ")");
+    try {
+        check_tokens(c, q.tokens);
+    } catch (const InputError& e) {
+        throw InputError(at + e.what());
+    }
     if (q.weights.size() != q.tokens.size() - 1)
         throw InputError(at + std::to_string(q.weights.size()) + " weights for " + std::to_string(q.tokens.size()) +
                          " tokens (one per predicted token: T - 1)");
@@ -475,7 +477,7 @@ void check_trainable(const ModelConfig& c) {
 
 std::vector<double> decoder_logits(const ModelConfig& c, const Params& p, const std::vector<int>& tokens, TrainMask mask) {
     check_trainable(c);
-    check_sequence(c, Sequence{tokens, Vec(tokens.size() > 0 ? tokens.size() - 1 : 0, 0.0)}, 0);
+    check_tokens(c, tokens);
     ForwardCache cache;
     return forward(c, p, tokens, mask, cache);
 }

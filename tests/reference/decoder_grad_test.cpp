@@ -178,11 +178,11 @@ TEST_CASE("decoder_loss refuses a bad batch and a config it cannot train, naming
     };
     says({}, "an empty batch");
     says({{{1}, {}}}, "fewer than 2 tokens");
-    says({{{1, 9}, {1}}}, "token 9 out of [0, 7)");
+    says({{{1, 9}, {1}}}, "sequence 0: token 9 at index 1 is out of range [0, 7)");
     says({{{1, 2, 3}, {1}}}, "1 weights for 3 tokens");
     says({{{1, 2}, {-1}}}, "negative");
     says({{{1, 2}, {0}}}, "every weight of the batch is 0");
-    says({{std::vector<int>(9, 1), std::vector<double>(8, 1.0)}}, "more than max_len 8");
+    says({{std::vector<int>(9, 1), std::vector<double>(8, 1.0)}}, "too many tokens: 9 > max_len 8");
     ModelConfig rope = c;
     rope.positional = Positional::rope;
     CHECK_THROWS_WITH(check_trainable(rope), Catch::Contains("rope"));
