@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <memory>
@@ -21,6 +20,7 @@
 #include "attncheck/isa.hpp"
 #include "cli/commands.hpp"
 #include "perf/calibration.hpp"
+#include "properties/fuzz_report.hpp"
 #include "properties/runner.hpp"
 #include "train/training.hpp"
 
@@ -110,6 +110,13 @@ int run(const TrainArgs& a) {
     o.lr = a.lr;
     o.eval_every = a.eval_every;
     if (!(a.lr > 0 && a.lr < 1)) throw InputError("--lr " + std::to_string(a.lr) + ": expected a value in (0, 1)");
+    // Every file the run writes, checked before minutes of training (fuzz_report.hpp's unwritable).
+    std::vector<std::pair<std::string, std::string>> outputs;
+    if (!a.json.empty()) outputs.emplace_back("--json", a.json);
+    if (!a.out.empty())
+        for (const TrainMask mask : masks) outputs.emplace_back("--out", out_path(a.out, mask, masks.size() > 1));
+    for (const auto& [flag, path] : outputs)
+        if (const std::string why = properties::unwritable(path); !why.empty()) throw InputError(flag + " " + path + ": " + why);
     const int threads = omp_get_max_threads();
     std::cout << "attncheck train: task " << a.task << " (" << a.length << " symbols of " << a.alphabet
               << ", a separator, the answer), seed " << a.seed << ", " << a.steps << " steps of " << a.batch
@@ -195,9 +202,7 @@ int run(const TrainArgs& a) {
             if (!a.out.empty()) rj["checkpoint"] = out_path(a.out, r.mask, runs.size() > 1);
             j["runs"][reference::to_string(r.mask)] = rj;
         }
-        std::ofstream f(a.json);
-        f << j.dump(2) << "\n";
-        if (!f) throw InputError("--json " + a.json + ": cannot write");
+        if (!properties::write_file(a.json, j.dump(2) + "\n")) throw InputError("--json " + a.json + ": cannot write");
     }
     return 0;
 }

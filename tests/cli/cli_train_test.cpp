@@ -41,7 +41,9 @@ TEST_CASE("train: bad flags are refused with exit 2, naming them", "[cli][train]
              {{"--task", "count"}, "--task count: expected copy, reverse or sort"},
              {{"--length", "0"}, "--length"},
              {{"--steps", "0"}, "--steps"},
-             {{"--lr", "2"}, "--lr"}}) {
+             {{"--lr", "2"}, "--lr"},
+             {{"--json", "/nonexistent-dir/t.json"}, "--json /nonexistent-dir/t.json"},
+             {{"--out", "/nonexistent-dir/m.safetensors"}, "--out /nonexistent-dir/m-causal.safetensors"}}) {
         std::vector<std::string> args = {"train"};
         args.insert(args.end(), flags.begin(), flags.end());
         const Result r = run_cli(dir, args);
