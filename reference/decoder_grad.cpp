@@ -1,6 +1,7 @@
 // reference/decoder_grad.cpp — the decoder's loss and its gradients in float64
 // (reference/decoder_grad.hpp). Plain loops, one function per layer kind with its forward and its
-// backward next to each other; every tensor's shape is in a comment where it is made.
+// backward next to each other; every tensor's shape is in a comment where it is made. The two
+// attentions (self and cross) are in reference/decoder_grad_attention.cpp.
 #include "reference/decoder_grad.hpp"
 
 #include <algorithm>
@@ -9,17 +10,15 @@
 
 #include "attncheck/error.hpp"
 #include "model/positions.hpp"
+#include "reference/decoder_grad_internal.hpp"
 
 namespace attncheck::reference {
-namespace {
-
-using Vec = std::vector<double>;
+namespace grad_detail {
 
 // ---- linear: y = x W^T + b (MODEL.md §Shapes) -------------------------------------------------
 
-//   x [n, in], W [out, in], b [out] -> y [n, out]
 Vec linear_forward(const Vec& x, const Vec& W, const Vec* b, std::size_t n, std::size_t in, std::size_t out) {
-    Vec y(n * out);
+    Vec y(n * out);  // [n, out]
     for (std::size_t r = 0; r < n; ++r)
         for (std::size_t o = 0; o < out; ++o) {
             double acc = b ? (*b)[o] : 0.0;
@@ -29,8 +28,6 @@ Vec linear_forward(const Vec& x, const Vec& W, const Vec* b, std::size_t n, std:
     return y;
 }
 
-// Given dy [n, out]: dx += dy W [n, in] (when dx is given), dW += dy^T x [out, in], db += the
-// column sums of dy [out] (when db is given).
 void linear_backward(const Vec& dy, const Vec& x, const Vec& W, Vec* dx, Vec& dW, Vec* db, std::size_t n,
                      std::size_t in, std::size_t out) {
     for (std::size_t r = 0; r < n; ++r)
@@ -44,6 +41,12 @@ void linear_backward(const Vec& dy, const Vec& x, const Vec& W, Vec* dx, Vec& dW
             }
         }
 }
+
+}  // namespace grad_detail
+
+namespace {
+
+using namespace grad_detail;
 
 // ---- LayerNorm (biased variance, MODEL.md §layer) ---------------------------------------------
 
@@ -124,107 +127,6 @@ double activate_grad(Activation a, double x) {
     return 1;
 }
 
-// ---- multi-head self-attention (MODEL.md §layer steps 1-3) ------------------------------------
-
-struct Dims {
-    std::size_t T, d, h, dk, f, V;
-};
-
-struct AttentionCache {
-    Vec a;        // [T, d] the input
-    Vec Q, K, V;  // [T, d] each
-    Vec P;        // [h, T, T] the probabilities (0 where masked)
-    Vec O;        // [T, d] the heads' outputs, concatenated
-};
-
-bool visible(TrainMask mask, std::size_t i, std::size_t t) { return mask == TrainMask::none || t <= i; }
-
-// P [h, T, T] of Q and K: per head and row, softmax of the scaled scores over the visible keys.
-Vec attention_probs(const Vec& Q, const Vec& K, const Dims& s, TrainMask mask) {
-    const double scale = 1.0 / std::sqrt(double(s.dk));
-    Vec P(s.h * s.T * s.T, 0.0);
-    for (std::size_t j = 0; j < s.h; ++j)
-        for (std::size_t i = 0; i < s.T; ++i) {
-            double* row = &P[(j * s.T + i) * s.T];
-            double mx = -INFINITY;
-            for (std::size_t t = 0; t < s.T; ++t) {
-                if (!visible(mask, i, t)) continue;
-                double dot = 0;
-                for (std::size_t c = 0; c < s.dk; ++c) dot += Q[i * s.d + j * s.dk + c] * K[t * s.d + j * s.dk + c];
-                row[t] = dot * scale;
-                mx = std::max(mx, row[t]);
-            }
-            double sum = 0;
-            for (std::size_t t = 0; t < s.T; ++t)
-                if (visible(mask, i, t)) sum += row[t] = std::exp(row[t] - mx);
-            for (std::size_t t = 0; t < s.T; ++t) row[t] = visible(mask, i, t) ? row[t] / sum : 0.0;
-        }
-    return P;
-}
-
-//   a [T, d] -> y [T, d]; prefix "layers.l.self_attn."
-Vec attention_forward(const Vec& a, const Params& p, const std::string& prefix, const Dims& s, TrainMask mask,
-                      AttentionCache& c) {
-    c.a = a;
-    c.Q = linear_forward(a, p.at(prefix + "q.weight"), &p.at(prefix + "q.bias"), s.T, s.d, s.d);
-    c.K = linear_forward(a, p.at(prefix + "k.weight"), &p.at(prefix + "k.bias"), s.T, s.d, s.d);
-    c.V = linear_forward(a, p.at(prefix + "v.weight"), &p.at(prefix + "v.bias"), s.T, s.d, s.d);
-    c.P = attention_probs(c.Q, c.K, s, mask);
-    c.O.assign(s.T * s.d, 0.0);
-    for (std::size_t j = 0; j < s.h; ++j)
-        for (std::size_t i = 0; i < s.T; ++i)
-            for (std::size_t t = 0; t < s.T; ++t) {
-                const double pr = c.P[(j * s.T + i) * s.T + t];
-                if (pr == 0) continue;
-                for (std::size_t col = 0; col < s.dk; ++col) c.O[i * s.d + j * s.dk + col] += pr * c.V[t * s.d + j * s.dk + col];
-            }
-    return linear_forward(c.O, p.at(prefix + "o.weight"), &p.at(prefix + "o.bias"), s.T, s.d, s.d);
-}
-
-// Given dy [T, d]: the weights' gradients into g, the input's into da (+=). Per head, with
-// S the scaled scores and dO the gradient of O:
-//   dV = P^T dO,  dP = dO V^T,  dS = P * (dP - rowsum(P * dP)),  dQ = dS K / sqrt(dk),  dK = dS^T Q / sqrt(dk)
-void attention_backward(const Vec& dy, const AttentionCache& c, const Params& p, Params& g, const std::string& prefix,
-                        const Dims& s, GradBug bug, Vec& da) {
-    const double scale = 1.0 / std::sqrt(double(s.dk));
-    Vec dO(s.T * s.d, 0.0);
-    linear_backward(dy, c.O, p.at(prefix + "o.weight"), &dO, g.at(prefix + "o.weight"), &g.at(prefix + "o.bias"), s.T, s.d, s.d);
-    // The planted bug: probabilities recomputed without the mask for the backward.
-    const Vec P = bug == GradBug::mask_ignored_in_backward ? attention_probs(c.Q, c.K, s, TrainMask::none) : c.P;
-    Vec dQ(s.T * s.d, 0.0), dK(s.T * s.d, 0.0), dV(s.T * s.d, 0.0), dP(s.T);
-    for (std::size_t j = 0; j < s.h; ++j)
-        for (std::size_t i = 0; i < s.T; ++i) {
-            const double* Pi = &P[(j * s.T + i) * s.T];
-            const double* dOi = &dO[i * s.d + j * s.dk];
-            double rowsum = 0;
-            for (std::size_t t = 0; t < s.T; ++t) {
-                double acc = 0;
-                for (std::size_t col = 0; col < s.dk; ++col) {
-                    acc += dOi[col] * c.V[t * s.d + j * s.dk + col];
-                    dV[t * s.d + j * s.dk + col] += Pi[t] * dOi[col];
-                }
-                dP[t] = acc;
-                rowsum += Pi[t] * acc;
-            }
-            if (bug == GradBug::softmax_rowsum_dropped) rowsum = 0;
-            for (std::size_t t = 0; t < s.T; ++t) {
-                const double dS = Pi[t] * (dP[t] - rowsum) * scale;
-                if (dS == 0) continue;
-                for (std::size_t col = 0; col < s.dk; ++col) {
-                    dQ[i * s.d + j * s.dk + col] += dS * c.K[t * s.d + j * s.dk + col];
-                    dK[t * s.d + j * s.dk + col] += dS * c.Q[i * s.d + j * s.dk + col];
-                }
-            }
-        }
-    for (const char* w : {"q.", "k.", "v."}) {
-        const Vec& dW = w[0] == 'q' ? dQ : w[0] == 'k' ? dK : dV;
-        const std::string name = prefix + w;
-        linear_backward(dW, c.a, p.at(name + "weight"), &da, g.at(name + "weight"), &g.at(name + "bias"), s.T, s.d, s.d);
-    }
-}
-
-// ---- feed-forward (MODEL.md §layer "Feed-forward") --------------------------------------------
-
 struct FfnCache {
     Vec a;     // [T, d] the input
     Vec pre;   // [T, f] a W1^T + b1
@@ -256,35 +158,52 @@ struct SublayerCache {
     NormCache norm;  // of x + F(x) (post) or of x (pre)
 };
 struct LayerCache {
-    SublayerCache attn_sub, ffn_sub;
-    AttentionCache attn;
+    SublayerCache self_sub, cross_sub, ffn_sub;  // cross_sub: with cross-attention only
+    AttentionCache self_attn, cross_attn;        // cross_attn: with cross-attention only
     FfnCache ffn;
 };
 struct ForwardCache {
     std::vector<LayerCache> layers;
-    NormCache final_norm;  // pre-norm only
-    Vec xf;                // [T, d] the lm head's input
+    RopeTable rope;                    // cos, sin [T, dk/2] (positional = rope only)
+    Vec memory;                        // [S, d] the memory in float64 (cross-attention only)
+    std::size_t S = 0, valid_len = 0;  // memory rows, and the first padding row
+    NormCache final_norm;              // pre-norm only
+    Vec xf;                            // [T, d] the lm head's input
 };
 
 Dims dims_of(const ModelConfig& c, std::size_t T) {
-    return {T, std::size_t(c.d_model), std::size_t(c.n_heads), std::size_t(c.head_dim()), std::size_t(c.d_ff),
-            std::size_t(c.vocab_size)};
+    return {T, std::size_t(c.d_model), std::size_t(c.n_heads), std::size_t(c.kv_heads()), std::size_t(c.head_dim()),
+            std::size_t(c.d_ff), std::size_t(c.vocab_size)};
 }
 
 const Vec& lm_head(const ModelConfig& c, const Params& p) {
     return p.at(c.tie_embeddings ? "embed.weight" : "lm_head.weight");
 }
 
-// MODEL.md §The whole decoder, with self-attention under `mask`.          -> logits [T, V]
-Vec forward(const ModelConfig& c, const Params& p, const std::vector<int>& tokens, TrainMask mask, ForwardCache& cache) {
+// MODEL.md §The whole decoder, with self-attention under `mask` (TrainMask::none drops the causal
+// part only; the window, an architecture choice of the config, stays), on a checked memory when
+// the config has cross-attention.                                          -> logits [T, V]
+Vec forward(const ModelConfig& c, const Params& p, const std::vector<int>& tokens, const std::optional<Memory>& memory,
+            TrainMask mask, ForwardCache& cache) {
     const Dims s = dims_of(c, tokens.size());
     const double scale = c.embed_scale_sqrt_d ? std::sqrt(double(c.d_model)) : 1.0;
-    const Vec table = c.positional == Positional::sinusoidal ? sinusoidal_positions(s.T, s.d) : Vec{};
+    const bool rope = c.positional == Positional::rope;
+    // §decoder 1: x[t] = embed[token_t] * scale + pos[t]; with rope nothing is added to x.
+    const Vec table = c.positional == Positional::sinusoidal ? sinusoidal_positions(s.T, s.d) : Vec{};  // [T, d]
     const Vec& pos = c.positional == Positional::learned ? p.at("pos.weight") : table;
-    Vec x(s.T * s.d);  // [T, d]: §decoder 1
+    Vec x(s.T * s.d);  // [T, d]
     for (std::size_t t = 0; t < s.T; ++t)
-        for (std::size_t col = 0; col < s.d; ++col)
-            x[t * s.d + col] = p.at("embed.weight")[std::size_t(tokens[t]) * s.d + col] * scale + pos[t * s.d + col];
+        for (std::size_t col = 0; col < s.d; ++col) {
+            const double e = p.at("embed.weight")[std::size_t(tokens[t]) * s.d + col] * scale;
+            x[t * s.d + col] = rope ? e : e + pos[t * s.d + col];
+        }
+    if (rope) cache.rope = rope_table(s.T, s.dk, c.rope_theta);  // row t: position t
+    const SelfAttentionOptions self{{mask == TrainMask::causal, c.attn_window, s.T}, rope ? &cache.rope : nullptr};
+    if (c.cross_attention) {
+        cache.S = std::size_t(memory->rows);
+        cache.valid_len = std::size_t(memory->valid_len);
+        cache.memory.assign(memory->data.begin(), memory->data.end());  // [S, d]
+    }
     const bool pre = c.norm == Norm::pre;
     const double eps = c.ln_eps;
     cache.layers.assign(std::size_t(c.n_layers), {});
@@ -303,8 +222,13 @@ Vec forward(const ModelConfig& c, const Params& p, const std::vector<int>& token
                 x = norm_forward(z, w, b, eps, s.T, s.d, sc.norm);
             }
         };
-        sublayer("norm_self", lc.attn_sub,
-                 [&](const Vec& a) { return attention_forward(a, p, prefix + "self_attn.", s, mask, lc.attn); });
+        sublayer("norm_self", lc.self_sub,
+                 [&](const Vec& a) { return self_attention_forward(a, p, prefix + "self_attn.", s, self, lc.self_attn); });
+        if (c.cross_attention)
+            sublayer("norm_cross", lc.cross_sub, [&](const Vec& a) {
+                return cross_attention_forward(a, cache.memory, cache.S, cache.valid_len, p, prefix + "cross_attn.", s,
+                                               lc.cross_attn);
+            });
         sublayer("norm_ffn", lc.ffn_sub, [&](const Vec& a) { return ffn_forward(a, p, prefix + "ffn.", s, c.activation, lc.ffn); });
     }
     cache.xf = pre ? norm_forward(x, p.at("final_norm.weight"), p.at("final_norm.bias"), eps, s.T, s.d, cache.final_norm) : x;
@@ -316,16 +240,17 @@ void backward(const ModelConfig& c, const Params& p, const std::vector<int>& tok
               const ForwardCache& cache, const Vec& dlogits, Params& g) {
     const Dims s = dims_of(c, tokens.size());
     const bool pre = c.norm == Norm::pre;
+    const RopeTable* rope = c.positional == Positional::rope ? &cache.rope : nullptr;
     // logits = xf lm^T: the lm head's gradient (the embedding's, when tied), and xf's.
-    Vec dhead(s.V * s.d, 0.0);
-    Vec dx(s.T * s.d, 0.0);
+    Vec dhead(s.V * s.d, 0.0);  // [V, d]
+    Vec dx(s.T * s.d, 0.0);     // [T, d]
     linear_backward(dlogits, cache.xf, lm_head(c, p), &dx, dhead, nullptr, s.T, s.d, s.V);
     if (!(c.tie_embeddings && bug == GradBug::tied_embedding_once)) {
         Vec& gh = g.at(c.tie_embeddings ? "embed.weight" : "lm_head.weight");
         for (std::size_t i = 0; i < gh.size(); ++i) gh[i] += dhead[i];
     }
     if (pre) {
-        Vec dx_in(s.T * s.d, 0.0);
+        Vec dx_in(s.T * s.d, 0.0);  // [T, d]
         norm_backward(dx, cache.final_norm, p.at("final_norm.weight"), s.T, s.d, dx_in, g.at("final_norm.weight"),
                       g.at("final_norm.bias"), bug);
         dx = std::move(dx_in);
@@ -340,15 +265,15 @@ void backward(const ModelConfig& c, const Params& p, const std::vector<int>& tok
             Vec& gw = g.at(prefix + norm + ".weight");
             Vec& gb = g.at(prefix + norm + ".bias");
             const bool keep_residual = !(first && bug == GradBug::residual_dropped);
-            Vec dx_in(s.T * s.d, 0.0);
+            Vec dx_in(s.T * s.d, 0.0);  // [T, d]
             if (pre) {
-                Vec du(s.T * s.d, 0.0);
-                F_backward(dx, du);  // y = F(u), u = LN(x): du
+                Vec du(s.T * s.d, 0.0);  // [T, d]
+                F_backward(dx, du);      // y = F(u), u = LN(x): du
                 norm_backward(du, sc.norm, w, s.T, s.d, dx_in, gw, gb, bug);
                 if (keep_residual)
                     for (std::size_t i = 0; i < dx.size(); ++i) dx_in[i] += dx[i];
             } else {
-                Vec dz(s.T * s.d, 0.0);
+                Vec dz(s.T * s.d, 0.0);  // [T, d]
                 norm_backward(dx, sc.norm, w, s.T, s.d, dz, gw, gb, bug);  // x' = LN(z), z = x + F(x)
                 F_backward(dz, dx_in);
                 if (keep_residual)
@@ -358,11 +283,15 @@ void backward(const ModelConfig& c, const Params& p, const std::vector<int>& tok
         };
         sublayer("norm_ffn", lc.ffn_sub, false,
                  [&](const Vec& dy, Vec& da) { ffn_backward(dy, lc.ffn, p, g, prefix + "ffn.", s, c.activation, da); });
-        sublayer("norm_self", lc.attn_sub, true, [&](const Vec& dy, Vec& da) {
-            attention_backward(dy, lc.attn, p, g, prefix + "self_attn.", s, bug, da);
+        if (c.cross_attention)
+            sublayer("norm_cross", lc.cross_sub, false, [&](const Vec& dy, Vec& da) {
+                cross_attention_backward(dy, lc.cross_attn, p, g, prefix + "cross_attn.", s, bug, da);
+            });
+        sublayer("norm_self", lc.self_sub, true, [&](const Vec& dy, Vec& da) {
+            self_attention_backward(dy, lc.self_attn, p, g, prefix + "self_attn.", s, rope, bug, da);
         });
     }
-    // x[t] = embed[token_t] * scale + pos[t].
+    // x[t] = embed[token_t] * scale + pos[t] (rope: no pos).
     const double scale = c.embed_scale_sqrt_d ? std::sqrt(double(c.d_model)) : 1.0;
     Vec& ge = g.at("embed.weight");
     for (std::size_t t = 0; t < s.T; ++t)
@@ -392,6 +321,11 @@ void check_sequence(const ModelConfig& c, const Sequence& q, std::size_t index) 
                          " tokens (one per predicted token: T - 1)");
     for (const double w : q.weights)
         if (!(w >= 0) || !std::isfinite(w)) throw InputError(at + "a weight that is negative or not finite");
+    try {
+        check_memory(c, q.memory);
+    } catch (const InputError& e) {
+        throw InputError(at + e.what());
+    }
 }
 
 }  // namespace
@@ -466,20 +400,15 @@ std::size_t Params::count() const {
     return n;
 }
 
-void check_trainable(const ModelConfig& c) {
-    c.validate();
-    if (c.cross_attention) throw InputError("training: cross_attention=true is not supported yet (decoder-only models)");
-    if (c.n_kv_heads != 0 && c.n_kv_heads != c.n_heads)
-        throw InputError("training: grouped-query heads (n_kv_heads) are not supported yet");
-    if (c.has_window()) throw InputError("training: attn_window is not supported yet");
-    if (c.positional == Positional::rope) throw InputError("training: positional=rope is not supported yet");
-}
+void check_trainable(const ModelConfig& c) { c.validate(); }
 
-std::vector<double> decoder_logits(const ModelConfig& c, const Params& p, const std::vector<int>& tokens, TrainMask mask) {
+std::vector<double> decoder_logits(const ModelConfig& c, const Params& p, const std::vector<int>& tokens, TrainMask mask,
+                                   const std::optional<Memory>& memory) {
     check_trainable(c);
     check_tokens(c, tokens);
+    check_memory(c, memory);
     ForwardCache cache;
-    return forward(c, p, tokens, mask, cache);
+    return forward(c, p, tokens, memory, mask, cache);
 }
 
 double decoder_loss(const ModelConfig& c, const Params& p, const std::vector<Sequence>& batch, const LossOptions& o,
@@ -497,7 +426,7 @@ double decoder_loss(const ModelConfig& c, const Params& p, const std::vector<Seq
     double loss = 0;
     for (const Sequence& q : batch) {
         ForwardCache cache;
-        const Vec logits = forward(c, p, q.tokens, o.mask, cache);  // [T, V]
+        const Vec logits = forward(c, p, q.tokens, q.memory, o.mask, cache);  // [T, V]
         const std::size_t T = q.tokens.size();
         Vec dlogits(T * V, 0.0);
         for (std::size_t t = 0; t + 1 < T; ++t) {

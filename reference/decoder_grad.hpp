@@ -10,19 +10,27 @@
 // Every step of the forward pass of reference/decoder.hpp has its backward here, in the order the
 // chain rule takes them (llm.c's layout: one function per layer kind, each with its forward and
 // backward side by side): cross-entropy, logits (tied or not), the final LayerNorm (pre-norm),
-// per layer the feed-forward and the masked self-attention with their LayerNorms and residuals
-// (post or pre), the positions (learned) and the embeddings (scaled or not).
+// per layer the feed-forward, the cross-attention and the masked self-attention with their
+// LayerNorms and residuals (post or pre), the positions (learned) and the embeddings (scaled or
+// not). Every feature of MODEL.md is covered, version 2 included: grouped-query heads (dK and
+// dV summed over the query heads of a group), the sliding window, rotary positions (dq and dk
+// rotated back by the transpose) and cross-attention over a padded memory (its weights get
+// gradients; the memory is an input and gets none). The attentions are in
+// decoder_grad_attention.cpp, what the two files share in decoder_grad_internal.hpp.
 //
-// Not here yet: cross-attention and the version 2 features (grouped-query heads, the sliding
-// window, rotary positions): check_trainable() refuses such a config, naming the feature.
-//
-// The self-attention mask is a parameter: `causal` is MODEL.md's decoder; `none` lets every
-// position see every other, which is what a decoder trained without the mask computes (the
-// training demo of `attncheck train` shows what that does to a model).
+// The self-attention mask is a parameter: `causal` is MODEL.md's decoder; `none` drops the causal
+// part, so that a position also sees the positions after it, which is what a decoder trained
+// without the mask computes (the training demo of `attncheck train` shows what that does to a
+// model). With a window, `none` keeps the window's left edge (row i sees every t >= i - w): the
+// window is part of the model, like its number of heads, and the one thing `none` stands for is
+// the forgotten causal mask, so that a masked and an unmasked run differ only in the future keys.
+// Padding of the memory is never dropped. A row that sees no key (cross-attention over a memory
+// whose valid_len is 0) has attention output exactly 0 and passes no gradient to Q, K or V.
 #pragma once
 
 #include <cstddef>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,27 +66,31 @@ enum class GradBug {
     position_shifted,          // a learned position's gradient lands on the next position
     softmax_rowsum_dropped,    // attention's softmax backward: dS = P * dP, without - rowsum(P*dP)
     residual_dropped,          // the residual path of the first sublayer carries no gradient
-    mask_ignored_in_backward,  // the backward recomputes P without the causal mask
+    mask_ignored_in_backward,  // self-attention's backward recomputes P with no mask (neither causal nor window)
     loss_not_normalised,       // the loss is a mean, its gradient a sum (not divided by the weight)
 };
 const char* to_string(GradBug b);
 std::vector<GradBug> all_grad_bugs();  // every bug but none
 
 // One training sequence: its tokens and, for t = 0 .. T-2, the weight of predicting tokens[t+1]
-// from position t (0: the position does not count).
+// from position t (0: the position does not count); with cross-attention, its memory (the
+// encoder output it is conditioned on, checked by check_memory), absent otherwise.
 struct Sequence {
     std::vector<int> tokens;
     std::vector<double> weights;  // T - 1
+    std::optional<Memory> memory = std::nullopt;  // [S, d], cross-attention only
 };
 
-// Throws InputError when the config has a feature this backward does not have (cross-attention,
-// grouped-query heads, a window, rotary positions), naming it.
+// Throws InputError when the config is invalid (ModelConfig::validate), naming the problem. Every
+// config MODEL.md defines is trainable here.
 void check_trainable(const ModelConfig& c);
 
-// The logits [T, V] (row-major) of one sequence, with the given self-attention mask. With
-// TrainMask::causal this is reference::Decoder<double>::forward.
+// The logits [T, V] (row-major) of one sequence, with the given self-attention mask, over the
+// memory when the config has cross-attention. With TrainMask::causal this is
+// reference::Decoder<double>::forward.
 std::vector<double> decoder_logits(const ModelConfig& c, const Params& p, const std::vector<int>& tokens,
-                                   TrainMask mask = TrainMask::causal);
+                                   TrainMask mask = TrainMask::causal,
+                                   const std::optional<Memory>& memory = std::nullopt);
 
 struct LossOptions {
     TrainMask mask = TrainMask::causal;
@@ -88,7 +100,8 @@ struct LossOptions {
 // The batch's loss (above); when grad is given, sets it to the gradient of the loss with respect
 // to every parameter (grad gets p's names and shapes). Throws InputError for a bad batch (an
 // empty one, a token out of range, a sequence longer than max_len or shorter than 2, weights of
-// the wrong length or negative, all weights 0).
+// the wrong length or negative, all weights 0, a memory missing, given, or malformed against the
+// config's cross_attention), naming the sequence.
 double decoder_loss(const ModelConfig& c, const Params& p, const std::vector<Sequence>& batch, const LossOptions& o = {},
                     Params* grad = nullptr);
 

@@ -1,11 +1,19 @@
 // tests/reference/decoder_grad_test.cpp — the decoder's float64 gradients (reference/decoder_grad.hpp)
-// against central finite differences on every parameter, for every wiring the backward covers;
-// gradient causality; a batch's gradient as the weighted sum of its sequences'; each planted
-// gradient bug caught; one AdamW step by hand.
+// against central finite differences on every parameter, for every wiring the backward covers
+// (version 1's 48, then each version 2 feature and cross-attention, alone and combined); the
+// causal logits against reference::Decoder<double>; gradient causality, and the window's reach;
+// a batch's gradient as the weighted sum of its sequences'; each planted gradient bug caught; one
+// AdamW step by hand.
+//
+// To add a wiring to the finite-difference check: add a line to feature_wirings() (a name, the
+// features, the memory's valid_len per sequence when it has cross-attention); the logits test and
+// the finite-difference test both read that list.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <random>
 #include <sstream>
+#include <utility>
 
 #include <catch2/catch.hpp>
 
@@ -34,16 +42,79 @@ ModelConfig tiny(Norm norm, Activation act, bool tied, Positional pos, bool scal
     return c;
 }
 
-std::vector<Sequence> batch_of(std::uint64_t seed, const ModelConfig& c) {
+// A memory [rows, d] of values in [-1, 1) whose rows >= valid_len (padding) hold 40: padding that
+// leaked into a softmax or a gradient would move the loss by far more than any tolerance.
+Memory memory_of(std::mt19937_64& rng, const ModelConfig& c, int rows, int valid_len) {
+    Memory m;
+    m.rows = rows;
+    m.valid_len = valid_len;
+    for (int r = 0; r < rows; ++r)
+        for (int col = 0; col < c.d_model; ++col)
+            m.data.push_back(r < valid_len ? float(double(rng() % 2048) / 1024.0 - 1.0) : 40.0f);
+    return m;
+}
+
+// Two sequences (T = 5 and 7) with some weights 0; with cross-attention, sequence s gets a memory
+// of 4 rows with valid_len valid[s] (0: fully padded, its cross-attention outputs only its bias).
+std::vector<Sequence> batch_of(std::uint64_t seed, const ModelConfig& c, const std::vector<int>& valid = {3, 4}) {
     std::mt19937_64 rng(seed);
     std::vector<Sequence> batch;
     for (const std::size_t T : {5, 7}) {
         Sequence q;
         for (std::size_t t = 0; t < T; ++t) q.tokens.push_back(int(rng() % std::uint64_t(c.vocab_size)));
         for (std::size_t t = 0; t + 1 < T; ++t) q.weights.push_back(t % 3 == 1 ? 0.0 : 0.5 + double(rng() % 4));
+        if (c.cross_attention) q.memory = memory_of(rng, c, 4, valid[batch.size()]);
         batch.push_back(q);
     }
     return batch;
+}
+
+// The features of MODEL.md that version 1's 48 wirings do not have, set on tiny()'s config.
+struct Features {
+    int n_heads = 2, n_kv_heads = 0, window = -1;
+    bool rope = false, cross = false;
+    double rope_theta = 10000;
+};
+
+struct Wiring {
+    std::string name;
+    ModelConfig config;
+    TrainMask mask = TrainMask::causal;
+    std::vector<int> valid = {3, 4};  // the memories' valid_len (cross-attention only)
+};
+
+Wiring wiring(const std::string& name, Norm norm, const Features& f, TrainMask mask = TrainMask::causal,
+              std::vector<int> valid = {3, 4}) {
+    ModelConfig c = tiny(norm, Activation::gelu, false, f.rope ? Positional::rope : Positional::learned, true);
+    c.n_heads = f.n_heads;  // d = 8: dk = 4 with 2 heads, 2 with 4 (even, as rope needs)
+    c.n_kv_heads = f.n_kv_heads;
+    c.attn_window = f.window;
+    c.rope_theta = f.rope_theta;
+    c.cross_attention = f.cross;
+    return {name, c, mask, std::move(valid)};
+}
+
+// Each feature alone, in post and pre norm, then combined. The windows are narrower than the
+// sequences (T = 5, 7) so that they cut; window 0 leaves each row only itself. rope_theta = 100
+// turns the later pairs by more than the default would at T <= 7.
+std::vector<Wiring> feature_wirings() {
+    const Norm post = Norm::post, pre = Norm::pre;
+    return {
+        wiring("gqa h4 kv2 post", post, {.n_heads = 4, .n_kv_heads = 2}),
+        wiring("gqa h4 kv1 pre (multi-query)", pre, {.n_heads = 4, .n_kv_heads = 1}),
+        wiring("window 1 post", post, {.window = 1}),
+        wiring("window 0 pre", pre, {.window = 0}),
+        wiring("window 2 pre, mask none", pre, {.window = 2}, TrainMask::none),
+        wiring("rope post", post, {.rope = true}),
+        wiring("rope theta 100 pre", pre, {.rope = true, .rope_theta = 100}),
+        wiring("gqa + rope + window pre", pre, {.n_heads = 4, .n_kv_heads = 2, .window = 2, .rope = true, .rope_theta = 100}),
+        wiring("gqa + rope + window post, mask none", post, {.n_heads = 4, .n_kv_heads = 2, .window = 1, .rope = true},
+               TrainMask::none),
+        wiring("cross post, memories valid 3 and 0", post, {.cross = true}, TrainMask::causal, {3, 0}),
+        wiring("cross pre, memories valid 3 and 0", pre, {.cross = true}, TrainMask::causal, {3, 0}),
+        wiring("cross + gqa + rope + window pre, memories valid 2 and 4", pre,
+               {.n_heads = 4, .n_kv_heads = 2, .window = 1, .rope = true, .cross = true}, TrainMask::causal, {2, 4}),
+    };
 }
 
 // The largest disagreement between the analytic gradient and central differences, relative to
@@ -95,40 +166,114 @@ TEST_CASE("decoder gradients agree with finite differences for every wiring", "[
     CHECK(configs == 48);
 }
 
+TEST_CASE("decoder gradients agree with finite differences with GQA, windows, rope and cross-attention",
+          "[reference][grad][v2]") {
+    std::uint64_t seed = 200;
+    for (const Wiring& w : feature_wirings()) {
+        const Params p = Params::from_model(init_model(w.config, seed));
+        std::string where;
+        const double err = worst_fd_error(w.config, p, batch_of(seed, w.config, w.valid), {w.mask, GradBug::none}, where);
+        INFO(w.name << " (seed " << seed << "): worst " << err << " at " << where);
+        CHECK(err < 1e-6);
+        ++seed;
+    }
+}
+
 TEST_CASE("the causal logits are reference::Decoder<double>'s", "[reference][grad]") {
-    for (const Norm norm : {Norm::post, Norm::pre}) {
-        const ModelConfig c = tiny(norm, Activation::gelu, false, Positional::learned, true);
+    std::vector<Wiring> wirings = feature_wirings();
+    for (const Norm norm : {Norm::post, Norm::pre})
+        wirings.push_back({std::string("v1 ") + to_string(norm), tiny(norm, Activation::gelu, false, Positional::learned, true)});
+    std::mt19937_64 rng(9);
+    for (const Wiring& w : wirings) {
+        if (w.mask != TrainMask::causal) continue;  // Decoder<double> has the causal mask only
+        const ModelConfig& c = w.config;
         const Model m = init_model(c, 9);
         const std::vector<int> tokens = {1, 4, 0, 6, 2, 2};
-        const std::vector<double> mine = decoder_logits(c, Params::from_model(m), tokens);
-        const auto theirs = Decoder<double>(m).forward(tokens);
-        REQUIRE(mine.size() == theirs.size());
-        for (std::size_t i = 0; i < mine.size(); ++i) CHECK(std::abs(mine[i] - theirs.data()[i]) < 1e-12);
+        for (const int valid : w.valid) {
+            std::optional<Memory> memory;
+            if (c.cross_attention) memory = memory_of(rng, c, 4, valid);
+            const std::vector<double> mine = decoder_logits(c, Params::from_model(m), tokens, TrainMask::causal, memory);
+            const auto theirs = Decoder<double>(m).forward(tokens, memory);
+            REQUIRE(mine.size() == theirs.size());
+            double worst = 0;
+            for (std::size_t i = 0; i < mine.size(); ++i) worst = std::max(worst, std::abs(mine[i] - theirs.data()[i]));
+            INFO(w.name << (c.cross_attention ? ", memory valid_len " + std::to_string(valid) : std::string())
+                        << ": worst difference " << worst);
+            CHECK(worst < 1e-12);
+            if (!c.cross_attention) break;
+        }
     }
 }
 
 // Untied embeddings, and tokens after position k that no earlier position holds: the rows of
-// those tokens in the embedding's gradient are what the positions after k receive.
+// those tokens in the embedding's gradient are what the positions after k receive. Run on the
+// version 1 decoder and on one with every feature (the memory is the same for every position, so
+// it carries nothing from the future).
 TEST_CASE("gradient causality: the loss of positions 0..k gives the tokens after k exactly nothing", "[reference][grad]") {
-    const ModelConfig c = tiny(Norm::pre, Activation::gelu, false, Positional::sinusoidal, true);
-    const Params p = Params::from_model(init_model(c, 3));
-    const std::size_t k = 3;
-    const Sequence q{{0, 1, 2, 3, 4, 5, 6}, {1, 1, 1, 0, 0, 0}};  // predicts tokens 1..k from positions 0..k-1
-    const auto future_rows = [&](const Params& g) {
-        double most = 0;
-        for (std::size_t t = k + 1; t < q.tokens.size(); ++t)
-            for (std::size_t col = 0; col < std::size_t(c.d_model); ++col)
-                most = std::max(most, std::abs(g.at("embed.weight")[std::size_t(q.tokens[t]) * std::size_t(c.d_model) + col]));
-        return most;
+    std::vector<Wiring> wirings = {{"v1 pre sinusoidal", tiny(Norm::pre, Activation::gelu, false, Positional::sinusoidal, true)},
+                                   wiring("cross + gqa + rope + window 2 pre", Norm::pre,
+                                          {.n_heads = 4, .n_kv_heads = 2, .window = 2, .rope = true, .cross = true})};
+    for (const Wiring& w : wirings) {
+        INFO(w.name);
+        const ModelConfig& c = w.config;
+        const Params p = Params::from_model(init_model(c, 3));
+        const std::size_t k = 3;
+        Sequence q{{0, 1, 2, 3, 4, 5, 6}, {1, 1, 1, 0, 0, 0}};  // predicts tokens 1..k from positions 0..k-1
+        std::mt19937_64 rng(3);
+        if (c.cross_attention) q.memory = memory_of(rng, c, 4, 3);
+        const auto future_rows = [&](const Params& g) {
+            double most = 0;
+            for (std::size_t t = k + 1; t < q.tokens.size(); ++t)
+                for (std::size_t col = 0; col < std::size_t(c.d_model); ++col)
+                    most = std::max(most, std::abs(g.at("embed.weight")[std::size_t(q.tokens[t]) * std::size_t(c.d_model) + col]));
+            return most;
+        };
+        Params g;
+        decoder_loss(c, p, {q}, {}, &g);
+        CHECK(future_rows(g) == 0.0);
+        // Without the mask, or with a backward that forgets it, the future gets a gradient.
+        decoder_loss(c, p, {q}, {TrainMask::none, GradBug::none}, &g);
+        CHECK(future_rows(g) > 1e-6);
+        decoder_loss(c, p, {q}, {TrainMask::causal, GradBug::mask_ignored_in_backward}, &g);
+        CHECK(future_rows(g) > 1e-6);
+    }
+}
+
+// The window's reach: with window w and L layers, the loss of position k alone depends on
+// positions k - L*w .. k only. Learned positions, so that pos.weight's row t is exactly what
+// position t receives: rows before k - L*w get exactly 0, row k - L*w does not (the edge is where
+// MODEL.md puts it, not one off). Without the window, and with the planted bug that recomputes
+// P with no mask, the gradient reaches further; mask none drops the causal part only, so the
+// window's left edge still holds.
+TEST_CASE("a sliding window: no gradient reaches a position behind the window", "[reference][grad][v2]") {
+    const Wiring w = wiring("window 1 pre", Norm::pre, {.window = 1});
+    const ModelConfig& c = w.config;
+    const Params p = Params::from_model(init_model(c, 21));
+    const std::size_t L = std::size_t(c.n_layers), window = 1, k = 5, edge = k - L * window;
+    const Sequence q{{0, 1, 2, 3, 4, 5, 6}, {0, 0, 0, 0, 0, 1}};  // the loss of position k = 5 only
+    const std::size_t d = std::size_t(c.d_model);
+    const auto row_norm = [&](const Params& g, std::size_t t) {
+        double sum = 0;
+        for (std::size_t col = 0; col < d; ++col) sum += std::abs(g.at("pos.weight")[t * d + col]);
+        return sum;
+    };
+    const auto behind = [&](const Params& g) {
+        double sum = 0;
+        for (std::size_t t = 0; t < edge; ++t) sum += row_norm(g, t);
+        return sum;
     };
     Params g;
     decoder_loss(c, p, {q}, {}, &g);
-    CHECK(future_rows(g) == 0.0);
-    // Without the mask, or with a backward that forgets it, the future gets a gradient.
+    CHECK(behind(g) == 0.0);
+    CHECK(row_norm(g, edge) > 1e-6);
     decoder_loss(c, p, {q}, {TrainMask::none, GradBug::none}, &g);
-    CHECK(future_rows(g) > 1e-6);
+    CHECK(behind(g) == 0.0);
     decoder_loss(c, p, {q}, {TrainMask::causal, GradBug::mask_ignored_in_backward}, &g);
-    CHECK(future_rows(g) > 1e-6);
+    CHECK(behind(g) > 1e-6);
+    ModelConfig unwindowed = c;
+    unwindowed.attn_window = -1;
+    decoder_loss(unwindowed, p, {q}, {}, &g);
+    CHECK(behind(g) > 1e-6);
 }
 
 TEST_CASE("a batch's gradient is the weighted sum of its sequences' gradients", "[reference][grad]") {
@@ -170,6 +315,21 @@ TEST_CASE("each planted gradient bug is caught by finite differences", "[referen
     }
 }
 
+TEST_CASE("each planted gradient bug is caught with GQA, a window and cross-attention", "[reference][grad][v2]") {
+    // Learned positions rather than rope, so that position_shifted has a table to act on; tied,
+    // for tied_embedding_once. The window is 1, so that mask_ignored_in_backward's forgotten
+    // window shows even where the causal mask alone would hide little.
+    Wiring w = wiring("gqa + window + cross post", Norm::post, {.n_heads = 4, .n_kv_heads = 2, .window = 1, .cross = true});
+    w.config.tie_embeddings = true;
+    const Params p = Params::from_model(init_model(w.config, 12));
+    for (const GradBug bug : all_grad_bugs()) {
+        std::string where;
+        const double err = worst_fd_error(w.config, p, batch_of(5, w.config), {TrainMask::causal, bug}, where);
+        INFO(w.name << " " << to_string(bug) << ": worst " << err << " at " << where);
+        CHECK(err > 1e-3);
+    }
+}
+
 TEST_CASE("decoder_loss refuses a bad batch and a config it cannot train, naming the problem", "[reference][grad]") {
     const ModelConfig c = tiny(Norm::post, Activation::relu, true, Positional::sinusoidal, true);
     const Params p = Params::from_model(init_model(c, 1));
@@ -183,12 +343,24 @@ TEST_CASE("decoder_loss refuses a bad batch and a config it cannot train, naming
     says({{{1, 2}, {-1}}}, "negative");
     says({{{1, 2}, {0}}}, "every weight of the batch is 0");
     says({{std::vector<int>(9, 1), std::vector<double>(8, 1.0)}}, "too many tokens: 9 > max_len 8");
-    ModelConfig rope = c;
-    rope.positional = Positional::rope;
-    CHECK_THROWS_WITH(check_trainable(rope), Catch::Contains("rope"));
-    ModelConfig cross = c;
-    cross.cross_attention = true;
-    CHECK_THROWS_WITH(check_trainable(cross), Catch::Contains("cross_attention"));
+    // Every feature of MODEL.md is trainable; an invalid config is still refused.
+    for (const Wiring& w : feature_wirings()) CHECK_NOTHROW(check_trainable(w.config));
+    ModelConfig bad = c;
+    bad.n_kv_heads = 3;  // does not divide n_heads = 2
+    CHECK_THROWS_WITH(check_trainable(bad), Catch::Contains("n_kv_heads"));
+    // The memory must match the config's cross-attention, sequence by sequence.
+    std::mt19937_64 rng(1);
+    says({{{1, 2}, {1}, memory_of(rng, c, 2, 2)}}, "sequence 0: memory was given, but the model has no cross-attention");
+    const ModelConfig cross = wiring("cross post", Norm::post, {.cross = true}).config;
+    const Params pc = Params::from_model(init_model(cross, 1));
+    Memory outside = memory_of(rng, cross, 2, 2);
+    outside.valid_len = 3;
+    const std::vector<std::pair<Sequence, std::string>> refused = {
+        {{{1, 2}, {1}}, "sequence 0: the model has cross-attention but no memory was given"},
+        {{{1, 2}, {1}, outside}, "sequence 0: memory valid_len 3 is outside [0, 2]"},
+    };
+    for (const auto& [q, text] : refused) CHECK_THROWS_WITH(decoder_loss(cross, pc, {q}), Catch::Contains(text));
+    CHECK_THROWS_WITH(decoder_logits(cross, pc, {1, 2}), Catch::Contains("no memory was given"));
 }
 
 TEST_CASE("one AdamW step, by hand", "[reference][grad]") {
