@@ -11,6 +11,8 @@
 // every [M, *] buffer (no padding). Dimension legend as in train_step.hpp; M = sum_b T_b.
 #include "optimized/train_step.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -144,6 +146,27 @@ void attend(const TrainKernel& kernel, const ModelConfig& c, const Rows& rows, T
     }
 }
 
+// A step of fewer flops than this runs on one thread. Its ~20 parallel regions per layer (the
+// products, the kernel's calls, the row loops) each cost microseconds on an idle machine and
+// milliseconds on a busy one, where every barrier waits for a descheduled thread: `attncheck
+// train`'s default model (d = 32, 416 rows, 4e7 flops a step) ran 130 steps/s on one thread and
+// 4.4 on two on the 2-vCPU Zen 5 VM under a load of 8. The bench's step (1e10 flops) is far above.
+constexpr double kSerialBelowFlops = 1e8;
+
+// Sets the calling thread's OpenMP thread count to 1 for a scope (when `on`), and restores it.
+struct SerialScope {
+    int saved = omp_get_max_threads();
+    bool on;
+    explicit SerialScope(bool on_) : on(on_) {
+        if (on) omp_set_num_threads(1);
+    }
+    ~SerialScope() {
+        if (on) omp_set_num_threads(saved);
+    }
+    SerialScope(const SerialScope&) = delete;
+    SerialScope& operator=(const SerialScope&) = delete;
+};
+
 bool in_kernel_backward(GradBug b) {
     return b == GradBug::softmax_rowsum_dropped || b == GradBug::mask_ignored_in_backward;
 }
@@ -168,6 +191,7 @@ double train_loss(const Model& model, const std::vector<Sequence>& batch, const 
                          " lives in the attention kernel's backward: plant it with a backward zoo kernel");
     if (!kernel.forward || (grad && !kernel.backward))
         throw InputError("training step: the attention kernel's forward or backward is null");
+    const SerialScope serial(train_flops(c, batch, o.mask) < kSerialBelowFlops);
     const std::unique_ptr<PackedWeights> P = pack_model(model);  // validates the model
     const Rows rows(batch);
     const int M = rows.M, d = c.d_model, f = c.d_ff, V = c.vocab_size, h = c.n_heads, L = c.n_layers;
