@@ -18,6 +18,7 @@
 #include "attncheck/error.hpp"
 #include "kernels/registry.hpp"
 #include "optimized/decoder.hpp"
+#include "optimized/gemm.hpp"
 #include "optimized/train_step.hpp"
 #include "reference/attention_v2.hpp"
 #include "reference/decoder_grad.hpp"
@@ -315,6 +316,27 @@ TEST_CASE("train_loss refuses what decoder_loss refuses", "[optimized][train_ste
     rope.positional = Positional::rope;
     CHECK_THROWS_AS(train_loss(init_model(rope, 1), {ok}), InputError);
     CHECK_THROWS_AS(train_loss(m, {ok}, {nullptr, nullptr}), InputError);
+}
+
+// The backward's packing: W packed from its transpose is pack_weights(W), padding included, also
+// into storage a larger matrix left behind (a step reuses one PackedMatrix for every product).
+TEST_CASE("pack_weights_transposed packs W from W^T as pack_weights does, reusing storage", "[optimized][train_step]") {
+    std::mt19937_64 rng(29);
+    optimized::PackedMatrix into;
+    for (const auto& [n, k] : {std::pair{70, 40}, {33, 5}, {32, 17}, {1, 3}}) {  // larger first: stale storage
+        std::vector<float> w(std::size_t(n) * std::size_t(k)), wt(w.size());
+        for (float& v : w) v = float(int(rng() % 200) - 100);
+        for (int j = 0; j < n; ++j)
+            for (int c = 0; c < k; ++c) wt[std::size_t(c) * std::size_t(n) + std::size_t(j)] = w[std::size_t(j) * std::size_t(k) + std::size_t(c)];
+        const optimized::PackedMatrix want = optimized::pack_weights(w.data(), n, k, nullptr);
+        optimized::pack_weights_transposed(wt.data(), n, k, n, into);
+        INFO("n " << n << ", k " << k);
+        CHECK(into.n == n);
+        CHECK(into.k == k);
+        CHECK(into.bias.empty());
+        REQUIRE(into.panels.size() >= want.panels.size());
+        CHECK(std::equal(want.panels.begin(), want.panels.end(), into.panels.begin()));
+    }
 }
 
 TEST_CASE("train_flops counts the products from the shapes", "[optimized][train_step]") {
