@@ -240,7 +240,7 @@ TEST_CASE("the attention's planted bugs: backward zoo kernels caught, StepOption
 
 // Large enough (1.4e8 and 1.8e8 train_flops) that the step runs on the threads it is given: under
 // 1e8 it runs on one (train_step.cpp, kSerialBelowFlops), and this test would compare nothing.
-TEST_CASE("train_loss: the same bits twice; 1 and 2 threads agree within the bound", "[optimized][train_step]") {
+TEST_CASE("train_loss: the same bits twice, and 1 and 2 threads agree within the bound", "[optimized][train_step]") {
     ModelConfig c = tiny(Norm::post, Activation::gelu_tanh, false, Positional::learned, false);
     c.vocab_size = 64;
     c.d_model = 96;
