@@ -38,6 +38,10 @@ struct StepOptions {
     reference::GradBug bug = reference::GradBug::none;
 };
 
+// Why this step cannot train config c although reference::check_trainable accepts it (a feature
+// of MODEL.md the float32 step does not have yet), or "" when it can; train_loss throws it.
+std::string step_unsupported(const ModelConfig& c);
+
 // The bugs StepOptions::bug can plant (every GradBug of the decoder outside the attention).
 std::vector<reference::GradBug> step_grad_bugs();
 
@@ -45,7 +49,10 @@ std::vector<reference::GradBug> step_grad_bugs();
 // gradient of the loss with respect to every parameter. Throws InputError for what
 // reference::decoder_loss refuses (a bad batch, a config check_trainable refuses) and
 // KernelError when the kernel's forward or backward returns nonzero. Deterministic for a given
-// thread count when the kernel is.
+// thread count when the kernel is. A step of under 1e8 train_flops runs on one thread (its
+// parallel regions would cost more than they save; train_step.cpp). The activations and scratch
+// are kept per calling thread from call to call (grown, never shrunk: ~17 MB per layer at 1024
+// rows of d = 256, f = 1024), and grad's vectors are reused when it holds this model's names.
 double train_loss(const Model& model, const std::vector<reference::Sequence>& batch, const TrainKernel& kernel = {},
                   const StepOptions& o = {}, Grads* grad = nullptr);
 

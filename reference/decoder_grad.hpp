@@ -92,6 +92,11 @@ std::vector<double> decoder_logits(const ModelConfig& c, const Params& p, const 
                                    TrainMask mask = TrainMask::causal,
                                    const std::optional<Memory>& memory = std::nullopt);
 
+// What decoder_loss checks before it computes anything: check_trainable(c), then the batch
+// (below); returns the batch's total weight (> 0). Shared with every other implementation of
+// the same loss (optimized/train_step.hpp), so that they refuse exactly what this one refuses.
+double check_batch(const ModelConfig& c, const std::vector<Sequence>& batch);
+
 struct LossOptions {
     TrainMask mask = TrainMask::causal;
     GradBug bug = GradBug::none;
