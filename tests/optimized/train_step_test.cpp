@@ -319,11 +319,11 @@ TEST_CASE("train_loss refuses what decoder_loss refuses", "[optimized][train_ste
     gqa.n_kv_heads = 1;
     window.attn_window = 1;
     for (const ModelConfig& unsupported : {rope, gqa, window}) {
-        CHECK_FALSE(step_unsupported(unsupported).empty());
+        CHECK_FALSE(optimized::step_unsupported(unsupported).empty());
         CHECK_THROWS_WITH(train_loss(init_model(unsupported, 1), {ok}),
                           Catch::Matchers::Contains("not in the optimized step yet"));
     }
-    CHECK(step_unsupported(c).empty());
+    CHECK(optimized::step_unsupported(c).empty());
     CHECK_THROWS_AS(train_loss(m, {ok}, {nullptr, nullptr}), InputError);
 }
 
