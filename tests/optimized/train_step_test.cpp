@@ -22,6 +22,7 @@
 #include "optimized/train_step.hpp"
 #include "reference/attention_v2.hpp"
 #include "reference/decoder_grad.hpp"
+#include "tests/reference/feature_wirings.hpp"
 #include "thread_count.hpp"
 
 namespace {
@@ -32,6 +33,8 @@ using optimized::Grads;
 using optimized::StepOptions;
 using optimized::TrainKernel;
 using optimized::train_loss;
+using testing::feature_wirings;
+using testing::Wiring;
 
 // The worst measured over every case of the agreement test: 2.0e-6 (gradients: a key bias, whose
 // true gradient is 0, see kScaleFloor), 8.1e-8 (the loss, relative). float32 rounding (eps 6e-8)
@@ -184,6 +187,70 @@ TEST_CASE("train_loss agrees with the float64 oracle for every wiring, kernel, m
     WARN("worst gradient error " << worst_grad << " (" << worst_where << "), worst loss error " << worst_loss);
 }
 
+// A batch for a feature wiring: lengths {5, 7, 6} (one kernel call each) or {6, 6, 6} (one call for
+// the batch: a window, GQA and rope on the batched views), some weights 0; with cross-attention a
+// memory of 4 rows per sequence whose valid_len cycles through the wiring's list (0 included:
+// padding only, a row that sees no key), padding rows holding 40 (memory_of).
+std::vector<Sequence> feature_batch(std::uint64_t seed, const Wiring& w, bool same_length) {
+    std::mt19937_64 rng(seed);
+    std::vector<Sequence> batch;
+    const ModelConfig& c = w.config;
+    for (const std::size_t T : same_length ? std::vector<std::size_t>{6, 6, 6} : std::vector<std::size_t>{5, 7, 6}) {
+        Sequence q;
+        for (std::size_t t = 0; t < T; ++t) q.tokens.push_back(int(rng() % std::uint64_t(c.vocab_size)));
+        for (std::size_t t = 0; t + 1 < T; ++t) q.weights.push_back(t % 3 == 1 ? 0.0 : 0.5 + double(rng() % 4));
+        if (c.cross_attention) q.memory = testing::memory_of(rng, c, 4, w.valid[batch.size() % w.valid.size()]);
+        batch.push_back(q);
+    }
+    return batch;
+}
+
+// Every wiring of feature_wirings() (GQA, windows, rope, cross-attention, alone and combined), with
+// both kernels, both masks (with a window, none keeps its left edge), batches of different lengths
+// and of one length. A feature the step does not have yet is refused by name.
+TEST_CASE("train_loss agrees with the float64 oracle with GQA, windows, rope and cross-attention",
+          "[optimized][train_step][v2]") {
+    double worst_grad = 0, worst_loss = 0;
+    std::string worst_where;
+    int cases = 0, refused = 0;
+    std::uint64_t seed = 300;
+    for (const Wiring& w : feature_wirings()) {
+        const ModelConfig& c = w.config;
+        const Model m = with_zeros(init_model(c, seed));
+        if (!optimized::step_unsupported(c).empty()) {
+            CHECK_THROWS_WITH(train_loss(m, feature_batch(seed, w, false)), Catch::Contains("not in the optimized step yet"));
+            ++refused;
+            ++seed;
+            continue;
+        }
+        const Params p = Params::from_model(m);
+        for (const TrainMask mask : {TrainMask::causal, TrainMask::none})
+            for (const bool same : {false, true}) {
+                const auto batch = feature_batch(seed, w, same);
+                Params g64;
+                const double l64 = decoder_loss(c, p, batch, {.mask = mask}, &g64);
+                for (const Subject& s : subjects()) {
+                    Grads g32;
+                    const double l32 = train_loss(m, batch, s.kernel, {.mask = mask}, &g32);
+                    const Agreement a = compare(g64, g32);
+                    const double lerr = std::abs(l32 - l64) / std::max(1.0, std::abs(l64));
+                    INFO(w.name << " (seed " << seed << ") mask " << to_string(mask)
+                                << (same ? " lengths 6,6,6" : " lengths 5,7,6") << " kernel " << s.name << ": " << a.where
+                                << "; loss " << l32 << " vs " << l64);
+                    CHECK(a.worst < kGradBound);
+                    CHECK(lerr < kLossBound);
+                    if (a.worst > worst_grad) worst_grad = a.worst, worst_where = w.name + ": " + a.where;
+                    worst_loss = std::max(worst_loss, lerr);
+                    ++cases;
+                }
+            }
+        ++seed;
+    }
+    CHECK(cases + refused * 8 == int(feature_wirings().size()) * 8);
+    WARN("worst gradient error " << worst_grad << " (" << worst_where << "), worst loss error " << worst_loss << ", "
+                                 << refused << " wiring(s) refused");
+}
+
 TEST_CASE("train_loss without grad is the same loss", "[optimized][train_step]") {
     const ModelConfig c = tiny(Norm::pre, Activation::gelu, false, Positional::learned, true);
     const Model m = init_model(c, 5);
@@ -314,16 +381,15 @@ TEST_CASE("train_loss refuses what decoder_loss refuses", "[optimized][train_ste
     }
     // What the reference step trains and this one does not have yet: refused by name, before any
     // weight is read with the shape a version 1 model would have.
-    ModelConfig rope = c, gqa = c, window = c;
+    ModelConfig rope = c, window = c;
     rope.positional = Positional::rope;
-    gqa.n_kv_heads = 1;
     window.attn_window = 1;
-    for (const ModelConfig& unsupported : {rope, gqa, window}) {
-        CHECK_FALSE(step_unsupported(unsupported).empty());
+    for (const ModelConfig& unsupported : {rope, window}) {
+        CHECK_FALSE(optimized::step_unsupported(unsupported).empty());
         CHECK_THROWS_WITH(train_loss(init_model(unsupported, 1), {ok}),
                           Catch::Matchers::Contains("not in the optimized step yet"));
     }
-    CHECK(step_unsupported(c).empty());
+    CHECK(optimized::step_unsupported(c).empty());
     CHECK_THROWS_AS(train_loss(m, {ok}, {nullptr, nullptr}), InputError);
 }
 

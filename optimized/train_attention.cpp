@@ -1,0 +1,88 @@
+// optimized/train_attention.cpp — the training step's attention sublayers (train_attention.hpp):
+// every one goes through the kernel under test, its views straight into the step's buffers.
+#include "optimized/train_attention.hpp"
+
+#include <cmath>
+#include <string>
+
+#include "attncheck/error.hpp"
+#include "attncheck/problem_shape_v2.hpp"
+#include "optimized/decoder.hpp"
+
+namespace attncheck::optimized::train_detail {
+
+using reference::Sequence;
+using reference::TrainMask;
+
+Rows::Rows(const std::vector<Sequence>& batch) {
+    for (const Sequence& s : batch) {
+        const int T = int(s.tokens.size());
+        row0.push_back(M);
+        len.push_back(T);
+        same_length = same_length && T == len.front();
+        for (int t = 0; t < T; ++t) {
+            seq.push_back(int(row0.size()) - 1);
+            pos.push_back(t);
+            token.push_back(s.tokens[std::size_t(t)]);
+        }
+        M += T;
+    }
+    q_pos.assign(batch.size(), 0);
+}
+
+// A batch of sequences of one length is one dense call, its views straight into qkv [M, W]
+// (sequence stride T * W, head stride dk, row stride W). Sequences of different lengths are one
+// dense call each: a padded dense call would need kv_lens, and its padding query rows would be
+// rows of the problem (read, computed, their out and dq written), which a kernel that supports
+// dense calls need not support (kv_lens), and varlen is a layout a kernel may refuse; a call of
+// one sequence with q_len = kv_len = T is what every kernel that takes a dense problem takes.
+void self_attention(const TrainKernel& kernel, const PackedWeights& P, const Rows& rows, TrainMask mask, int layer,
+                    float* qkv, float* att, float* lse, const float* datt, float* dqkv) {
+    const ModelConfig& c = P.config;
+    const int d = c.d_model, h = c.n_heads, hkv = c.kv_heads(), dk = c.head_dim(), B = int(rows.len.size());
+    const std::int64_t W = P.qkv_width, kvd = std::int64_t(hkv) * dk;
+    const bool whole = rows.same_length;
+    for (int b0 = 0; b0 < B; b0 += whole ? B : 1) {
+        const int nb = whole ? B : 1, T = rows.len[std::size_t(b0)], r0 = rows.row0[std::size_t(b0)];
+        attncheck_problem_v2 p = make_problem_v2({.batch = nb, .q_heads = h, .kv_heads = hkv, .head_dim = dk,
+                                                  .value_dim = dk, .causal = mask == TrainMask::causal,
+                                                  .scale = float(1.0 / std::sqrt(double(dk)))});
+        p.q_len = T;
+        p.kv_len = T;
+        p.q_pos = rows.q_pos.data();
+        const auto view = [&](const float* base, std::int64_t row_stride) {
+            return attncheck_tensor_v2{const_cast<float*>(base), {T * row_stride, dk, row_stride, 1}};
+        };
+        const float* q = qkv + std::size_t(r0) * std::size_t(W);
+        p.q = view(q, W);
+        p.k = view(q + d, W);
+        p.v = view(q + d + kvd, W);
+        p.out = view(att + std::size_t(r0) * std::size_t(d), d);
+        p.lse = lse + std::size_t(r0) * std::size_t(h);
+        p.lse_stride[0] = std::int64_t(h) * T;
+        p.lse_stride[1] = T;
+        p.lse_stride[2] = 1;
+        int rc = 0;
+        const char* what = dqkv ? "backward" : "forward";
+        if (!dqkv) {
+            rc = kernel.forward(&p);
+        } else {
+            float* dq = dqkv + std::size_t(r0) * std::size_t(W);
+            attncheck_grads_v2 g{};
+            g.struct_size = sizeof(attncheck_grads_v2);
+            g.dout = view(datt + std::size_t(r0) * std::size_t(d), d);
+            g.dq = view(dq, W);
+            g.dk = view(dq + d, W);
+            g.dv = view(dq + d + kvd, W);
+            rc = kernel.backward(&p, &g);
+        }
+        if (rc != 0)
+            throw KernelError("training step: the attention kernel's " + std::string(what) + " returned " +
+                              std::to_string(rc) + " for layer " + std::to_string(layer) + " (" + std::to_string(nb) +
+                              " sequence(s) of " + std::to_string(T) + " tokens, " + std::to_string(h) + " heads of " +
+                              std::to_string(dk) + " (" + std::to_string(hkv) + " kv heads), mask " +
+                              reference::to_string(mask) + ")");
+    }
+}
+
+}  // namespace attncheck::optimized::train_detail
