@@ -47,6 +47,11 @@ void self_attention(const TrainKernel& kernel, const PackedWeights& P, const Row
         attncheck_problem_v2 p = make_problem_v2({.batch = nb, .q_heads = h, .kv_heads = hkv, .head_dim = dk,
                                                   .value_dim = dk, .causal = mask == TrainMask::causal,
                                                   .scale = float(1.0 / std::sqrt(double(dk)))});
+        // The window's left edge (MODEL.md: row i sees keys t >= i - w). Its right edge stays -1
+        // under either mask: causal, the mask is the right limit; none keeps the left edge only
+        // (reference/decoder_grad.hpp: the window is the model's, the mask the thing forgotten).
+        p.window_left = c.attn_window;
+        p.window_right = -1;
         p.q_len = T;
         p.kv_len = T;
         p.q_pos = rows.q_pos.data();
@@ -81,7 +86,7 @@ void self_attention(const TrainKernel& kernel, const PackedWeights& P, const Row
                               std::to_string(rc) + " for layer " + std::to_string(layer) + " (" + std::to_string(nb) +
                               " sequence(s) of " + std::to_string(T) + " tokens, " + std::to_string(h) + " heads of " +
                               std::to_string(dk) + " (" + std::to_string(hkv) + " kv heads), mask " +
-                              reference::to_string(mask) + ")");
+                              reference::to_string(mask) + ", window " + std::to_string(c.attn_window) + ")");
     }
 }
 

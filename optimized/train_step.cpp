@@ -102,7 +102,6 @@ std::vector<GradBug> step_grad_bugs() {
 
 std::string step_unsupported(const ModelConfig& c) {
     if (c.cross_attention) return "cross-attention is not in the optimized step yet (the reference step has it)";
-    if (c.has_window()) return "a sliding window is not in the optimized step yet (the reference step has it)";
     if (c.positional == Positional::rope) return "rotary positions are not in the optimized step yet (the reference step has them)";
     return "";
 }
@@ -330,14 +329,20 @@ double train_loss(const Model& model, const std::vector<Sequence>& batch, const 
 //   attention, per visible (row, key) pair and head, dk multiply-adds for each of: the forward's
 //     scores and P V; the backward's recomputed scores, dP = dout V^T, dV, dQ and dK
 //     (FlashAttention-2's backward: 2.5 times the forward). Visible pairs per sequence: causal
-//     T (T + 1) / 2, none T^2.
+//     T (T + 1) / 2, none T^2; with a window of w, row i sees keys max(0, i - w) .. i (causal) or
+//     .. T - 1 (none).
 double train_flops(const ModelConfig& c, const std::vector<Sequence>& batch, TrainMask mask) {
     const double d = c.d_model, f = c.d_ff, V = c.vocab_size, L = c.n_layers;
     double rows = 0, pairs = 0;
     for (const Sequence& s : batch) {
         const double T = double(s.tokens.size());
         rows += T;
-        pairs += mask == TrainMask::causal ? T * (T + 1) / 2 : T * T;
+        if (!c.has_window()) {
+            pairs += mask == TrainMask::causal ? T * (T + 1) / 2 : T * T;
+            continue;
+        }
+        for (double i = 0; i < T; ++i)
+            pairs += (mask == TrainMask::causal ? i : T - 1) - std::max(0.0, i - c.attn_window) + 1;
     }
     const double W = d + 2.0 * c.kv_heads() * c.head_dim();
     const double linear_macs = rows * (L * ((W + d) * d + 2 * d * f) + V * d);

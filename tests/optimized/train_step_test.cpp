@@ -381,10 +381,9 @@ TEST_CASE("train_loss refuses what decoder_loss refuses", "[optimized][train_ste
     }
     // What the reference step trains and this one does not have yet: refused by name, before any
     // weight is read with the shape a version 1 model would have.
-    ModelConfig rope = c, window = c;
+    ModelConfig rope = c;
     rope.positional = Positional::rope;
-    window.attn_window = 1;
-    for (const ModelConfig& unsupported : {rope, window}) {
+    for (const ModelConfig& unsupported : {rope}) {
         CHECK_FALSE(optimized::step_unsupported(unsupported).empty());
         CHECK_THROWS_WITH(train_loss(init_model(unsupported, 1), {ok}),
                           Catch::Matchers::Contains("not in the optimized step yet"));
@@ -421,6 +420,15 @@ TEST_CASE("train_flops counts the products from the shapes", "[optimized][train_
     const double linear = 6 * T * (2 * (4 * d * d + 2 * d * f) + V * d);
     CHECK(optimized::train_flops(c, one) == Approx(linear + 2 * 2 * 10 * d * 7));          // 10 causal pairs
     CHECK(optimized::train_flops(c, one, TrainMask::none) == Approx(linear + 2 * 2 * 16 * d * 7));  // 16 pairs
+    // A window of 1: rows see 1, 2, 2, 2 keys (causal); 4, 4, 3, 2 (none: the left edge only).
+    c.attn_window = 1;
+    CHECK(optimized::train_flops(c, one) == Approx(linear + 2 * 2 * 7 * d * 7));
+    CHECK(optimized::train_flops(c, one, TrainMask::none) == Approx(linear + 2 * 2 * 13 * d * 7));
+    // Grouped-query heads: the k and v projections have hkv dk = 8 outputs instead of d = 16.
+    c.attn_window = -1;
+    c.n_kv_heads = 1;
+    const double gqa_linear = 6 * T * (2 * ((16 + 16 + 2 * 8) * d + 2 * d * f) + V * d);
+    CHECK(optimized::train_flops(c, one) == Approx(gqa_linear + 2 * 2 * 10 * d * 7));
 }
 
 }  // namespace
