@@ -7,6 +7,7 @@
 
 #include "attncheck/error.hpp"
 #include "attncheck/problem_shape_v2.hpp"
+#include "optimized/attention_policy.hpp"
 #include "optimized/decoder.hpp"
 
 namespace attncheck::optimized::train_detail {
@@ -30,6 +31,37 @@ Rows::Rows(const std::vector<Sequence>& batch) {
     q_pos.assign(batch.size(), 0);
 }
 
+namespace {
+
+// The transpose of rotate_qk (attention_policy.cpp, the decoder's rotation, same table and
+// pairing): each (i, i + dk/2) pair of the q and k heads of row r turned by -a(pos[r], i), which
+// takes the gradient of a rotated q or k back to the gradient of the projection's output.
+//   dqkv [rows, ld]: q heads at columns 0 .. d - 1, k heads after them (v's are left as they are)
+void rotate_back(const PackedWeights& P, float* dqkv, std::size_t ld, int rows, const int* positions) {
+    const ModelConfig& c = P.config;
+    const int dk = c.head_dim(), half = dk / 2, heads = c.n_heads + c.kv_heads();
+#pragma omp parallel for schedule(static) if (std::size_t(rows) * ld >= (1u << 14))
+    for (int r = 0; r < rows; ++r) {
+        float* row = dqkv + std::size_t(r) * ld;
+        const float* cs = P.rope_cos.data() + std::size_t(positions[r]) * std::size_t(half);
+        const float* sn = P.rope_sin.data() + std::size_t(positions[r]) * std::size_t(half);
+        for (int head = 0; head < heads; ++head) {
+            float* x = row + std::size_t(head) * std::size_t(dk);
+            for (int i = 0; i < half; ++i) {
+                const float xa = x[i], xb = x[i + half];
+                x[i] = xa * cs[i] + xb * sn[i];
+                x[i + half] = xb * cs[i] - xa * sn[i];
+            }
+        }
+    }
+}
+
+}  // namespace
+
+// With rope, q and k are rotated in qkv in place by the forward, each row at its position within
+// its sequence (no position table is added to the embeddings): the kernel's forward and backward
+// read the rotated q and k, and the backward rotates dq and dk back before the projection's.
+//
 // A batch of sequences of one length is one dense call, its views straight into qkv [M, W]
 // (sequence stride T * W, head stride dk, row stride W). Sequences of different lengths are one
 // dense call each: a padded dense call would need kv_lens, and its padding query rows would be
@@ -41,7 +73,8 @@ void self_attention(const TrainKernel& kernel, const PackedWeights& P, const Row
     const ModelConfig& c = P.config;
     const int d = c.d_model, h = c.n_heads, hkv = c.kv_heads(), dk = c.head_dim(), B = int(rows.len.size());
     const std::int64_t W = P.qkv_width, kvd = std::int64_t(hkv) * dk;
-    const bool whole = rows.same_length;
+    const bool whole = rows.same_length, rope = c.positional == Positional::rope;
+    if (rope && !dqkv) rotate_qk(P, qkv, std::size_t(W), rows.M, rows.pos.data());
     for (int b0 = 0; b0 < B; b0 += whole ? B : 1) {
         const int nb = whole ? B : 1, T = rows.len[std::size_t(b0)], r0 = rows.row0[std::size_t(b0)];
         attncheck_problem_v2 p = make_problem_v2({.batch = nb, .q_heads = h, .kv_heads = hkv, .head_dim = dk,
@@ -88,6 +121,7 @@ void self_attention(const TrainKernel& kernel, const PackedWeights& P, const Row
                               std::to_string(dk) + " (" + std::to_string(hkv) + " kv heads), mask " +
                               reference::to_string(mask) + ", window " + std::to_string(c.attn_window) + ")");
     }
+    if (rope && dqkv) rotate_back(P, dqkv, std::size_t(W), rows.M, rows.pos.data());
 }
 
 }  // namespace attncheck::optimized::train_detail

@@ -29,7 +29,7 @@ struct Rows {
 };
 
 // The self-attention of layer `layer` through the kernel, on qkv [M, W] as the projection wrote
-// it. Forward (dqkv null): att [M, d] (heads concatenated) and lse [h * M] (sequence b's [h, T_b]
+// it (with rope, the forward rotates q and k in it, in place). Forward (dqkv null): att [M, d] (heads concatenated) and lse [h * M] (sequence b's [h, T_b]
 // block at h * row0[b]). Backward: dqkv [M, W] from datt [M, d], for the forward as it was called.
 void self_attention(const TrainKernel& kernel, const PackedWeights& P, const Rows& rows, reference::TrainMask mask,
                     int layer, float* qkv, float* att, float* lse, const float* datt, float* dqkv);

@@ -102,7 +102,6 @@ std::vector<GradBug> step_grad_bugs() {
 
 std::string step_unsupported(const ModelConfig& c) {
     if (c.cross_attention) return "cross-attention is not in the optimized step yet (the reference step has it)";
-    if (c.positional == Positional::rope) return "rotary positions are not in the optimized step yet (the reference step has them)";
     return "";
 }
 
