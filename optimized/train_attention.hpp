@@ -24,6 +24,11 @@ struct Rows {
     std::vector<int> token;           // [M]
     std::vector<std::int32_t> q_pos;  // [B] zeros: every sequence starts at position 0
     bool same_length = true;
+    // Cross-attention only: sequence b's memory at rows mem_row0[b] .. mem_row0[b] + mem_len[b] - 1
+    // of memory, its first mem_valid[b] rows its keys, the rest padding (projected, never seen).
+    int Ms = 0;                                     // memory rows of the batch
+    std::vector<int> mem_row0, mem_len, mem_valid;  // [B]
+    std::vector<float> memory;                      // [Ms, d]
 
     explicit Rows(const std::vector<reference::Sequence>& batch);
 };
@@ -33,5 +38,12 @@ struct Rows {
 // block at h * row0[b]). Backward: dqkv [M, W] from datt [M, d], for the forward as it was called.
 void self_attention(const TrainKernel& kernel, const PackedWeights& P, const Rows& rows, reference::TrainMask mask,
                     int layer, float* qkv, float* att, float* lse, const float* datt, float* dqkv);
+
+// The cross-attention of layer `layer`: queries cq [M, d], keys and values ckv [Ms, 2d] (k then
+// v, projected from the memory), no causal mask, no window, h kv heads. Forward (dcq null): att
+// [M, d], lse [h * M]. Backward: dcq [M, d] and dckv [Ms, 2d] from datt, for the forward as it
+// was called; dckv is 0 on the padding rows, so the projection's dW gets nothing from them.
+void cross_attention(const TrainKernel& kernel, const PackedWeights& P, const Rows& rows, int layer, const float* cq,
+                     const float* ckv, float* att, float* lse, const float* datt, float* dcq, float* dckv);
 
 }  // namespace attncheck::optimized::train_detail

@@ -5,10 +5,12 @@
 // Every matrix product, forward and backward, is gemm.hpp's linear(): the forward's on the
 // weights packed by pack_model(), the backward's on W^T (dX = dY W) and X^T (dW = dY^T X), packed
 // per step from W and X as they are (train_ops.hpp). Attention goes only through the kernel
-// under test: per layer one version 2 forward with lse over the batch, then its backward.
+// under test (train_attention.cpp): per layer its version 2 forward with lse for the
+// self-attention (and the cross-attention), then its backward.
 //
 // Rows: the batch's sequences back to back, sequence b at rows row0[b] .. row0[b] + T_b - 1 of
-// every [M, *] buffer (no padding). Dimension legend as in train_step.hpp; M = sum_b T_b.
+// every [M, *] buffer (no padding); their memories back to back in the same way, Ms rows
+// (Rows, train_attention.hpp). Dimension legend as in train_step.hpp; M = sum_b T_b.
 #include "optimized/train_step.hpp"
 
 #include <omp.h>
@@ -41,17 +43,28 @@ struct LayerState {
     float* qkv;          // [M, W]  q, k, v of a row, heads side by side (W = d + 2 hkv dk)
     float* att;          // [M, d]  the kernel's out, heads concatenated
     float* lse;          // [h * M] sequence b's [h, T_b] block at h * row0[b]
+    // Cross-attention only (null, or not to be read, without it):
+    float* a_cross;      // [M, d]  the query projection's input
+    NormRows norm_cross;
+    float* cq;           // [M, d]  its queries
+    float* ckv;          // [Ms, 2d] k, v of the memory rows
+    float* catt;         // [M, d]  the kernel's out (0 on the rows whose memory is all padding)
+    float* clse;         // [h * M]
     float* a_ffn;        // [M, d]  fc1's input
     NormRows norm_ffn;
     float* pre;          // [M, f]  fc1's output before the activation
     float* post;         // [M, f]  after it: fc2's input
 };
 struct LayerBuffers {
-    Scratch a_attn, xhat_attn, rstd_attn, qkv, att, lse, a_ffn, xhat_ffn, rstd_ffn, pre, post;
-    LayerState state(std::size_t M, std::size_t d, std::size_t f, std::size_t h, std::size_t W) {
-        return {a_attn.get(M * d), {xhat_attn.get(M * d), rstd_attn.get(M)}, qkv.get(M * W), att.get(M * d),
-                lse.get(h * M),    a_ffn.get(M * d), {xhat_ffn.get(M * d), rstd_ffn.get(M)}, pre.get(M * f),
-                post.get(M * f)};
+    Scratch a_attn, xhat_attn, rstd_attn, qkv, att, lse, a_cross, xhat_cross, rstd_cross, cq, ckv, catt, clse, a_ffn,
+        xhat_ffn, rstd_ffn, pre, post;
+    // Mc = M with cross-attention, else 0 (its buffers stay empty).
+    LayerState state(std::size_t M, std::size_t d, std::size_t f, std::size_t h, std::size_t W, std::size_t Mc,
+                     std::size_t Ms) {
+        return {a_attn.get(M * d),   {xhat_attn.get(M * d), rstd_attn.get(M)},  qkv.get(M * W),     att.get(M * d),
+                lse.get(h * M),      a_cross.get(Mc * d), {xhat_cross.get(Mc * d), rstd_cross.get(Mc)}, cq.get(Mc * d),
+                ckv.get(Ms * 2 * d), catt.get(Mc * d),    clse.get(h * Mc),                       a_ffn.get(M * d),
+                {xhat_ffn.get(M * d), rstd_ffn.get(M)},   pre.get(M * f),                         post.get(M * f)};
     }
 };
 
@@ -60,7 +73,8 @@ struct LayerBuffers {
 // ~17 MB per layer for the bench's model (M = 1024, d = 256, f = 1024).
 struct Workspace {
     std::vector<LayerBuffers> layers;
-    Scratch x, tmp, xf, xhat_final, rstd_final, logits, dx, dx_in, du, datt, dqkv, dhid, dYt, wqkv, dwqkv, dbqkv;
+    Scratch x, tmp, xf, xhat_final, rstd_final, logits, dx, dx_in, du, datt, dqkv, dhid, dYt, wqkv, dwqkv, dbqkv, dcq, dckv,
+        dwkv, dbkv;
     PackedMatrix pack;  // the W^T or X^T of the product at hand
 };
 
@@ -100,16 +114,10 @@ std::vector<GradBug> step_grad_bugs() {
     return out;
 }
 
-std::string step_unsupported(const ModelConfig& c) {
-    if (c.cross_attention) return "cross-attention is not in the optimized step yet (the reference step has it)";
-    return "";
-}
-
 double train_loss(const Model& model, const std::vector<Sequence>& batch, const TrainKernel& kernel,
                   const StepOptions& o, Grads* grad) {
     const ModelConfig& c = model.config;
     const double total_weight = reference::check_batch(c, batch);
-    if (const std::string why = step_unsupported(c); !why.empty()) throw InputError("training step: " + why);
     if (in_kernel_backward(o.bug))
         throw InputError(std::string("training step: the bug ") + reference::to_string(o.bug) +
                          " lives in the attention kernel's backward: plant it with a backward zoo kernel");
@@ -121,7 +129,7 @@ double train_loss(const Model& model, const std::vector<Sequence>& batch, const 
     const int M = rows.M, d = c.d_model, f = c.d_ff, V = c.vocab_size, h = c.n_heads, L = c.n_layers;
     const int W = P->qkv_width;  // d + 2 hkv dk
     const std::size_t Md = std::size_t(M) * std::size_t(d), Mf = std::size_t(M) * std::size_t(f);
-    const bool pre = c.norm == Norm::pre;
+    const bool pre = c.norm == Norm::pre, cross = c.cross_attention;
     thread_local Workspace ws;
     if (ws.layers.size() < std::size_t(L)) ws.layers.resize(std::size_t(L));
 
@@ -134,7 +142,8 @@ double train_loss(const Model& model, const std::vector<Sequence>& batch, const 
     std::vector<LayerState> layers;
     for (int l = 0; l < L; ++l)
         layers.push_back(ws.layers[std::size_t(l)].state(std::size_t(M), std::size_t(d), std::size_t(f), std::size_t(h),
-                                                        std::size_t(W)));
+                                                        std::size_t(W), cross ? std::size_t(M) : 0,
+                                                        std::size_t(rows.Ms)));
     // One sublayer, x -> pre ? x + F(LN(x)) : LN(x + F(x)) with a = F's input; body(a) returns
     // F's last product's input, whose residual linear() adds in its epilogue.
     const auto sublayer = [&](const Norm32& ln, const NormRows& nc, float* a, auto&& body, const PackedMatrix& out,
@@ -159,6 +168,13 @@ double train_loss(const Model& model, const std::vector<Sequence>& batch, const 
             self_attention(kernel, *P, rows, o.mask, l, s.qkv, s.att, s.lse, nullptr, nullptr);
             return s.att;
         }, Wl.o, d);
+        if (cross)
+            sublayer(Wl.norm_cross, s.norm_cross, s.a_cross, [&](const float* a) -> const float* {
+                linear(Wl.cross_q, a, M, d, s.cq, d);
+                linear(Wl.cross_kv, rows.memory.data(), rows.Ms, d, s.ckv, 2 * d);
+                cross_attention(kernel, *P, rows, l, s.cq, s.ckv, s.catt, s.clse, nullptr, nullptr, nullptr);
+                return s.catt;
+            }, Wl.cross_o, d);
         sublayer(Wl.norm_ffn, s.norm_ffn, s.a_ffn, [&](const float* a) -> const float* {
             linear(Wl.fc1, a, M, d, s.pre, f);
             activation_forward(P->act, s.pre, s.post, Mf);
@@ -248,6 +264,11 @@ double train_loss(const Model& model, const std::vector<Sequence>& batch, const 
     float* wqkv = ws.wqkv.get(Wd);                // [W, d]
     float* dwqkv = ws.dwqkv.get(Wd);              // [W, d]
     float* dbqkv = ws.dbqkv.get(std::size_t(W));  // [W]
+    const std::size_t dd = std::size_t(d) * std::size_t(d), Ms = std::size_t(rows.Ms);
+    float* dcq = cross ? ws.dcq.get(Md) : nullptr;              // [M, d]   of the cross queries
+    float* dckv = cross ? ws.dckv.get(Ms * 2 * std::size_t(d)) : nullptr;  // [Ms, 2d] of the memory's k, v
+    float* dwkv = cross ? ws.dwkv.get(2 * dd) : nullptr;        // [2d, d]  Wk, Wv of the cross-attention
+    float* dbkv = cross ? ws.dbkv.get(2 * std::size_t(d)) : nullptr;  // [2d]
     for (int l = L - 1; l >= 0; --l) {
         const std::string prefix = "layers." + std::to_string(l) + ".";
         const LayerState& s = layers[std::size_t(l)];
@@ -278,6 +299,23 @@ double train_loss(const Model& model, const std::vector<Sequence>& batch, const 
             backward_dw(dhid, s.a_ffn, M, f, d, gp(ffn + "fc1.weight"), gp(ffn + "fc1.bias"), ws.dYt, pack);
             backward_dx(weight(model, ffn + "fc1.weight"), f, d, dhid, M, da, false, pack);
         });
+        if (cross)
+            sublayer_backward("norm_cross", s.norm_cross, false, [&](const float* dy, float* da) {
+                const std::string ca = prefix + "cross_attn.";
+                backward_dw(dy, s.catt, M, d, d, gp(ca + "o.weight"), gp(ca + "o.bias"), ws.dYt, pack);
+                backward_dx(weight(model, ca + "o.weight"), d, d, dy, M, datt, false, pack);
+                cross_attention(kernel, *P, rows, l, s.cq, s.ckv, s.catt, s.clse, datt, dcq, dckv);
+                backward_dw(dcq, s.a_cross, M, d, d, gp(ca + "q.weight"), gp(ca + "q.bias"), ws.dYt, pack);
+                backward_dx(weight(model, ca + "q.weight"), d, d, dcq, M, da, false, pack);
+                // Wk and Wv [d, d] each, stacked as the forward's cross_kv; the memory is an input of
+                // the decoder, not a parameter: no dX.
+                backward_dw(dckv, rows.memory.data(), rows.Ms, 2 * d, d, dwkv, dbkv, ws.dYt, pack);
+                for (int i = 0; i < 2; ++i) {
+                    const std::string w = ca + "kv"[i];
+                    std::copy_n(dwkv + std::size_t(i) * dd, dd, gp(w + ".weight"));
+                    std::copy_n(dbkv + std::size_t(i) * std::size_t(d), d, gp(w + ".bias"));
+                }
+            });
         sublayer_backward("norm_self", s.norm_attn, true, [&](const float* dy, float* da) {
             backward_dw(dy, s.att, M, d, d, gp(attn + "o.weight"), gp(attn + "o.bias"), ws.dYt, pack);
             backward_dx(weight(model, attn + "o.weight"), d, d, dy, M, datt, false, pack);
@@ -322,20 +360,25 @@ double train_loss(const Model& model, const std::vector<Sequence>& batch, const 
 // Counted from the shapes, in flops (2 per multiply-add), the matrix products only (LayerNorm,
 // the activations, the softmax and the cross-entropy are O(M (d + f + V)), under 1% here):
 //   the linear layers, per row: L (W d + d d + 2 d f) + V d multiply-adds in the forward (W = d +
-//     2 hkv dk, the q, k and v projections: 3d without grouped-query heads), and
+//     2 hkv dk, the q, k and v projections: 3d without grouped-query heads; cross-attention adds
+//     its q and o, 2 d d, and 2 d d per memory row for its k and v, whose backward has no dX), and
 //     twice that in the backward (dX = dY W and dW = dY^T X, every layer's dX included: the
 //     embedding's gradient needs layer 0's);
 //   attention, per visible (row, key) pair and head, dk multiply-adds for each of: the forward's
 //     scores and P V; the backward's recomputed scores, dP = dout V^T, dV, dQ and dK
 //     (FlashAttention-2's backward: 2.5 times the forward). Visible pairs per sequence: causal
 //     T (T + 1) / 2, none T^2; with a window of w, row i sees keys max(0, i - w) .. i (causal) or
-//     .. T - 1 (none).
+//     .. T - 1 (none); cross-attention, T valid_len.
 double train_flops(const ModelConfig& c, const std::vector<Sequence>& batch, TrainMask mask) {
     const double d = c.d_model, f = c.d_ff, V = c.vocab_size, L = c.n_layers;
-    double rows = 0, pairs = 0;
+    double rows = 0, pairs = 0, memory_rows = 0;
     for (const Sequence& s : batch) {
         const double T = double(s.tokens.size());
         rows += T;
+        if (s.memory) {
+            memory_rows += s.memory->rows;
+            pairs += T * s.memory->valid_len;
+        }
         if (!c.has_window()) {
             pairs += mask == TrainMask::causal ? T * (T + 1) / 2 : T * T;
             continue;
@@ -343,10 +386,11 @@ double train_flops(const ModelConfig& c, const std::vector<Sequence>& batch, Tra
         for (double i = 0; i < T; ++i)
             pairs += (mask == TrainMask::causal ? i : T - 1) - std::max(0.0, i - c.attn_window) + 1;
     }
-    const double W = d + 2.0 * c.kv_heads() * c.head_dim();
-    const double linear_macs = rows * (L * ((W + d) * d + 2 * d * f) + V * d);
+    const double W = d + 2.0 * c.kv_heads() * c.head_dim(), cross = c.cross_attention ? 2 * d * d : 0;
+    const double linear_macs = rows * (L * ((W + d) * d + cross + 2 * d * f) + V * d);
+    const double memory_macs = L * memory_rows * cross;     // k, v: forward and dW, no dX
     const double attention_macs = L * pairs * d * (2 + 5);  // h heads of dk = d / h
-    return 2 * (3 * linear_macs + attention_macs);
+    return 2 * (3 * linear_macs + 2 * memory_macs + attention_macs);
 }
 
 }  // namespace attncheck::optimized

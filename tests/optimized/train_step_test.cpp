@@ -207,22 +207,16 @@ std::vector<Sequence> feature_batch(std::uint64_t seed, const Wiring& w, bool sa
 
 // Every wiring of feature_wirings() (GQA, windows, rope, cross-attention, alone and combined), with
 // both kernels, both masks (with a window, none keeps its left edge), batches of different lengths
-// and of one length. A feature the step does not have yet is refused by name.
+// and of one length.
 TEST_CASE("train_loss agrees with the float64 oracle with GQA, windows, rope and cross-attention",
           "[optimized][train_step][v2]") {
     double worst_grad = 0, worst_loss = 0;
     std::string worst_where;
-    int cases = 0, refused = 0;
+    int cases = 0;
     std::uint64_t seed = 300;
     for (const Wiring& w : feature_wirings()) {
         const ModelConfig& c = w.config;
         const Model m = with_zeros(init_model(c, seed));
-        if (!optimized::step_unsupported(c).empty()) {
-            CHECK_THROWS_WITH(train_loss(m, feature_batch(seed, w, false)), Catch::Contains("not in the optimized step yet"));
-            ++refused;
-            ++seed;
-            continue;
-        }
         const Params p = Params::from_model(m);
         for (const TrainMask mask : {TrainMask::causal, TrainMask::none})
             for (const bool same : {false, true}) {
@@ -246,9 +240,8 @@ TEST_CASE("train_loss agrees with the float64 oracle with GQA, windows, rope and
             }
         ++seed;
     }
-    CHECK(cases + refused * 8 == int(feature_wirings().size()) * 8);
-    WARN("worst gradient error " << worst_grad << " (" << worst_where << "), worst loss error " << worst_loss << ", "
-                                 << refused << " wiring(s) refused");
+    CHECK(cases == int(feature_wirings().size()) * 8);
+    WARN("worst gradient error " << worst_grad << " (" << worst_where << "), worst loss error " << worst_loss);
 }
 
 TEST_CASE("train_loss without grad is the same loss", "[optimized][train_step]") {
@@ -379,7 +372,6 @@ TEST_CASE("train_loss refuses what decoder_loss refuses", "[optimized][train_ste
         CHECK_THROWS_AS(decoder_loss(c, p, bad), InputError);
         CHECK_THROWS_AS(train_loss(m, bad, {}, {}, &g), InputError);
     }
-    CHECK(optimized::step_unsupported(c).empty());
     CHECK_THROWS_AS(train_loss(m, {ok}, {nullptr, nullptr}), InputError);
 }
 
@@ -420,6 +412,14 @@ TEST_CASE("train_flops counts the products from the shapes", "[optimized][train_
     c.n_kv_heads = 1;
     const double gqa_linear = 6 * T * (2 * ((16 + 16 + 2 * 8) * d + 2 * d * f) + V * d);
     CHECK(optimized::train_flops(c, one) == Approx(gqa_linear + 2 * 2 * 10 * d * 7));
+    // Cross-attention over a memory of 5 rows, 3 of them valid: q and o on the 4 rows, k and v
+    // (forward and dW) on the 5, 4 x 3 more pairs.
+    c.n_kv_heads = 0;
+    c.cross_attention = true;
+    std::vector<Sequence> with_memory = one;
+    with_memory[0].memory = Memory{5, 3, std::vector<float>(5 * 16, 0.5f)};
+    const double cross_linear = 6 * T * (2 * (6 * d * d + 2 * d * f) + V * d) + 4 * 2 * 5 * 2 * d * d;
+    CHECK(optimized::train_flops(c, with_memory) == Approx(cross_linear + 2 * 2 * (10 + 12) * d * 7));
 }
 
 }  // namespace
