@@ -5,10 +5,12 @@
 // Every matrix product, forward and backward, is gemm.hpp's linear(): the forward's on the
 // weights packed by pack_model(), the backward's on W^T (dX = dY W) and X^T (dW = dY^T X), packed
 // per step from W and X as they are (train_ops.hpp). Attention goes only through the kernel
-// under test: per layer one version 2 forward with lse over the batch, then its backward.
+// under test (train_attention.cpp): per layer its version 2 forward with lse for the
+// self-attention (and the cross-attention), then its backward.
 //
 // Rows: the batch's sequences back to back, sequence b at rows row0[b] .. row0[b] + T_b - 1 of
-// every [M, *] buffer (no padding). Dimension legend as in train_step.hpp; M = sum_b T_b.
+// every [M, *] buffer (no padding); their memories back to back in the same way, Ms rows
+// (Rows, train_attention.hpp). Dimension legend as in train_step.hpp; M = sum_b T_b.
 #include "optimized/train_step.hpp"
 
 #include <omp.h>
@@ -19,9 +21,9 @@
 #include <string>
 
 #include "attncheck/error.hpp"
-#include "attncheck/problem_shape_v2.hpp"
 #include "optimized/decoder.hpp"
 #include "optimized/gemm.hpp"
+#include "optimized/train_attention.hpp"
 #include "optimized/train_ops.hpp"
 #include "optimized/weights.hpp"
 
@@ -34,50 +36,35 @@ using namespace train_detail;
 
 namespace {
 
-// Where the sequences sit among the M rows.
-struct Rows {
-    int M = 0;
-    std::vector<int> row0, len;   // [B]
-    std::vector<int> seq, pos;    // [M]: the sequence and the position of each row
-    std::vector<int> token;       // [M]
-    std::vector<std::int32_t> q_pos;  // [B] zeros: every sequence starts at position 0
-    bool same_length = true;
-
-    explicit Rows(const std::vector<Sequence>& batch) {
-        for (const Sequence& s : batch) {
-            const int T = int(s.tokens.size());
-            row0.push_back(M);
-            len.push_back(T);
-            same_length = same_length && T == len.front();
-            for (int t = 0; t < T; ++t) {
-                seq.push_back(int(row0.size()) - 1);
-                pos.push_back(t);
-                token.push_back(s.tokens[std::size_t(t)]);
-            }
-            M += T;
-        }
-        q_pos.assign(batch.size(), 0);
-    }
-};
-
 // What the backward of one layer reads of its forward (pointers into its LayerBuffers).
 struct LayerState {
     float* a_attn;       // [M, d]  the qkv product's input: LN(x) (pre) or x (post)
     NormRows norm_attn;  //         of x (pre) or of x + attn(x) (post)
-    float* qkv;          // [M, 3d] q, k, v of a row, heads side by side
+    float* qkv;          // [M, W]  q, k, v of a row, heads side by side (W = d + 2 hkv dk)
     float* att;          // [M, d]  the kernel's out, heads concatenated
     float* lse;          // [h * M] sequence b's [h, T_b] block at h * row0[b]
+    // Cross-attention only (null, or not to be read, without it):
+    float* a_cross;      // [M, d]  the query projection's input
+    NormRows norm_cross;
+    float* cq;           // [M, d]  its queries
+    float* ckv;          // [Ms, 2d] k, v of the memory rows
+    float* catt;         // [M, d]  the kernel's out (0 on the rows whose memory is all padding)
+    float* clse;         // [h * M]
     float* a_ffn;        // [M, d]  fc1's input
     NormRows norm_ffn;
     float* pre;          // [M, f]  fc1's output before the activation
     float* post;         // [M, f]  after it: fc2's input
 };
 struct LayerBuffers {
-    Scratch a_attn, xhat_attn, rstd_attn, qkv, att, lse, a_ffn, xhat_ffn, rstd_ffn, pre, post;
-    LayerState state(std::size_t M, std::size_t d, std::size_t f, std::size_t h) {
-        return {a_attn.get(M * d), {xhat_attn.get(M * d), rstd_attn.get(M)}, qkv.get(3 * M * d), att.get(M * d),
-                lse.get(h * M),    a_ffn.get(M * d), {xhat_ffn.get(M * d), rstd_ffn.get(M)}, pre.get(M * f),
-                post.get(M * f)};
+    Scratch a_attn, xhat_attn, rstd_attn, qkv, att, lse, a_cross, xhat_cross, rstd_cross, cq, ckv, catt, clse, a_ffn,
+        xhat_ffn, rstd_ffn, pre, post;
+    // Mc = M with cross-attention, else 0 (its buffers stay empty).
+    LayerState state(std::size_t M, std::size_t d, std::size_t f, std::size_t h, std::size_t W, std::size_t Mc,
+                     std::size_t Ms) {
+        return {a_attn.get(M * d),   {xhat_attn.get(M * d), rstd_attn.get(M)},  qkv.get(M * W),     att.get(M * d),
+                lse.get(h * M),      a_cross.get(Mc * d), {xhat_cross.get(Mc * d), rstd_cross.get(Mc)}, cq.get(Mc * d),
+                ckv.get(Ms * 2 * d), catt.get(Mc * d),    clse.get(h * Mc),                       a_ffn.get(M * d),
+                {xhat_ffn.get(M * d), rstd_ffn.get(M)},   pre.get(M * f),                         post.get(M * f)};
     }
 };
 
@@ -86,65 +73,10 @@ struct LayerBuffers {
 // ~17 MB per layer for the bench's model (M = 1024, d = 256, f = 1024).
 struct Workspace {
     std::vector<LayerBuffers> layers;
-    Scratch x, tmp, xf, xhat_final, rstd_final, logits, dx, dx_in, du, datt, dqkv, dhid, dYt, wqkv, dwqkv, dbqkv;
+    Scratch x, tmp, xf, xhat_final, rstd_final, logits, dx, dx_in, du, datt, dqkv, dhid, dYt, wqkv, dwqkv, dbqkv, dcq, dckv,
+        dwkv, dbkv;
     PackedMatrix pack;  // the W^T or X^T of the product at hand
 };
-
-// The layer's attention through the kernel: the forward (att, lse) when dqkv is null, else the
-// backward (dqkv from datt) of the forward as it was called.
-//
-// A batch of sequences of one length is one dense call, its views straight into qkv [M, 3d]
-// (sequence stride T * 3d, head stride dk, row stride 3d). Sequences of different lengths are one
-// dense call each: a padded dense call would need kv_lens, and its padding query rows would be
-// rows of the problem (read, computed, their out and dq written), which a kernel that supports
-// dense calls need not support (kv_lens), and varlen is a layout a kernel may refuse; a call of
-// one sequence with q_len = kv_len = T is what every kernel that takes a dense problem takes.
-void attend(const TrainKernel& kernel, const ModelConfig& c, const Rows& rows, TrainMask mask, int layer,
-            const LayerState& s, const float* datt, float* dqkv) {
-    const int d = c.d_model, h = c.n_heads, dk = c.head_dim(), B = int(rows.len.size());
-    const bool whole = rows.same_length;
-    for (int b0 = 0; b0 < B; b0 += whole ? B : 1) {
-        const int nb = whole ? B : 1, T = rows.len[std::size_t(b0)], r0 = rows.row0[std::size_t(b0)];
-        attncheck_problem_v2 p = make_problem_v2({.batch = nb, .q_heads = h, .kv_heads = h, .head_dim = dk,
-                                                  .value_dim = dk, .causal = mask == TrainMask::causal,
-                                                  .scale = float(1.0 / std::sqrt(double(dk)))});
-        p.q_len = T;
-        p.kv_len = T;
-        p.q_pos = rows.q_pos.data();
-        const std::int64_t rq = 3 * std::int64_t(d), ro = d;
-        const auto view = [&](const float* base, std::int64_t row_stride) {
-            return attncheck_tensor_v2{const_cast<float*>(base), {T * row_stride, dk, row_stride, 1}};
-        };
-        const float* qkv = s.qkv + std::size_t(r0) * std::size_t(rq);
-        p.q = view(qkv, rq);
-        p.k = view(qkv + d, rq);
-        p.v = view(qkv + 2 * d, rq);
-        p.out = view(s.att + std::size_t(r0) * std::size_t(d), ro);
-        p.lse = s.lse + std::size_t(r0) * std::size_t(h);
-        p.lse_stride[0] = std::int64_t(h) * T;
-        p.lse_stride[1] = T;
-        p.lse_stride[2] = 1;
-        int rc = 0;
-        const char* what = dqkv ? "backward" : "forward";
-        if (!dqkv) {
-            rc = kernel.forward(&p);
-        } else {
-            float* dq = dqkv + std::size_t(r0) * std::size_t(rq);
-            attncheck_grads_v2 g{};
-            g.struct_size = sizeof(attncheck_grads_v2);
-            g.dout = view(datt + std::size_t(r0) * std::size_t(d), ro);
-            g.dq = view(dq, rq);
-            g.dk = view(dq + d, rq);
-            g.dv = view(dq + 2 * d, rq);
-            rc = kernel.backward(&p, &g);
-        }
-        if (rc != 0)
-            throw KernelError("training step: the attention kernel's " + std::string(what) + " returned " +
-                              std::to_string(rc) + " for layer " + std::to_string(layer) + " (" + std::to_string(nb) +
-                              " sequence(s) of " + std::to_string(T) + " tokens, " + std::to_string(h) + " heads of " +
-                              std::to_string(dk) + ", mask " + reference::to_string(mask) + ")");
-    }
-}
 
 // A step of fewer flops than this runs on one thread. Its ~20 parallel regions per layer (the
 // products, the kernel's calls, the row loops) each cost microseconds on an idle machine and
@@ -182,19 +114,10 @@ std::vector<GradBug> step_grad_bugs() {
     return out;
 }
 
-std::string step_unsupported(const ModelConfig& c) {
-    if (c.cross_attention) return "cross-attention is not in the optimized step yet (the reference step has it)";
-    if (c.kv_heads() != c.n_heads) return "grouped-query heads are not in the optimized step yet (the reference step has them)";
-    if (c.has_window()) return "a sliding window is not in the optimized step yet (the reference step has it)";
-    if (c.positional == Positional::rope) return "rotary positions are not in the optimized step yet (the reference step has them)";
-    return "";
-}
-
 double train_loss(const Model& model, const std::vector<Sequence>& batch, const TrainKernel& kernel,
                   const StepOptions& o, Grads* grad) {
     const ModelConfig& c = model.config;
     const double total_weight = reference::check_batch(c, batch);
-    if (const std::string why = step_unsupported(c); !why.empty()) throw InputError("training step: " + why);
     if (in_kernel_backward(o.bug))
         throw InputError(std::string("training step: the bug ") + reference::to_string(o.bug) +
                          " lives in the attention kernel's backward: plant it with a backward zoo kernel");
@@ -204,8 +127,9 @@ double train_loss(const Model& model, const std::vector<Sequence>& batch, const 
     const std::unique_ptr<PackedWeights> P = pack_model(model);  // validates the model
     const Rows rows(batch);
     const int M = rows.M, d = c.d_model, f = c.d_ff, V = c.vocab_size, h = c.n_heads, L = c.n_layers;
+    const int W = P->qkv_width;  // d + 2 hkv dk
     const std::size_t Md = std::size_t(M) * std::size_t(d), Mf = std::size_t(M) * std::size_t(f);
-    const bool pre = c.norm == Norm::pre;
+    const bool pre = c.norm == Norm::pre, cross = c.cross_attention;
     thread_local Workspace ws;
     if (ws.layers.size() < std::size_t(L)) ws.layers.resize(std::size_t(L));
 
@@ -217,7 +141,9 @@ double train_loss(const Model& model, const std::vector<Sequence>& batch, const 
         embed_row(*P, rows.token[std::size_t(r)], rows.pos[std::size_t(r)], x + std::size_t(r) * std::size_t(d));
     std::vector<LayerState> layers;
     for (int l = 0; l < L; ++l)
-        layers.push_back(ws.layers[std::size_t(l)].state(std::size_t(M), std::size_t(d), std::size_t(f), std::size_t(h)));
+        layers.push_back(ws.layers[std::size_t(l)].state(std::size_t(M), std::size_t(d), std::size_t(f), std::size_t(h),
+                                                        std::size_t(W), cross ? std::size_t(M) : 0,
+                                                        std::size_t(rows.Ms)));
     // One sublayer, x -> pre ? x + F(LN(x)) : LN(x + F(x)) with a = F's input; body(a) returns
     // F's last product's input, whose residual linear() adds in its epilogue.
     const auto sublayer = [&](const Norm32& ln, const NormRows& nc, float* a, auto&& body, const PackedMatrix& out,
@@ -235,18 +161,25 @@ double train_loss(const Model& model, const std::vector<Sequence>& batch, const 
         }
     };
     for (int l = 0; l < L; ++l) {
-        const LayerWeights& W = P->layers[std::size_t(l)];
+        const LayerWeights& Wl = P->layers[std::size_t(l)];
         const LayerState& s = layers[std::size_t(l)];
-        sublayer(W.norm_self, s.norm_attn, s.a_attn, [&](const float* a) -> const float* {
-            linear(W.qkv, a, M, d, s.qkv, 3 * d);
-            attend(kernel, c, rows, o.mask, l, s, nullptr, nullptr);
+        sublayer(Wl.norm_self, s.norm_attn, s.a_attn, [&](const float* a) -> const float* {
+            linear(Wl.qkv, a, M, d, s.qkv, W);
+            self_attention(kernel, *P, rows, o.mask, l, s.qkv, s.att, s.lse, nullptr, nullptr);
             return s.att;
-        }, W.o, d);
-        sublayer(W.norm_ffn, s.norm_ffn, s.a_ffn, [&](const float* a) -> const float* {
-            linear(W.fc1, a, M, d, s.pre, f);
+        }, Wl.o, d);
+        if (cross)
+            sublayer(Wl.norm_cross, s.norm_cross, s.a_cross, [&](const float* a) -> const float* {
+                linear(Wl.cross_q, a, M, d, s.cq, d);
+                linear(Wl.cross_kv, rows.memory.data(), rows.Ms, d, s.ckv, 2 * d);
+                cross_attention(kernel, *P, rows, l, s.cq, s.ckv, s.catt, s.clse, nullptr, nullptr, nullptr);
+                return s.catt;
+            }, Wl.cross_o, d);
+        sublayer(Wl.norm_ffn, s.norm_ffn, s.a_ffn, [&](const float* a) -> const float* {
+            linear(Wl.fc1, a, M, d, s.pre, f);
             activation_forward(P->act, s.pre, s.post, Mf);
             return s.post;
-        }, W.fc2, f);
+        }, Wl.fc2, f);
     }
     const NormRows norm_final{ws.xhat_final.get(Md), ws.rstd_final.get(std::size_t(M))};
     float* xf = x;  // [M, d] the lm head's input: x (post), LN(x) (pre)
@@ -322,12 +255,20 @@ double train_loss(const Model& model, const std::vector<Sequence>& batch, const 
         std::swap(dx, dx_in);
     }
     float* datt = ws.datt.get(Md);      // [M, d]  the gradient of the kernel's out
-    float* dqkv = ws.dqkv.get(3 * Md);  // [M, 3d] of q, k, v (written whole by the kernel's backward)
+    float* dqkv = ws.dqkv.get(std::size_t(M) * std::size_t(W));  // [M, W] (written whole by the kernel's backward)
     float* dhid = ws.dhid.get(Mf);      // [M, f]  of fc1's output, after then before the activation
-    const std::size_t dd = std::size_t(d) * std::size_t(d);
-    float* wqkv = ws.wqkv.get(3 * dd);                // [3d, d] Wq, Wk, Wv stacked
-    float* dwqkv = ws.dwqkv.get(3 * dd);              // [3d, d]
-    float* dbqkv = ws.dbqkv.get(3 * std::size_t(d));  // [3d]
+    // Wq [d, d], Wk and Wv [hkv dk, d] each, stacked as the forward's packed qkv is: one product
+    // for the three projections' dX, one for their dW.
+    const std::size_t Wd = std::size_t(W) * std::size_t(d), kvd = std::size_t(W - d) / 2;
+    const std::size_t part_rows[3] = {std::size_t(d), kvd, kvd}, part_row0[3] = {0, std::size_t(d), std::size_t(d) + kvd};
+    float* wqkv = ws.wqkv.get(Wd);                // [W, d]
+    float* dwqkv = ws.dwqkv.get(Wd);              // [W, d]
+    float* dbqkv = ws.dbqkv.get(std::size_t(W));  // [W]
+    const std::size_t dd = std::size_t(d) * std::size_t(d), Ms = std::size_t(rows.Ms);
+    float* dcq = cross ? ws.dcq.get(Md) : nullptr;              // [M, d]   of the cross queries
+    float* dckv = cross ? ws.dckv.get(Ms * 2 * std::size_t(d)) : nullptr;  // [Ms, 2d] of the memory's k, v
+    float* dwkv = cross ? ws.dwkv.get(2 * dd) : nullptr;        // [2d, d]  Wk, Wv of the cross-attention
+    float* dbkv = cross ? ws.dbkv.get(2 * std::size_t(d)) : nullptr;  // [2d]
     for (int l = L - 1; l >= 0; --l) {
         const std::string prefix = "layers." + std::to_string(l) + ".";
         const LayerState& s = layers[std::size_t(l)];
@@ -358,18 +299,36 @@ double train_loss(const Model& model, const std::vector<Sequence>& batch, const 
             backward_dw(dhid, s.a_ffn, M, f, d, gp(ffn + "fc1.weight"), gp(ffn + "fc1.bias"), ws.dYt, pack);
             backward_dx(weight(model, ffn + "fc1.weight"), f, d, dhid, M, da, false, pack);
         });
+        if (cross)
+            sublayer_backward("norm_cross", s.norm_cross, false, [&](const float* dy, float* da) {
+                const std::string ca = prefix + "cross_attn.";
+                backward_dw(dy, s.catt, M, d, d, gp(ca + "o.weight"), gp(ca + "o.bias"), ws.dYt, pack);
+                backward_dx(weight(model, ca + "o.weight"), d, d, dy, M, datt, false, pack);
+                cross_attention(kernel, *P, rows, l, s.cq, s.ckv, s.catt, s.clse, datt, dcq, dckv);
+                backward_dw(dcq, s.a_cross, M, d, d, gp(ca + "q.weight"), gp(ca + "q.bias"), ws.dYt, pack);
+                backward_dx(weight(model, ca + "q.weight"), d, d, dcq, M, da, false, pack);
+                // Wk and Wv [d, d] each, stacked as the forward's cross_kv; the memory is an input of
+                // the decoder, not a parameter: no dX.
+                backward_dw(dckv, rows.memory.data(), rows.Ms, 2 * d, d, dwkv, dbkv, ws.dYt, pack);
+                for (int i = 0; i < 2; ++i) {
+                    const std::string w = ca + "kv"[i];
+                    std::copy_n(dwkv + std::size_t(i) * dd, dd, gp(w + ".weight"));
+                    std::copy_n(dbkv + std::size_t(i) * std::size_t(d), d, gp(w + ".bias"));
+                }
+            });
         sublayer_backward("norm_self", s.norm_attn, true, [&](const float* dy, float* da) {
             backward_dw(dy, s.att, M, d, d, gp(attn + "o.weight"), gp(attn + "o.bias"), ws.dYt, pack);
             backward_dx(weight(model, attn + "o.weight"), d, d, dy, M, datt, false, pack);
-            attend(kernel, c, rows, o.mask, l, s, datt, dqkv);
-            backward_dw(dqkv, s.a_attn, M, 3 * d, d, dwqkv, dbqkv, ws.dYt, pack);
+            self_attention(kernel, *P, rows, o.mask, l, s.qkv, s.att, s.lse, datt, dqkv);
+            backward_dw(dqkv, s.a_attn, M, W, d, dwqkv, dbqkv, ws.dYt, pack);
             for (int i = 0; i < 3; ++i) {
                 const std::string w = attn + "qkv"[i];
-                std::copy_n(dwqkv + std::size_t(i) * dd, dd, gp(w + ".weight"));
-                std::copy_n(dbqkv + std::size_t(i) * std::size_t(d), d, gp(w + ".bias"));
-                std::copy_n(weight(model, w + ".weight"), dd, wqkv + std::size_t(i) * dd);
+                const std::size_t n = part_rows[i] * std::size_t(d), at = part_row0[i] * std::size_t(d);
+                std::copy_n(dwqkv + at, n, gp(w + ".weight"));
+                std::copy_n(dbqkv + part_row0[i], part_rows[i], gp(w + ".bias"));
+                std::copy_n(weight(model, w + ".weight"), n, wqkv + at);
             }
-            backward_dx(wqkv, 3 * d, d, dqkv, M, da, false, pack);
+            backward_dx(wqkv, W, d, dqkv, M, da, false, pack);
         });
     }
     // x[r] = embed[token_r] * scale + pos[t_r]: each row's gradient lands on its token's row (and
@@ -400,24 +359,38 @@ double train_loss(const Model& model, const std::vector<Sequence>& batch, const 
 
 // Counted from the shapes, in flops (2 per multiply-add), the matrix products only (LayerNorm,
 // the activations, the softmax and the cross-entropy are O(M (d + f + V)), under 1% here):
-//   the linear layers, per row: L (3d d + d d + 2 d f) + V d multiply-adds in the forward, and
+//   the linear layers, per row: L (W d + d d + 2 d f) + V d multiply-adds in the forward (W = d +
+//     2 hkv dk, the q, k and v projections: 3d without grouped-query heads; cross-attention adds
+//     its q and o, 2 d d, and 2 d d per memory row for its k and v, whose backward has no dX), and
 //     twice that in the backward (dX = dY W and dW = dY^T X, every layer's dX included: the
 //     embedding's gradient needs layer 0's);
 //   attention, per visible (row, key) pair and head, dk multiply-adds for each of: the forward's
 //     scores and P V; the backward's recomputed scores, dP = dout V^T, dV, dQ and dK
 //     (FlashAttention-2's backward: 2.5 times the forward). Visible pairs per sequence: causal
-//     T (T + 1) / 2, none T^2.
+//     T (T + 1) / 2, none T^2; with a window of w, row i sees keys max(0, i - w) .. i (causal) or
+//     .. T - 1 (none); cross-attention, T valid_len.
 double train_flops(const ModelConfig& c, const std::vector<Sequence>& batch, TrainMask mask) {
     const double d = c.d_model, f = c.d_ff, V = c.vocab_size, L = c.n_layers;
-    double rows = 0, pairs = 0;
+    double rows = 0, pairs = 0, memory_rows = 0;
     for (const Sequence& s : batch) {
         const double T = double(s.tokens.size());
         rows += T;
-        pairs += mask == TrainMask::causal ? T * (T + 1) / 2 : T * T;
+        if (s.memory) {
+            memory_rows += s.memory->rows;
+            pairs += T * s.memory->valid_len;
+        }
+        if (!c.has_window()) {
+            pairs += mask == TrainMask::causal ? T * (T + 1) / 2 : T * T;
+            continue;
+        }
+        for (double i = 0; i < T; ++i)
+            pairs += (mask == TrainMask::causal ? i : T - 1) - std::max(0.0, i - c.attn_window) + 1;
     }
-    const double linear_macs = rows * (L * (4 * d * d + 2 * d * f) + V * d);
+    const double W = d + 2.0 * c.kv_heads() * c.head_dim(), cross = c.cross_attention ? 2 * d * d : 0;
+    const double linear_macs = rows * (L * ((W + d) * d + cross + 2 * d * f) + V * d);
+    const double memory_macs = L * memory_rows * cross;     // k, v: forward and dW, no dX
     const double attention_macs = L * pairs * d * (2 + 5);  // h heads of dk = d / h
-    return 2 * (3 * linear_macs + attention_macs);
+    return 2 * (3 * linear_macs + 2 * memory_macs + attention_macs);
 }
 
 }  // namespace attncheck::optimized

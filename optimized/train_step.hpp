@@ -3,10 +3,12 @@
 // parameter, with the attention's forward and backward done by a version 2 kernel (the kernel
 // under test, kernel_abi_v2.h: forward with lse, then `<symbol>_backward`), OpenMP over the
 // matrix products and the batch. The oracle is reference/decoder_grad.hpp (float64): same loss,
-// same parameter names, same mask parameter.
+// same parameter names, same mask parameter. Every config of MODEL.md trains: grouped-query heads,
+// the sliding window, rope and cross-attention over each sequence's (padded) memory, which, an
+// input and not a parameter, gets no gradient.
 //
 // Dimension legend: V = vocab, d = d_model, h = heads, dk = d/h, f = d_ff, L = layers,
-// T = tokens of a sequence, B = sequences in a batch.
+// T = tokens of a sequence, B = sequences in a batch, S = memory rows of a sequence.
 #pragma once
 
 #include <map>
@@ -37,10 +39,6 @@ struct StepOptions {
     // kernel's backward, planted by a backward zoo kernel instead: InputError here.
     reference::GradBug bug = reference::GradBug::none;
 };
-
-// Why this step cannot train config c although reference::check_trainable accepts it (a feature
-// of MODEL.md the float32 step does not have yet), or "" when it can; train_loss throws it.
-std::string step_unsupported(const ModelConfig& c);
 
 // The bugs StepOptions::bug can plant (every GradBug of the decoder outside the attention).
 std::vector<reference::GradBug> step_grad_bugs();

@@ -22,6 +22,7 @@
 #include "optimized/train_step.hpp"
 #include "reference/attention_v2.hpp"
 #include "reference/decoder_grad.hpp"
+#include "tests/reference/feature_wirings.hpp"
 #include "thread_count.hpp"
 
 namespace {
@@ -32,6 +33,8 @@ using optimized::Grads;
 using optimized::StepOptions;
 using optimized::TrainKernel;
 using optimized::train_loss;
+using testing::feature_wirings;
+using testing::Wiring;
 
 // The worst measured over every case of the agreement test: 2.0e-6 (gradients: a key bias, whose
 // true gradient is 0, see kScaleFloor), 8.1e-8 (the loss, relative). float32 rounding (eps 6e-8)
@@ -184,6 +187,63 @@ TEST_CASE("train_loss agrees with the float64 oracle for every wiring, kernel, m
     WARN("worst gradient error " << worst_grad << " (" << worst_where << "), worst loss error " << worst_loss);
 }
 
+// A batch for a feature wiring: lengths {5, 7, 6} (one kernel call each) or {6, 6, 6} (one call for
+// the batch: a window, GQA and rope on the batched views), some weights 0; with cross-attention a
+// memory of 4 rows per sequence whose valid_len cycles through the wiring's list (0 included:
+// padding only, a row that sees no key), padding rows holding 40 (memory_of).
+std::vector<Sequence> feature_batch(std::uint64_t seed, const Wiring& w, bool same_length) {
+    std::mt19937_64 rng(seed);
+    std::vector<Sequence> batch;
+    const ModelConfig& c = w.config;
+    for (const std::size_t T : same_length ? std::vector<std::size_t>{6, 6, 6} : std::vector<std::size_t>{5, 7, 6}) {
+        Sequence q;
+        for (std::size_t t = 0; t < T; ++t) q.tokens.push_back(int(rng() % std::uint64_t(c.vocab_size)));
+        for (std::size_t t = 0; t + 1 < T; ++t) q.weights.push_back(t % 3 == 1 ? 0.0 : 0.5 + double(rng() % 4));
+        if (c.cross_attention) q.memory = testing::memory_of(rng, c, 4, w.valid[batch.size() % w.valid.size()]);
+        batch.push_back(q);
+    }
+    return batch;
+}
+
+// Every wiring of feature_wirings() (GQA, windows, rope, cross-attention, alone and combined), with
+// both kernels, both masks (with a window, none keeps its left edge), batches of different lengths
+// and of one length.
+TEST_CASE("train_loss agrees with the float64 oracle with GQA, windows, rope and cross-attention",
+          "[optimized][train_step][v2]") {
+    double worst_grad = 0, worst_loss = 0;
+    std::string worst_where;
+    int cases = 0;
+    std::uint64_t seed = 300;
+    for (const Wiring& w : feature_wirings()) {
+        const ModelConfig& c = w.config;
+        const Model m = with_zeros(init_model(c, seed));
+        const Params p = Params::from_model(m);
+        for (const TrainMask mask : {TrainMask::causal, TrainMask::none})
+            for (const bool same : {false, true}) {
+                const auto batch = feature_batch(seed, w, same);
+                Params g64;
+                const double l64 = decoder_loss(c, p, batch, {.mask = mask}, &g64);
+                for (const Subject& s : subjects()) {
+                    Grads g32;
+                    const double l32 = train_loss(m, batch, s.kernel, {.mask = mask}, &g32);
+                    const Agreement a = compare(g64, g32);
+                    const double lerr = std::abs(l32 - l64) / std::max(1.0, std::abs(l64));
+                    INFO(w.name << " (seed " << seed << ") mask " << to_string(mask)
+                                << (same ? " lengths 6,6,6" : " lengths 5,7,6") << " kernel " << s.name << ": " << a.where
+                                << "; loss " << l32 << " vs " << l64);
+                    CHECK(a.worst < kGradBound);
+                    CHECK(lerr < kLossBound);
+                    if (a.worst > worst_grad) worst_grad = a.worst, worst_where = w.name + ": " + a.where;
+                    worst_loss = std::max(worst_loss, lerr);
+                    ++cases;
+                }
+            }
+        ++seed;
+    }
+    CHECK(cases == int(feature_wirings().size()) * 8);
+    WARN("worst gradient error " << worst_grad << " (" << worst_where << "), worst loss error " << worst_loss);
+}
+
 TEST_CASE("train_loss without grad is the same loss", "[optimized][train_step]") {
     const ModelConfig c = tiny(Norm::pre, Activation::gelu, false, Positional::learned, true);
     const Model m = init_model(c, 5);
@@ -312,18 +372,6 @@ TEST_CASE("train_loss refuses what decoder_loss refuses", "[optimized][train_ste
         CHECK_THROWS_AS(decoder_loss(c, p, bad), InputError);
         CHECK_THROWS_AS(train_loss(m, bad, {}, {}, &g), InputError);
     }
-    // What the reference step trains and this one does not have yet: refused by name, before any
-    // weight is read with the shape a version 1 model would have.
-    ModelConfig rope = c, gqa = c, window = c;
-    rope.positional = Positional::rope;
-    gqa.n_kv_heads = 1;
-    window.attn_window = 1;
-    for (const ModelConfig& unsupported : {rope, gqa, window}) {
-        CHECK_FALSE(optimized::step_unsupported(unsupported).empty());
-        CHECK_THROWS_WITH(train_loss(init_model(unsupported, 1), {ok}),
-                          Catch::Matchers::Contains("not in the optimized step yet"));
-    }
-    CHECK(optimized::step_unsupported(c).empty());
     CHECK_THROWS_AS(train_loss(m, {ok}, {nullptr, nullptr}), InputError);
 }
 
@@ -355,6 +403,23 @@ TEST_CASE("train_flops counts the products from the shapes", "[optimized][train_
     const double linear = 6 * T * (2 * (4 * d * d + 2 * d * f) + V * d);
     CHECK(optimized::train_flops(c, one) == Approx(linear + 2 * 2 * 10 * d * 7));          // 10 causal pairs
     CHECK(optimized::train_flops(c, one, TrainMask::none) == Approx(linear + 2 * 2 * 16 * d * 7));  // 16 pairs
+    // A window of 1: rows see 1, 2, 2, 2 keys (causal); 4, 4, 3, 2 (none: the left edge only).
+    c.attn_window = 1;
+    CHECK(optimized::train_flops(c, one) == Approx(linear + 2 * 2 * 7 * d * 7));
+    CHECK(optimized::train_flops(c, one, TrainMask::none) == Approx(linear + 2 * 2 * 13 * d * 7));
+    // Grouped-query heads: the k and v projections have hkv dk = 8 outputs instead of d = 16.
+    c.attn_window = -1;
+    c.n_kv_heads = 1;
+    const double gqa_linear = 6 * T * (2 * ((16 + 16 + 2 * 8) * d + 2 * d * f) + V * d);
+    CHECK(optimized::train_flops(c, one) == Approx(gqa_linear + 2 * 2 * 10 * d * 7));
+    // Cross-attention over a memory of 5 rows, 3 of them valid: q and o on the 4 rows, k and v
+    // (forward and dW) on the 5, 4 x 3 more pairs.
+    c.n_kv_heads = 0;
+    c.cross_attention = true;
+    std::vector<Sequence> with_memory = one;
+    with_memory[0].memory = Memory{5, 3, std::vector<float>(5 * 16, 0.5f)};
+    const double cross_linear = 6 * T * (2 * (6 * d * d + 2 * d * f) + V * d) + 4 * 2 * 5 * 2 * d * d;
+    CHECK(optimized::train_flops(c, with_memory) == Approx(cross_linear + 2 * 2 * (10 + 12) * d * 7));
 }
 
 }  // namespace

@@ -5,8 +5,8 @@
 // a batch's gradient as the weighted sum of its sequences'; each planted gradient bug caught; one
 // AdamW step by hand.
 //
-// To add a wiring to the finite-difference check: add a line to feature_wirings() (a name, the
-// features, the memory's valid_len per sequence when it has cross-attention); the logits test and
+// To add a wiring to the finite-difference check: add a line to feature_wirings()
+// (tests/reference/feature_wirings.hpp, shared with the float32 step's test); the logits test and
 // the finite-difference test both read that list.
 #include <algorithm>
 #include <cmath>
@@ -20,11 +20,16 @@
 #include "attncheck/error.hpp"
 #include "reference/decoder.hpp"
 #include "reference/decoder_grad.hpp"
+#include "tests/reference/feature_wirings.hpp"
 
 namespace {
 
 using namespace attncheck;
 using namespace attncheck::reference;
+using testing::feature_wirings;
+using testing::memory_of;
+using testing::Wiring;
+using testing::wiring;
 
 ModelConfig tiny(Norm norm, Activation act, bool tied, Positional pos, bool scale) {
     ModelConfig c;
@@ -42,18 +47,6 @@ ModelConfig tiny(Norm norm, Activation act, bool tied, Positional pos, bool scal
     return c;
 }
 
-// A memory [rows, d] of values in [-1, 1) whose rows >= valid_len (padding) hold 40: padding that
-// leaked into a softmax or a gradient would move the loss by far more than any tolerance.
-Memory memory_of(std::mt19937_64& rng, const ModelConfig& c, int rows, int valid_len) {
-    Memory m;
-    m.rows = rows;
-    m.valid_len = valid_len;
-    for (int r = 0; r < rows; ++r)
-        for (int col = 0; col < c.d_model; ++col)
-            m.data.push_back(r < valid_len ? float(double(rng() % 2048) / 1024.0 - 1.0) : 40.0f);
-    return m;
-}
-
 // Two sequences (T = 5 and 7) with some weights 0; with cross-attention, sequence s gets a memory
 // of 4 rows with valid_len valid[s] (0: fully padded, its cross-attention outputs only its bias).
 std::vector<Sequence> batch_of(std::uint64_t seed, const ModelConfig& c, const std::vector<int>& valid = {3, 4}) {
@@ -67,54 +60,6 @@ std::vector<Sequence> batch_of(std::uint64_t seed, const ModelConfig& c, const s
         batch.push_back(q);
     }
     return batch;
-}
-
-// The features of MODEL.md that version 1's 48 wirings do not have, set on tiny()'s config.
-struct Features {
-    int n_heads = 2, n_kv_heads = 0, window = -1;
-    bool rope = false, cross = false;
-    double rope_theta = 10000;
-};
-
-struct Wiring {
-    std::string name;
-    ModelConfig config;
-    TrainMask mask = TrainMask::causal;
-    std::vector<int> valid = {3, 4};  // the memories' valid_len (cross-attention only)
-};
-
-Wiring wiring(const std::string& name, Norm norm, const Features& f, TrainMask mask = TrainMask::causal,
-              std::vector<int> valid = {3, 4}) {
-    ModelConfig c = tiny(norm, Activation::gelu, false, f.rope ? Positional::rope : Positional::learned, true);
-    c.n_heads = f.n_heads;  // d = 8: dk = 4 with 2 heads, 2 with 4 (even, as rope needs)
-    c.n_kv_heads = f.n_kv_heads;
-    c.attn_window = f.window;
-    c.rope_theta = f.rope_theta;
-    c.cross_attention = f.cross;
-    return {name, c, mask, std::move(valid)};
-}
-
-// Each feature alone, in post and pre norm, then combined. The windows are narrower than the
-// sequences (T = 5, 7) so that they cut; window 0 leaves each row only itself. rope_theta = 100
-// turns the later pairs by more than the default would at T <= 7.
-std::vector<Wiring> feature_wirings() {
-    const Norm post = Norm::post, pre = Norm::pre;
-    return {
-        wiring("gqa h4 kv2 post", post, {.n_heads = 4, .n_kv_heads = 2}),
-        wiring("gqa h4 kv1 pre (multi-query)", pre, {.n_heads = 4, .n_kv_heads = 1}),
-        wiring("window 1 post", post, {.window = 1}),
-        wiring("window 0 pre", pre, {.window = 0}),
-        wiring("window 2 pre, mask none", pre, {.window = 2}, TrainMask::none),
-        wiring("rope post", post, {.rope = true}),
-        wiring("rope theta 100 pre", pre, {.rope = true, .rope_theta = 100}),
-        wiring("gqa + rope + window pre", pre, {.n_heads = 4, .n_kv_heads = 2, .window = 2, .rope = true, .rope_theta = 100}),
-        wiring("gqa + rope + window post, mask none", post, {.n_heads = 4, .n_kv_heads = 2, .window = 1, .rope = true},
-               TrainMask::none),
-        wiring("cross post, memories valid 3 and 0", post, {.cross = true}, TrainMask::causal, {3, 0}),
-        wiring("cross pre, memories valid 3 and 0", pre, {.cross = true}, TrainMask::causal, {3, 0}),
-        wiring("cross + gqa + rope + window pre, memories valid 2 and 4", pre,
-               {.n_heads = 4, .n_kv_heads = 2, .window = 1, .rope = true, .cross = true}, TrainMask::causal, {2, 4}),
-    };
 }
 
 // The largest disagreement between the analytic gradient and central differences, relative to
