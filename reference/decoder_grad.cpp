@@ -482,8 +482,7 @@ std::vector<double> decoder_logits(const ModelConfig& c, const Params& p, const 
     return forward(c, p, tokens, mask, cache);
 }
 
-double decoder_loss(const ModelConfig& c, const Params& p, const std::vector<Sequence>& batch, const LossOptions& o,
-                    Params* grad) {
+double check_batch(const ModelConfig& c, const std::vector<Sequence>& batch) {
     check_trainable(c);
     if (batch.empty()) throw InputError("an empty batch");
     double total_weight = 0;
@@ -492,6 +491,12 @@ double decoder_loss(const ModelConfig& c, const Params& p, const std::vector<Seq
         for (const double w : batch[i].weights) total_weight += w;
     }
     if (!(total_weight > 0)) throw InputError("every weight of the batch is 0: no position to learn from");
+    return total_weight;
+}
+
+double decoder_loss(const ModelConfig& c, const Params& p, const std::vector<Sequence>& batch, const LossOptions& o,
+                    Params* grad) {
+    const double total_weight = check_batch(c, batch);
     if (grad) *grad = p.zeros_like();
     const std::size_t V = std::size_t(c.vocab_size);
     double loss = 0;

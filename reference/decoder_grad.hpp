@@ -80,6 +80,11 @@ void check_trainable(const ModelConfig& c);
 std::vector<double> decoder_logits(const ModelConfig& c, const Params& p, const std::vector<int>& tokens,
                                    TrainMask mask = TrainMask::causal);
 
+// What decoder_loss checks before it computes anything: check_trainable(c), then the batch
+// (below); returns the batch's total weight (> 0). Shared with every other implementation of
+// the same loss (optimized/train_step.hpp), so that they refuse exactly what this one refuses.
+double check_batch(const ModelConfig& c, const std::vector<Sequence>& batch);
+
 struct LossOptions {
     TrainMask mask = TrainMask::causal;
     GradBug bug = GradBug::none;

@@ -1,0 +1,316 @@
+// tests/optimized/train_step_test.cpp — the float32 training step (optimized/train_step.hpp)
+// against the float64 oracle reference::decoder_loss: the loss and every parameter's gradient for
+// every wiring, with the optimized and the reference version 2 kernels, causal and unmasked,
+// sequences of different lengths in one batch (one kernel call each) and of one length (one call
+// for the batch), weights with zeros; each planted bug caught; determinism; refusals.
+//
+// The metric, per tensor: max_i |g32_i - g64_i| / max_i |g64_i| (scale-aware: a tensor whose
+// gradient is small overall is not judged by the largest tensor's scale; floored at kScaleFloor
+// of the largest, for the gradients that are 0 exactly). The bound, kGradBound,
+// is set from the worst value measured over every case here (see its comment).
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <sstream>
+
+#include <catch2/catch.hpp>
+
+#include "attncheck/error.hpp"
+#include "kernels/registry.hpp"
+#include "optimized/decoder.hpp"
+#include "optimized/train_step.hpp"
+#include "reference/attention_v2.hpp"
+#include "reference/decoder_grad.hpp"
+#include "thread_count.hpp"
+
+namespace {
+
+using namespace attncheck;
+using namespace attncheck::reference;
+using optimized::Grads;
+using optimized::StepOptions;
+using optimized::TrainKernel;
+using optimized::train_loss;
+
+// The worst measured over every case of the agreement test: 2.0e-6 (gradients: a key bias, whose
+// true gradient is 0, see kScaleFloor), 8.1e-8 (the loss, relative). float32 rounding (eps 6e-8)
+// through a few hundred terms per product; the bounds leave 25x and 12x of margin, while every
+// planted bug moves some tensor by more than 100x the bound.
+constexpr double kGradBound = 5e-5;
+constexpr double kLossBound = 1e-6;
+// A tensor's scale is at least this fraction of the whole gradient's largest element. A key
+// bias's gradient is 0 exactly (softmax ignores a shift of a row's scores, and q . bk shifts
+// them all): its float32 value is the cancellation noise of a column sum of dK, whose terms are
+// of the size of k.weight's gradient, and dividing that noise by ~1e-18 would measure nothing.
+constexpr double kScaleFloor = 1e-2;
+
+ModelConfig tiny(Norm norm, Activation act, bool tied, Positional pos, bool scale) {
+    ModelConfig c;
+    c.vocab_size = 11;
+    c.d_model = 16;
+    c.n_heads = 2;
+    c.d_ff = 24;
+    c.n_layers = 2;
+    c.max_len = 12;
+    c.norm = norm;
+    c.activation = act;
+    c.tie_embeddings = tied;
+    c.positional = pos;
+    c.embed_scale_sqrt_d = scale;
+    return c;
+}
+
+// Zeros where a backward may divide or skip: a LayerNorm weight of 0 (its xhat cannot be
+// recovered from its output), a row of Wq (a head's scores all 0: uniform attention), an fc1
+// row and bias (a hidden unit whose pre-activation is exactly 0, relu's kink, in both
+// precisions), an embedding row.
+Model with_zeros(Model m) {
+    const auto zero = [&](const std::string& name, std::size_t from, std::size_t n) {
+        auto& v = m.tensors.at(name).data;
+        std::fill_n(v.begin() + std::ptrdiff_t(from), n, 0.0f);
+    };
+    const std::size_t d = std::size_t(m.config.d_model);
+    zero("layers.0.norm_self.weight", 3, 2);
+    zero("layers.1.norm_ffn.weight", 0, 1);
+    zero("layers.0.self_attn.q.weight", 0, d);
+    zero("layers.1.ffn.fc1.weight", 2 * d, d);
+    zero("layers.1.ffn.fc1.bias", 2, 1);
+    zero("embed.weight", 5 * d, d);
+    return m;
+}
+
+// lengths {5, 9, 3} (different: one kernel call per sequence) or {7, 7, 7} (one call for all),
+// some weights 0, the others from 0.5 to 3.5.
+std::vector<Sequence> batch_of(std::uint64_t seed, const ModelConfig& c, bool same_length) {
+    std::mt19937_64 rng(seed);
+    std::vector<Sequence> batch;
+    for (const std::size_t T : same_length ? std::vector<std::size_t>{7, 7, 7} : std::vector<std::size_t>{5, 9, 3}) {
+        Sequence q;
+        for (std::size_t t = 0; t < T; ++t) q.tokens.push_back(int(rng() % std::uint64_t(c.vocab_size)));
+        for (std::size_t t = 0; t + 1 < T; ++t) q.weights.push_back(t % 3 == 1 ? 0.0 : 0.5 + double(rng() % 4));
+        batch.push_back(q);
+    }
+    return batch;
+}
+
+// The worst per-tensor relative error of g32 against g64, and where.
+struct Agreement {
+    double worst = 0;
+    std::string where;
+};
+
+Agreement compare(const Params& g64, const Grads& g32) {
+    Agreement a;
+    REQUIRE(g32.size() == g64.values.size());
+    double largest = 0;  // of the whole gradient
+    for (const auto& [name, ref] : g64.values)
+        for (const double v : ref) largest = std::max(largest, std::abs(v));
+    for (const auto& [name, ref] : g64.values) {
+        const auto it = g32.find(name);
+        REQUIRE(it != g32.end());
+        REQUIRE(it->second.size() == ref.size());
+        double scale = kScaleFloor * largest, err = 0;
+        std::size_t at = 0;
+        for (std::size_t i = 0; i < ref.size(); ++i) {
+            scale = std::max(scale, std::abs(ref[i]));
+            const double e = std::abs(double(it->second[i]) - ref[i]);
+            if (e > err) err = e, at = i;
+        }
+        const double rel = scale > 0 ? err / scale : err;
+        if (rel > a.worst) {
+            std::ostringstream s;
+            s << name << "[" << at << "]: float32 " << it->second[at] << ", float64 " << ref[at] << ", tensor's max |g| "
+              << scale << ", relative error " << rel;
+            a.worst = rel;
+            a.where = s.str();
+        }
+    }
+    return a;
+}
+
+struct Subject {
+    const char* name;
+    TrainKernel kernel;
+};
+const std::vector<Subject>& subjects() {
+    static const std::vector<Subject> s = {
+        {"optimized_v2", {attncheck_optimized_kernel_v2, attncheck_optimized_kernel_v2_backward}},
+        {"reference_v2", {attncheck_reference_kernel_v2, attncheck_reference_kernel_v2_backward}}};
+    return s;
+}
+
+TEST_CASE("train_loss agrees with the float64 oracle for every wiring, kernel, mask and batch", "[optimized][train_step]") {
+    // 384 steps of ~20 rows: on one thread, as 2 threads spend most of such a step in OpenMP's
+    // barriers (6 s on a loaded 2-core machine instead of 0.5 s). Threads change the arithmetic
+    // only within the bound: the determinism test below compares 1 and 2.
+    const testing::ThreadCount one_thread(1);
+    double worst_grad = 0, worst_loss = 0;
+    std::string worst_where;
+    int cases = 0, configs = 0;
+    for (const Norm norm : {Norm::post, Norm::pre})
+        for (const Activation act : {Activation::relu, Activation::gelu, Activation::gelu_tanh})
+            for (const bool tied : {true, false})
+                for (const Positional pos : {Positional::sinusoidal, Positional::learned})
+                    for (const bool scale : {true, false}) {
+                        const ModelConfig c = tiny(norm, act, tied, pos, scale);
+                        const Model m = with_zeros(init_model(c, 200 + std::uint64_t(configs)));
+                        const Params p = Params::from_model(m);  // the float32 weights, widened
+                        for (const TrainMask mask : {TrainMask::causal, TrainMask::none})
+                            for (const bool same : {false, true}) {
+                                const auto batch = batch_of(std::uint64_t(configs) * 4 + (same ? 1 : 0), c, same);
+                                Params g64;
+                                const double l64 = decoder_loss(c, p, batch, {.mask = mask}, &g64);
+                                for (const Subject& s : subjects()) {
+                                    Grads g32;
+                                    const double l32 = train_loss(m, batch, s.kernel, {.mask = mask}, &g32);
+                                    const Agreement a = compare(g64, g32);
+                                    const double lerr = std::abs(l32 - l64) / std::max(1.0, std::abs(l64));
+                                    INFO(to_string(norm) << " " << to_string(act) << (tied ? " tied " : " untied ")
+                                                         << to_string(pos) << (scale ? " sqrt_d" : " 1") << " mask "
+                                                         << to_string(mask) << (same ? " same lengths" : " lengths 5,9,3")
+                                                         << " kernel " << s.name << ": " << a.where << "; loss " << l32
+                                                         << " vs " << l64);
+                                    CHECK(a.worst < kGradBound);
+                                    CHECK(lerr < kLossBound);
+                                    if (a.worst > worst_grad) worst_grad = a.worst, worst_where = a.where;
+                                    worst_loss = std::max(worst_loss, lerr);
+                                    ++cases;
+                                }
+                            }
+                        ++configs;
+                    }
+    CHECK(configs == 48);
+    CHECK(cases == 48 * 2 * 2 * 2);
+    // The measured worst, for kGradBound's comment (shown with -s).
+    WARN("worst gradient error " << worst_grad << " (" << worst_where << "), worst loss error " << worst_loss);
+}
+
+TEST_CASE("train_loss without grad is the same loss", "[optimized][train_step]") {
+    const ModelConfig c = tiny(Norm::pre, Activation::gelu, false, Positional::learned, true);
+    const Model m = init_model(c, 5);
+    const auto batch = batch_of(5, c, false);
+    Grads g;
+    CHECK(train_loss(m, batch, {}, {}, &g) == train_loss(m, batch));
+}
+
+// Every bug of the step's own backward moves some gradient by far more than the bound; the loss
+// stays exact. Each at a wiring where it can show (tied weights, learned positions).
+TEST_CASE("each planted bug of the step's backward is caught", "[optimized][train_step]") {
+    const std::vector<GradBug> bugs = optimized::step_grad_bugs();
+    CHECK(bugs.size() == 5);
+    for (const Norm norm : {Norm::post, Norm::pre}) {
+        const ModelConfig c = tiny(norm, Activation::gelu, true, Positional::learned, true);
+        const Model m = init_model(c, 11);
+        const Params p = Params::from_model(m);
+        const auto batch = batch_of(11, c, false);
+        Params g64;
+        const double l64 = decoder_loss(c, p, batch, {}, &g64);
+        for (const GradBug bug : bugs) {
+            Grads g32;
+            const double l32 = train_loss(m, batch, {}, {.bug = bug}, &g32);
+            const Agreement a = compare(g64, g32);
+            INFO(to_string(norm) << " " << to_string(bug) << ": " << a.where);
+            CHECK(a.worst > 100 * kGradBound);
+            CHECK(std::abs(l32 - l64) < kLossBound * std::max(1.0, std::abs(l64)));
+        }
+    }
+}
+
+// The attention's bugs live in the kernel's backward: the zoo's mutants of them (the reference
+// forward, a backward with one bug) are caught by the same comparison, and StepOptions refuses them.
+TEST_CASE("the attention's planted bugs: backward zoo kernels caught, StepOptions refuses them", "[optimized][train_step]") {
+    const ModelConfig c = tiny(Norm::pre, Activation::relu, false, Positional::sinusoidal, true);
+    const Model m = init_model(c, 13);
+    const auto batch = batch_of(13, c, false);
+    Params g64;
+    decoder_loss(c, Params::from_model(m), batch, {}, &g64);
+    for (const char* name : {"bwd_d_term_dropped", "bwd_causal_forgotten"}) {  // softmax_rowsum_dropped, mask_ignored
+        const KernelEntry* e = find_kernel(name);
+        REQUIRE(e != nullptr);
+        Grads g32;
+        train_loss(m, batch, {e->fn_v2, e->backward_v2}, {}, &g32);
+        const Agreement a = compare(g64, g32);
+        INFO(name << ": " << a.where);
+        CHECK(a.worst > 100 * kGradBound);
+    }
+    for (const GradBug bug : {GradBug::softmax_rowsum_dropped, GradBug::mask_ignored_in_backward}) {
+        Grads g;
+        CHECK_THROWS_AS(train_loss(m, batch, {}, {.bug = bug}, &g), InputError);
+    }
+}
+
+TEST_CASE("train_loss: the same bits twice; 1 and 2 threads agree within the bound", "[optimized][train_step]") {
+    const ModelConfig c = tiny(Norm::post, Activation::gelu_tanh, false, Positional::learned, false);
+    const Model m = init_model(c, 17);
+    for (const bool same : {false, true}) {
+        const auto batch = batch_of(17, c, same);
+        const auto run = [&](int threads) {
+            const testing::ThreadCount tc(threads);
+            Grads g;
+            const double l = train_loss(m, batch, {}, {}, &g);
+            return std::make_pair(l, g);
+        };
+        const auto a = run(2), b = run(2), one = run(1);
+        CHECK(a.first == b.first);
+        CHECK(a.second == b.second);
+        Params as_double = Params::from_model(m);
+        for (auto& [name, v] : as_double.values) v.assign(a.second.at(name).begin(), a.second.at(name).end());
+        const Agreement diff = compare(as_double, one.second);
+        INFO(diff.where);
+        CHECK(diff.worst < kGradBound);
+        CHECK(std::abs(a.first - one.first) < kLossBound * std::abs(a.first));
+    }
+}
+
+int fails(const attncheck_problem_v2*) { return 7; }
+int fails_backward(const attncheck_problem_v2*, const attncheck_grads_v2*) { return 3; }
+
+TEST_CASE("train_loss: a kernel that returns nonzero raises KernelError naming the pass and the layer", "[optimized][train_step]") {
+    const ModelConfig c = tiny(Norm::pre, Activation::relu, true, Positional::sinusoidal, true);
+    const Model m = init_model(c, 19);
+    for (const bool same : {false, true}) {
+        const auto batch = batch_of(19, c, same);
+        Grads g;
+        CHECK_THROWS_WITH(train_loss(m, batch, {fails, attncheck_optimized_kernel_v2_backward}, {}, &g),
+                          Catch::Contains("forward returned 7 for layer 0"));
+        CHECK_THROWS_AS(train_loss(m, batch, {fails, attncheck_optimized_kernel_v2_backward}), optimized::KernelError);
+        // The backward runs from the last layer down.
+        CHECK_THROWS_WITH(train_loss(m, batch, {attncheck_optimized_kernel_v2, fails_backward}, {}, &g),
+                          Catch::Contains("backward returned 3 for layer 1"));
+        CHECK_THROWS_AS(train_loss(m, batch, {attncheck_optimized_kernel_v2, fails_backward}, {}, &g), optimized::KernelError);
+    }
+}
+
+TEST_CASE("train_loss refuses what decoder_loss refuses", "[optimized][train_step]") {
+    const ModelConfig c = tiny(Norm::pre, Activation::relu, true, Positional::sinusoidal, true);
+    const Model m = init_model(c, 23);
+    const Params p = Params::from_model(m);
+    const Sequence ok{{1, 2, 3}, {1, 1}};
+    for (const auto& bad : std::vector<std::vector<Sequence>>{
+             {},                                  // empty
+             {{{1}, {}}},                         // nothing to predict
+             {{{1, 11, 2}, {1, 1}}},              // a token out of range
+             {ok, {{1, 2, 3}, {1}}},              // weights of the wrong length
+             {{{1, 2, 3}, {1, -1}}},              // a negative weight
+             {{{1, 2, 3}, {0, 0}}},               // every weight 0
+             {{std::vector<int>(13, 1), std::vector<double>(12, 1.0)}}}) {  // longer than max_len
+        Grads g;
+        CHECK_THROWS_AS(decoder_loss(c, p, bad), InputError);
+        CHECK_THROWS_AS(train_loss(m, bad, {}, {}, &g), InputError);
+    }
+    ModelConfig rope = c;
+    rope.positional = Positional::rope;
+    CHECK_THROWS_AS(train_loss(init_model(rope, 1), {ok}), InputError);
+    CHECK_THROWS_AS(train_loss(m, {ok}, {nullptr, nullptr}), InputError);
+}
+
+TEST_CASE("train_flops counts the products from the shapes", "[optimized][train_step]") {
+    ModelConfig c = tiny(Norm::pre, Activation::relu, true, Positional::sinusoidal, true);
+    const std::vector<Sequence> one{{{1, 2, 3, 4}, {1, 1, 1}}};
+    const double d = 16, f = 24, V = 11, T = 4;
+    const double linear = 6 * T * (2 * (4 * d * d + 2 * d * f) + V * d);
+    CHECK(optimized::train_flops(c, one) == Approx(linear + 2 * 2 * 10 * d * 7));          // 10 causal pairs
+    CHECK(optimized::train_flops(c, one, TrainMask::none) == Approx(linear + 2 * 2 * 16 * d * 7));  // 16 pairs
+}
+
+}  // namespace
