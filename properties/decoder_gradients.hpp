@@ -37,6 +37,13 @@ inline constexpr double kDecoderGradBound = 1e-3;
 // The floor of a tensor's scale, as a fraction of the model's largest gradient element G.
 inline constexpr double kDecoderGradFloor = 1e-3;
 
+// The decoder gradient properties' cases per property in a run without --cases, in place of
+// the decoder level's 40: their models are small (d <= 24, N <= 16), a case costs ~0.2 ms.
+// Measured (build/cli/attncheck fuzz --seed 5, AMD EPYC Zen 5, 2 vCPUs, with others building):
+// the 8 runs (4 properties x optimized_v2, reference_v2) take 0.2 s at 40 cases, 0.6 s at 200,
+// 1.4 s at 400; 200 keeps the default run within a second of what it took before them.
+inline constexpr int kDecoderGradCases = 200;
+
 // One training step's loss and gradients against another's (or the oracle's), tensor by tensor.
 struct GradComparison {
     bool ok = true;
@@ -64,10 +71,12 @@ struct TrainBatch {
 };
 std::string describe(const TrainBatch& b);
 // The batch the properties train case c on, for a kernel that declares d: sequence 0 is the
-// case's own tokens (so it shrinks with the case), 0-3 more of 2..N tokens (within max_batch),
-// tokens and weights from the case's data seed, about a third of the weights 0 but not all.
-// `allow_none`: the mask is none in a quarter of the batches when d allows non-causal problems.
-TrainBatch train_batch(const DecoderCase& c, const KernelDeclaration& d, bool allow_none);
+// case's own tokens (so it shrinks with the case), more of 2..N tokens up to 4 sequences (at
+// least min_sequences, within max_batch), tokens and weights from the case's data seed, about a
+// third of the weights 0 but not all. Sequences of one length are one kernel call in the step,
+// of different lengths one call each: both are drawn. `allow_none`: the mask is none in a
+// quarter of the batches when d allows non-causal problems.
+TrainBatch train_batch(const DecoderCase& c, const KernelDeclaration& d, bool allow_none, int min_sequences = 1);
 
 // The rows of decoder_properties()' table that run the training step.
 const std::vector<DecoderProperty>& decoder_gradient_properties();

@@ -59,6 +59,8 @@ std::string decoder_not_applicable(const DecoderProperty& prop, const KernelDecl
             return !v2 ? "version 1 of the ABI has no backward pass"
                        : d.backward_said == KernelDeclaration::Said::no ? "declared backward=no" : std::string(kNoBackward);
         if (!d.lse) return "declared lse=no: the training step's backward reads the forward's lse";
+        if (!d.layout_any)
+            return "declared layout=contiguous: the training step's q, k, v are strided views into one [T, 3d] buffer";
         if (prop.name == "decoder_grad_determinism" && !d.deterministic)
             return "declared deterministic=no: the same step need not give the same bits";
         if (prop.name == "decoder_grad_determinism" && !d.deterministic_backward)

@@ -7,7 +7,6 @@
 // Dimension legend: V = vocab, T = tokens, S = memory rows.
 #pragma once
 
-#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -102,8 +101,8 @@ struct DecoderProperty {
     bool batches = false;         // runs batches of sequences of different lengths
     // Runs the training step (properties/decoder_gradients.hpp): needs the kernel's backward.
     bool backward = false;
-    // The property's own case budget when the run's is the default (no --cases): at most this
-    // many; 0: the run's budget.
+    // The property's own case budget in place of the decoder level's default (no --cases), for
+    // a property whose cases cost far less (or more) than the others'; 0: the run's budget.
     int default_cases = 0;
 };
 
@@ -115,10 +114,10 @@ inline bool lacks_backward(const DecoderProperty& prop, const KernelDeclaration&
 }
 
 // The case budget of prop in a run of `run_cases` per decoder property: run_cases when the run
-// set it (--cases, ATTNCHECK_CASES, a worker's budget: `explicit_cases`), else prop's own
-// default_cases when it has one and it is smaller.
-inline int decoder_property_cases(const DecoderProperty& prop, int run_cases, bool explicit_cases) {
-    return explicit_cases || prop.default_cases <= 0 ? run_cases : std::min(run_cases, prop.default_cases);
+// set it (--cases, ATTNCHECK_CASES, a worker's budget: `explicit_cases`) or lowered it (`capped`:
+// the kernel already failed at kernel level), else prop's default_cases when it has one.
+inline int decoder_property_cases(const DecoderProperty& prop, int run_cases, bool explicit_cases, bool capped) {
+    return explicit_cases || capped || prop.default_cases <= 0 ? run_cases : prop.default_cases;
 }
 
 // Why no case of the property can be within declaration d of a kernel (v2: of ABI version 2),

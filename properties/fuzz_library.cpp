@@ -182,9 +182,8 @@ void run_isolated(const FuzzOptions& o, std::uint64_t seed, const IsolatedSubjec
     for (const auto& [prop, decoder] : props) {
         const bool is_decoder = decoder != nullptr;
         int capped_from = 0;
-        const int cases = is_decoder ? decoder_property_cases(*decoder, decoder_cases(o, kernel_failed(rows, name), capped_from),
-                                                              o.cases.has_value())
-                                     : kernel_cases(o);
+        int cases = is_decoder ? decoder_cases(o, kernel_failed(rows, name), capped_from) : kernel_cases(o);
+        if (is_decoder) cases = decoder_property_cases(*decoder, cases, o.cases.has_value(), capped_from != 0);
         const RowKind kind = is_decoder ? RowKind::decoder : s.kind;
         const std::string subject = is_decoder ? "optimized[" + name + "]" : name;
         if (!takes(o, kind, subject, prop)) continue;

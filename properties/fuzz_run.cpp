@@ -172,7 +172,7 @@ void run_decoder_subject(const FuzzOptions& o, const RunParams& params, int capp
         }
         if (!takes(o, RowKind::decoder, d.name, prop.name)) continue;
         RunParams own = params;
-        own.cases = decoder_property_cases(prop, params.cases, o.cases.has_value());
+        own.cases = decoder_property_cases(prop, params.cases, o.cases.has_value(), capped_from != 0);
         Row row{RowKind::decoder, d.name, flag, own, {}};
         row.capped_from = capped_from;
         row.result = run_decoder_property(prop, d, own, line.track(progress_label(RowKind::decoder, d.name, prop.name), own.cases),
