@@ -30,10 +30,12 @@
 
 namespace attncheck::properties {
 
-// The largest ratio(T) (above) a correct float32 training step may reach: the worst measured on
-// the built-in kernels, times a margin (docs/numerics.md, section 6).
-// MEASUREMENT PENDING: placeholder until the study runs.
-inline constexpr double kDecoderGradBound = 1e-3;
+// The largest ratio(T) (above) a correct float32 training step may reach: 16 times the worst
+// measured, 6.3e-3 (docs/numerics.md, section 6: 100,000 trainable cases per built-in kernel,
+// optimized_v2 and reference_v2 alike, and 30,000 more of d_model <= 2 where the tail lives: a
+// post-norm LayerNorm over 2 features, whose gain reaches 1/sqrt(ln_eps) = 316, amplifying the
+// rounding of its input). Every planted bug fails on its first case, shrunk still 10-1e9x over.
+inline constexpr double kDecoderGradBound = 0.1;
 // The floor of a tensor's scale, as a fraction of the model's largest gradient element G.
 inline constexpr double kDecoderGradFloor = 1e-3;
 

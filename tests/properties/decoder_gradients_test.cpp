@@ -219,7 +219,7 @@ TEST_CASE("compare_with_oracle: per tensor, on the tensor's scale floored at the
     CHECK_FALSE(r.ok);
     CHECK(r.tensor == "a");
     CHECK(r.element == "[1]");
-    CHECK_THAT(r.describe("float32 step", "float64 oracle"), Catch::Contains("a[1]: float32 step -2.0") && Catch::Contains("x the bound"));
+    CHECK_THAT(r.describe("float32 step", "float64 oracle"), Catch::Contains("a[1]: float32 step ") && Catch::Contains("float64 oracle -2:") && Catch::Contains("x the bound"));
     // A non-finite element fails; a missing tensor fails and is named.
     grads["a"][1] = std::numeric_limits<float>::quiet_NaN();
     CHECK_FALSE(compare_with_oracle(1.0, grads, 1.0, oracle).ok);
