@@ -2,8 +2,10 @@
 // the past, with the causal mask and without it, side by side (train/training.hpp; the worked
 // example is docs/training.md). For each run: the teacher-forced loss and accuracy, step-by-step
 // generation, and logits_causality on the trained model as it was trained (the run without the
-// mask fails it, with its shrunk case); the training step's throughput as a fraction of this
-// machine's FMA peak; --json with the curves, --out the trained weights in the model format.
+// mask fails it, with its shrunk case); the training step's throughput (steps/s, GFLOP/s and the
+// fraction of this machine's FMA peak), of the float64 reference step or, with --step optimized,
+// the float32 step around a registry kernel's forward and backward (--kernel); --json with the
+// curves, --out the trained weights in the model format.
 #include <omp.h>
 #include <unistd.h>
 
@@ -19,6 +21,7 @@
 #include "attncheck/error.hpp"
 #include "attncheck/isa.hpp"
 #include "cli/commands.hpp"
+#include "kernels/registry.hpp"
 #include "perf/calibration.hpp"
 #include "properties/fuzz_report.hpp"
 #include "properties/runner.hpp"
@@ -30,7 +33,8 @@ namespace {
 using reference::TrainMask;
 
 struct TrainArgs {
-    std::string mask = "both", task = "sort", out, json;
+    std::string mask = "both", task = "sort", out, json, step = "reference", kernel = "optimized_v2";
+    bool kernel_given = false;
     int length = 6, alphabet = 8, steps = 1500, batch = 32, eval_every = 100;
     double lr = 3e-3;
     std::uint64_t seed = 1;
@@ -110,6 +114,23 @@ int run(const TrainArgs& a) {
     o.lr = a.lr;
     o.eval_every = a.eval_every;
     if (!(a.lr > 0 && a.lr < 1)) throw InputError("--lr " + std::to_string(a.lr) + ": expected a value in (0, 1)");
+    o.step = train::step_from_string(a.step);
+    if (o.step == train::Step::reference && a.kernel_given)
+        throw InputError("--kernel " + a.kernel + ": only the optimized step takes a kernel (--step optimized)");
+    if (o.step == train::Step::optimized) {
+        const KernelEntry* e = find_kernel(a.kernel);
+        if (!e || !e->fn_v2 || !e->backward_v2) {
+            std::string known;  // the registry's kernels the step can take, the backward zoo's mutants included
+            for (const KernelEntry& k : kernel_registry())
+                if (k.fn_v2 && k.backward_v2) known += " " + k.name;
+            throw InputError("--kernel " + a.kernel + ": " +
+                             (e ? "has no version 2 backward pass" : std::string("no such kernel")) +
+                             " (the optimized step takes:" + known + ")");
+        }
+        o.kernel = {e->fn_v2, e->backward_v2};
+    }
+    const std::string step_name = o.step == train::Step::reference ? std::string("reference (float64)")
+                                                                   : "optimized (float32, kernel " + a.kernel + ")";
     // Every file the run writes, checked before minutes of training (fuzz_report.hpp's unwritable).
     std::vector<std::pair<std::string, std::string>> outputs;
     if (!a.json.empty()) outputs.emplace_back("--json", a.json);
@@ -120,7 +141,7 @@ int run(const TrainArgs& a) {
     const int threads = omp_get_max_threads();
     std::cout << "attncheck train: task " << a.task << " (" << a.length << " symbols of " << a.alphabet
               << ", a separator, the answer), seed " << a.seed << ", " << a.steps << " steps of " << a.batch
-              << " sequences, " << threads << " threads; " << isa_line() << std::endl;
+              << " sequences, step " << step_name << ", " << threads << " threads; " << isa_line() << std::endl;
     const bool show = a.progress || isatty(2);
     std::vector<Run> runs;
     for (const TrainMask mask : masks) {
@@ -162,10 +183,13 @@ int run(const TrainArgs& a) {
                                                            : std::string(properties::to_string(r.causal.status)) + " @" +
                                                                  std::to_string(r.causal.failed_at);
     });
-    row("training step GFLOP/s (float64)", [](const Run& r) { return fixed(r.gflops, 2); });
+    row("training steps/s", [&](const Run& r) { return fixed(o.steps / r.result.seconds, 2); });
+    row(o.step == train::Step::reference ? "training step GFLOP/s (float64)" : "training step GFLOP/s (float32)",
+        [](const Run& r) { return fixed(r.gflops, 2); });
     row("fraction of the fp32 FMA peak", [&](const Run& r) { return fixed(r.gflops / peak, 4); });
-    std::cout << "(the fp32 FMA peak measured now: " << fixed(peak, 1) << " GFLOP/s on " << threads
-              << " threads; the step is the float64 reference, whose peak is half of it)\n";
+    std::cout << "(the fp32 FMA peak measured now: " << fixed(peak, 1) << " GFLOP/s on " << threads << " threads; "
+              << (o.step == train::Step::reference ? "the step is the float64 reference, whose peak is half of it)\n"
+                                                   : "the step is the optimized float32 one)\n");
     for (const Run& r : runs)
         if (r.causal.status != properties::Status::pass)
             std::cout << "\nlogits_causality FAILS on the model trained with mask " << reference::to_string(r.mask)
@@ -180,6 +204,8 @@ int run(const TrainArgs& a) {
         j["batch"] = a.batch;
         j["lr"] = a.lr;
         j["threads"] = threads;
+        j["step"] = a.step;
+        if (o.step == train::Step::optimized) j["kernel"] = a.kernel;
         j["isa"] = isa_line();
         j["fma_peak_gflops_fp32"] = peak;
         for (const Run& r : runs) {
@@ -191,6 +217,7 @@ int run(const TrainArgs& a) {
                                       {"counterexample", r.causal.counterexample},
                                       {"message", r.causal.message}};
             rj["seconds"] = r.result.seconds;
+            rj["steps_per_s"] = o.steps / r.result.seconds;
             rj["gflops"] = r.gflops;
             rj["frac_fma_peak_fp32"] = r.gflops / peak;
             rj["curve"] = nlohmann::json::array();
@@ -231,10 +258,22 @@ Command add_train_command(CLI::App& app) {
         ->type_name("FILE");
     sub->add_option("--json", a->json, "Write the results and the curves as JSON (plot: tools/plot_training.py)")
         ->type_name("FILE");
+    sub->add_option("--step", a->step,
+                    "The training step: reference (float64, the default) or optimized (float32, attention by --kernel)")
+        ->type_name("S");
+    sub->add_option_function<std::string>(
+           "--kernel",
+           [a](const std::string& k) {
+               a->kernel = k;
+               a->kernel_given = true;
+           },
+           "The optimized step's attention: a registry kernel of version 2 with a backward (default optimized_v2)")
+        ->type_name("NAME");
     sub->add_flag("--progress", a->progress, "A progress line on stderr even when it is not a terminal");
     sub->footer(
         "The model: pre-norm, GELU, sinusoidal positions, tied embeddings, d=32, h=4, f=64, L=2; trained by the "
-        "float64 reference gradients (reference/decoder_grad.hpp) with AdamW. docs/training.md explains what to look "
+        "float64 reference gradients (reference/decoder_grad.hpp), or with --step optimized the float32 step "
+        "(optimized/train_step.hpp), with AdamW on float64 weights. docs/training.md explains what to look "
         "at. The checkpoint is the weights only: logits, explain and generate run it as MODEL.md's decoder, with "
         "the causal mask.");
     return {sub, [a] { return run(*a); }};

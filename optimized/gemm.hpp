@@ -61,11 +61,12 @@ struct WeightPart {
 PackedMatrix pack_weights(const std::vector<WeightPart>& parts, int k);
 
 // The same packing of W [n, k] given by its transpose wt [k, n] (row stride ldw >= n):
-// W[j, c] = wt[c * ldw + j], no bias. Panel p is then, row c by row c, the 32 contiguous floats
+// W[j, c] = wt[c * ldw + j], no bias, into `into` (its storage reused when large enough: a
+// training step packs per step). Panel p is, row c by row c, the 32 contiguous floats
 // wt[c, 32p .. 32p + 31]: a copy, OpenMP over panels, where pack_weights scatters. What a
 // backward pass needs: dX = dY W is a linear() over W^T, and dW = dY^T X one over X^T; it has
 // W and X untransposed.
-PackedMatrix pack_weights_transposed(const float* wt, int n, int k, int ldw);
+void pack_weights_transposed(const float* wt, int n, int k, int ldw, PackedMatrix& into);
 
 enum class Activation32 { none, relu, gelu, gelu_tanh };
 

@@ -144,20 +144,23 @@ PackedMatrix pack_weights(const float* w, int n, int k, const float* bias) {
     return pack_weights(std::vector<WeightPart>{{w, n, bias}}, k);
 }
 
-PackedMatrix pack_weights_transposed(const float* wt, int n, int k, int ldw) {
-    PackedMatrix pm;
+void pack_weights_transposed(const float* wt, int n, int k, int ldw, PackedMatrix& pm) {
     pm.n = n;
     pm.k = k;
-    pm.panels = AlignedVector<float>(std::size_t(pm.num_panels()) * std::size_t(k) * kNR);  // zeroed: the padding
+    pm.bias.clear();
     const int panels = pm.num_panels();
+    const std::size_t size = std::size_t(panels) * std::size_t(k) * kNR;
+    if (pm.panels.size() < size) pm.panels = AlignedVector<float>(size);
 #pragma omp parallel for schedule(static) if (std::size_t(n) * std::size_t(k) >= (1u << 16))
     for (int p = 0; p < panels; ++p) {
         const int j0 = p * kNR, width = std::min(kNR, n - j0);
         float* panel = pm.panels.data() + std::size_t(p) * std::size_t(k) * kNR;
-        for (int c = 0; c < k; ++c)
-            std::copy_n(wt + std::size_t(c) * std::size_t(ldw) + std::size_t(j0), width, panel + std::size_t(c) * kNR);
+        for (int c = 0; c < k; ++c) {
+            float* dst = panel + std::size_t(c) * kNR;
+            std::copy_n(wt + std::size_t(c) * std::size_t(ldw) + std::size_t(j0), width, dst);
+            std::fill(dst + width, dst + kNR, 0.0f);  // the last panel's padding columns
+        }
     }
-    return pm;
 }
 
 long busiest_thread_panels(int panels, int row_blocks, int threads, int np) {

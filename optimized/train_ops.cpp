@@ -33,16 +33,15 @@ void transpose(const float* a, int rows, int cols, int lda, float* out) {
         }
 }
 
-void backward_dx(const float* W, int out, int in, const float* dY, int M, float* dX, bool accumulate) {
+void backward_dx(const float* W, int out, int in, const float* dY, int M, float* dX, bool accumulate, PackedMatrix& pack) {
     // linear() computes x Wp^T with Wp [in, out] = W^T: its transpose is W itself.
-    const PackedMatrix Wt = pack_weights_transposed(W, in, out, in);
-    linear(Wt, dY, M, out, dX, in, Activation32::none, accumulate ? dX : nullptr, in);
+    pack_weights_transposed(W, in, out, in, pack);
+    linear(pack, dY, M, out, dX, in, Activation32::none, accumulate ? dX : nullptr, in);
 }
 
-void backward_dw(const float* dY, const float* X, int M, int out, int in, float* dW, float* db,
-                 std::vector<float>& scratch) {
-    scratch.resize(std::size_t(out) * std::size_t(M));
-    float* dYt = scratch.data();  // [out, M]
+void backward_dw(const float* dY, const float* X, int M, int out, int in, float* dW, float* db, Scratch& dYt_buf,
+                 PackedMatrix& pack) {
+    float* dYt = dYt_buf.get(std::size_t(out) * std::size_t(M));  // [out, M]
     transpose(dY, M, out, out, dYt);
     if (db) {
 #pragma omp parallel for schedule(static) if (std::size_t(out) * std::size_t(M) >= kParallelMin)
@@ -54,18 +53,16 @@ void backward_dw(const float* dY, const float* X, int M, int out, int in, float*
         }
     }
     // dW = dY^T X: rows of dY^T against the "weights" X^T [in, M], whose transpose X is at hand.
-    const PackedMatrix Xt = pack_weights_transposed(X, in, M, in);
-    linear(Xt, dYt, out, M, dW, in);
+    pack_weights_transposed(X, in, M, in, pack);
+    linear(pack, dYt, out, M, dW, in);
 }
 
-void norm_forward(const float* x, int M, int d, const float* w, const float* b, double eps, float* y, NormRows& cache) {
-    cache.xhat = uninit(std::size_t(M) * std::size_t(d));
-    cache.rstd = uninit(std::size_t(M));
+void norm_forward(const float* x, int M, int d, const float* w, const float* b, double eps, float* y, const NormRows& cache) {
 #pragma omp parallel for schedule(static) if (std::size_t(M) * std::size_t(d) >= kParallelMin)
     for (int r = 0; r < M; ++r) {
         const float* xr = x + std::size_t(r) * std::size_t(d);
         float* yr = y + std::size_t(r) * std::size_t(d);
-        float* xh = cache.xhat.get() + std::size_t(r) * std::size_t(d);
+        float* xh = cache.xhat + std::size_t(r) * std::size_t(d);
         double mean = 0;
         for (int c = 0; c < d; ++c) mean += xr[c];
         mean /= d;
@@ -88,7 +85,7 @@ void norm_backward(const float* dy, const NormRows& cache, const float* w, int M
 #pragma omp parallel for schedule(static) if (parallel)
     for (int r = 0; r < M; ++r) {
         const float* g = dy + std::size_t(r) * std::size_t(d);
-        const float* xh = cache.xhat.get() + std::size_t(r) * std::size_t(d);
+        const float* xh = cache.xhat + std::size_t(r) * std::size_t(d);
         double mean_g = 0, mean_gx = 0;
         for (int c = 0; c < d; ++c) {
             const double gw = double(g[c]) * w[c];
@@ -108,7 +105,7 @@ void norm_backward(const float* dy, const NormRows& cache, const float* w, int M
         double sw[kSumColumns] = {}, sb[kSumColumns] = {};
         for (int r = 0; r < M; ++r) {
             const float* g = dy + std::size_t(r) * std::size_t(d);
-            const float* xh = cache.xhat.get() + std::size_t(r) * std::size_t(d);
+            const float* xh = cache.xhat + std::size_t(r) * std::size_t(d);
             for (int c = c0; c < c1; ++c) {
                 sw[c - c0] += double(g[c]) * xh[c];
                 sb[c - c0] += g[c];

@@ -17,32 +17,45 @@
 
 namespace attncheck::optimized::train_detail {
 
-// n floats, not initialised: for buffers a step writes whole before it reads them (zeroing the
-// step's ~16 MB of activations per layer would cost more than its LayerNorms).
-inline std::unique_ptr<float[]> uninit(std::size_t n) { return std::make_unique_for_overwrite<float[]>(n); }
+// Storage for n floats, not initialised, grown when a call needs more and otherwise kept: a
+// training step writes its buffers whole before it reads them, and fresh buffers every step
+// would cost it page faults and zeroing (a quarter of a step of the bench's model, measured).
+struct Scratch {
+    std::unique_ptr<float[]> data;
+    std::size_t capacity = 0;
+    float* get(std::size_t n) {
+        if (n > capacity) {
+            data.reset();  // free first: the peak is the new size, not both
+            data = std::make_unique_for_overwrite<float[]>(n);
+            capacity = n;
+        }
+        return data.get();
+    }
+};
 
 // out [cols, rows] = a [rows, cols]^T, a with row stride lda >= cols. Blocked, OpenMP.
 void transpose(const float* a, int rows, int cols, int lda, float* out);
 
 // dX [M, in] = dY [M, out] W [out, in]  (W row-major, as the model stores it), or dX += that
-// when accumulate. A linear() over W^T, packed straight from W (pack_weights_transposed).
-void backward_dx(const float* W, int out, int in, const float* dY, int M, float* dX, bool accumulate);
+// when accumulate. A linear() over W^T, packed straight from W (pack_weights_transposed) into
+// pack.
+void backward_dx(const float* W, int out, int in, const float* dY, int M, float* dX, bool accumulate, PackedMatrix& pack);
 
 // dW [out, in] = dY [M, out]^T X [M, in], and db [out] = the column sums of dY (db may be null).
 // A linear() with X^T as its weights (packed straight from X) over the rows of dY^T: each dW
-// element is one thread's sum over the M rows in order. scratch is grown to out * M floats.
-void backward_dw(const float* dY, const float* X, int M, int out, int in, float* dW, float* db,
-                 std::vector<float>& scratch);
+// element is one thread's sum over the M rows in order. dYt holds dY^T [out, M], pack X^T.
+void backward_dw(const float* dY, const float* X, int M, int out, int in, float* dW, float* db, Scratch& dYt,
+                 PackedMatrix& pack);
 
 // What LayerNorm's backward needs of its forward.
 struct NormRows {
-    std::unique_ptr<float[]> xhat;  // [M, d]: (x - mean) / sqrt(var + eps)
-    std::unique_ptr<float[]> rstd;  // [M]:    1 / sqrt(var + eps)
+    float* xhat;  // [M, d]: (x - mean) / sqrt(var + eps)
+    float* rstd;  // [M]:    1 / sqrt(var + eps)
 };
 
 // y = xhat * w + b per row of x [M, d] (MODEL.md §layer, biased variance), statistics in double;
 // y may alias x. Fills cache.
-void norm_forward(const float* x, int M, int d, const float* w, const float* b, double eps, float* y, NormRows& cache);
+void norm_forward(const float* x, int M, int d, const float* w, const float* b, double eps, float* y, const NormRows& cache);
 
 // Given dy [M, d]: dx [M, d] = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * w (row
 // sums in double; drop_mean plants GradBug::layer_norm_mean_dropped), dw [d] and db [d] set to

@@ -11,6 +11,8 @@
 // every [M, *] buffer (no padding). Dimension legend as in train_step.hpp; M = sum_b T_b.
 #include "optimized/train_step.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -58,17 +60,34 @@ struct Rows {
     }
 };
 
-// What the backward of one layer reads of its forward.
+// What the backward of one layer reads of its forward (pointers into its LayerBuffers).
 struct LayerState {
-    std::unique_ptr<float[]> a_attn;  // [M, d]  the qkv product's input: LN(x) (pre) or x (post)
-    NormRows norm_attn;               //         of x (pre) or of x + attn(x) (post)
-    std::unique_ptr<float[]> qkv;     // [M, 3d] q, k, v of a row, heads side by side
-    std::unique_ptr<float[]> att;     // [M, d]  the kernel's out, heads concatenated
-    std::unique_ptr<float[]> lse;     // [h * M] sequence b's [h, T_b] block at h * row0[b]
-    std::unique_ptr<float[]> a_ffn;   // [M, d]  fc1's input
+    float* a_attn;       // [M, d]  the qkv product's input: LN(x) (pre) or x (post)
+    NormRows norm_attn;  //         of x (pre) or of x + attn(x) (post)
+    float* qkv;          // [M, 3d] q, k, v of a row, heads side by side
+    float* att;          // [M, d]  the kernel's out, heads concatenated
+    float* lse;          // [h * M] sequence b's [h, T_b] block at h * row0[b]
+    float* a_ffn;        // [M, d]  fc1's input
     NormRows norm_ffn;
-    std::unique_ptr<float[]> pre;     // [M, f]  fc1's output before the activation
-    std::unique_ptr<float[]> post;    // [M, f]  after it: fc2's input
+    float* pre;          // [M, f]  fc1's output before the activation
+    float* post;         // [M, f]  after it: fc2's input
+};
+struct LayerBuffers {
+    Scratch a_attn, xhat_attn, rstd_attn, qkv, att, lse, a_ffn, xhat_ffn, rstd_ffn, pre, post;
+    LayerState state(std::size_t M, std::size_t d, std::size_t f, std::size_t h) {
+        return {a_attn.get(M * d), {xhat_attn.get(M * d), rstd_attn.get(M)}, qkv.get(3 * M * d), att.get(M * d),
+                lse.get(h * M),    a_ffn.get(M * d), {xhat_ffn.get(M * d), rstd_ffn.get(M)}, pre.get(M * f),
+                post.get(M * f)};
+    }
+};
+
+// The step's buffers, kept per thread from call to call as linear()'s scratch is: grown when a
+// batch needs more, never shrunk. The forward's activations of every layer are most of it:
+// ~17 MB per layer for the bench's model (M = 1024, d = 256, f = 1024).
+struct Workspace {
+    std::vector<LayerBuffers> layers;
+    Scratch x, tmp, xf, xhat_final, rstd_final, logits, dx, dx_in, du, datt, dqkv, dhid, dYt, wqkv, dwqkv, dbqkv;
+    PackedMatrix pack;  // the W^T or X^T of the product at hand
 };
 
 // The layer's attention through the kernel: the forward (att, lse) when dqkv is null, else the
@@ -96,12 +115,12 @@ void attend(const TrainKernel& kernel, const ModelConfig& c, const Rows& rows, T
         const auto view = [&](const float* base, std::int64_t row_stride) {
             return attncheck_tensor_v2{const_cast<float*>(base), {T * row_stride, dk, row_stride, 1}};
         };
-        const float* qkv = s.qkv.get() + std::size_t(r0) * std::size_t(rq);
+        const float* qkv = s.qkv + std::size_t(r0) * std::size_t(rq);
         p.q = view(qkv, rq);
         p.k = view(qkv + d, rq);
         p.v = view(qkv + 2 * d, rq);
-        p.out = view(s.att.get() + std::size_t(r0) * std::size_t(d), ro);
-        p.lse = s.lse.get() + std::size_t(r0) * std::size_t(h);
+        p.out = view(s.att + std::size_t(r0) * std::size_t(d), ro);
+        p.lse = s.lse + std::size_t(r0) * std::size_t(h);
         p.lse_stride[0] = std::int64_t(h) * T;
         p.lse_stride[1] = T;
         p.lse_stride[2] = 1;
@@ -127,6 +146,27 @@ void attend(const TrainKernel& kernel, const ModelConfig& c, const Rows& rows, T
     }
 }
 
+// A step of fewer flops than this runs on one thread. Its ~20 parallel regions per layer (the
+// products, the kernel's calls, the row loops) each cost microseconds on an idle machine and
+// milliseconds on a busy one, where every barrier waits for a descheduled thread: `attncheck
+// train`'s default model (d = 32, 416 rows, 4e7 flops a step) ran 130 steps/s on one thread and
+// 4.4 on two on the 2-vCPU Zen 5 VM under a load of 8. The bench's step (1e10 flops) is far above.
+constexpr double kSerialBelowFlops = 1e8;
+
+// Sets the calling thread's OpenMP thread count to 1 for a scope (when `on`), and restores it.
+struct SerialScope {
+    int saved = omp_get_max_threads();
+    bool on;
+    explicit SerialScope(bool on_) : on(on_) {
+        if (on) omp_set_num_threads(1);
+    }
+    ~SerialScope() {
+        if (on) omp_set_num_threads(saved);
+    }
+    SerialScope(const SerialScope&) = delete;
+    SerialScope& operator=(const SerialScope&) = delete;
+};
+
 bool in_kernel_backward(GradBug b) {
     return b == GradBug::softmax_rowsum_dropped || b == GradBug::mask_ignored_in_backward;
 }
@@ -151,65 +191,62 @@ double train_loss(const Model& model, const std::vector<Sequence>& batch, const 
                          " lives in the attention kernel's backward: plant it with a backward zoo kernel");
     if (!kernel.forward || (grad && !kernel.backward))
         throw InputError("training step: the attention kernel's forward or backward is null");
+    const SerialScope serial(train_flops(c, batch, o.mask) < kSerialBelowFlops);
     const std::unique_ptr<PackedWeights> P = pack_model(model);  // validates the model
     const Rows rows(batch);
     const int M = rows.M, d = c.d_model, f = c.d_ff, V = c.vocab_size, h = c.n_heads, L = c.n_layers;
     const std::size_t Md = std::size_t(M) * std::size_t(d), Mf = std::size_t(M) * std::size_t(f);
     const bool pre = c.norm == Norm::pre;
+    thread_local Workspace ws;
+    if (ws.layers.size() < std::size_t(L)) ws.layers.resize(std::size_t(L));
 
     // ---- forward -------------------------------------------------------------------------
-    auto x = uninit(Md);    // [M, d] the residual stream
-    auto tmp = uninit(Md);  // [M, d] x + F(x) before the LayerNorm (post)
+    float* x = ws.x.get(Md);      // [M, d] the residual stream
+    float* tmp = ws.tmp.get(Md);  // [M, d] x + F(x) before the LayerNorm (post)
 #pragma omp parallel for schedule(static) if (Md >= (1u << 14))
     for (int r = 0; r < M; ++r)
-        embed_row(*P, rows.token[std::size_t(r)], rows.pos[std::size_t(r)], x.get() + std::size_t(r) * std::size_t(d));
-    std::vector<LayerState> layers(static_cast<std::size_t>(L));
-    // One sublayer, x -> pre ? x + F(LN(x)) : LN(x + F(x)); body(a) returns F's last product's
-    // input, whose residual linear() adds in its epilogue.
-    const auto sublayer = [&](const Norm32& ln, NormRows& nc, std::unique_ptr<float[]>& a, auto&& body,
-                              const PackedMatrix& out, int out_k) {
-        a = uninit(Md);
+        embed_row(*P, rows.token[std::size_t(r)], rows.pos[std::size_t(r)], x + std::size_t(r) * std::size_t(d));
+    std::vector<LayerState> layers;
+    for (int l = 0; l < L; ++l)
+        layers.push_back(ws.layers[std::size_t(l)].state(std::size_t(M), std::size_t(d), std::size_t(f), std::size_t(h)));
+    // One sublayer, x -> pre ? x + F(LN(x)) : LN(x + F(x)) with a = F's input; body(a) returns
+    // F's last product's input, whose residual linear() adds in its epilogue.
+    const auto sublayer = [&](const Norm32& ln, const NormRows& nc, float* a, auto&& body, const PackedMatrix& out,
+                              int out_k) {
         if (pre)
-            norm_forward(x.get(), M, d, ln.weight.data(), ln.bias.data(), c.ln_eps, a.get(), nc);
+            norm_forward(x, M, d, ln.weight.data(), ln.bias.data(), c.ln_eps, a, nc);
         else
-            std::copy_n(x.get(), Md, a.get());
-        const float* o_in = body(a.get());
+            std::copy_n(x, Md, a);
+        const float* o_in = body(a);
         if (pre) {
-            linear(out, o_in, M, out_k, x.get(), d, Activation32::none, x.get(), d);
+            linear(out, o_in, M, out_k, x, d, Activation32::none, x, d);
         } else {
-            linear(out, o_in, M, out_k, tmp.get(), d, Activation32::none, x.get(), d);
-            norm_forward(tmp.get(), M, d, ln.weight.data(), ln.bias.data(), c.ln_eps, x.get(), nc);
+            linear(out, o_in, M, out_k, tmp, d, Activation32::none, x, d);
+            norm_forward(tmp, M, d, ln.weight.data(), ln.bias.data(), c.ln_eps, x, nc);
         }
     };
     for (int l = 0; l < L; ++l) {
         const LayerWeights& W = P->layers[std::size_t(l)];
-        LayerState& s = layers[std::size_t(l)];
+        const LayerState& s = layers[std::size_t(l)];
         sublayer(W.norm_self, s.norm_attn, s.a_attn, [&](const float* a) -> const float* {
-            s.qkv = uninit(3 * Md);
-            s.att = uninit(Md);
-            s.lse = uninit(std::size_t(M) * std::size_t(h));
-            linear(W.qkv, a, M, d, s.qkv.get(), 3 * d);
+            linear(W.qkv, a, M, d, s.qkv, 3 * d);
             attend(kernel, c, rows, o.mask, l, s, nullptr, nullptr);
-            return s.att.get();
+            return s.att;
         }, W.o, d);
         sublayer(W.norm_ffn, s.norm_ffn, s.a_ffn, [&](const float* a) -> const float* {
-            s.pre = uninit(Mf);
-            s.post = uninit(Mf);
-            linear(W.fc1, a, M, d, s.pre.get(), f);
-            activation_forward(P->act, s.pre.get(), s.post.get(), Mf);
-            return s.post.get();
+            linear(W.fc1, a, M, d, s.pre, f);
+            activation_forward(P->act, s.pre, s.post, Mf);
+            return s.post;
         }, W.fc2, f);
     }
-    NormRows norm_final;
-    std::unique_ptr<float[]> xf_pre;  // [M, d] the lm head's input (pre-norm; post: x itself)
+    const NormRows norm_final{ws.xhat_final.get(Md), ws.rstd_final.get(std::size_t(M))};
+    float* xf = x;  // [M, d] the lm head's input: x (post), LN(x) (pre)
     if (pre) {
-        xf_pre = uninit(Md);
-        norm_forward(x.get(), M, d, P->final_norm.weight.data(), P->final_norm.bias.data(), c.ln_eps, xf_pre.get(),
-                     norm_final);
+        xf = ws.xf.get(Md);
+        norm_forward(x, M, d, P->final_norm.weight.data(), P->final_norm.bias.data(), c.ln_eps, xf, norm_final);
     }
-    const float* xf = pre ? xf_pre.get() : x.get();
-    auto logits = uninit(std::size_t(M) * std::size_t(V));  // [M, V], then dlogits in place
-    linear(P->lm_head, xf, M, d, logits.get(), V);
+    float* logits = ws.logits.get(std::size_t(M) * std::size_t(V));  // [M, V], then dlogits in place
+    linear(P->lm_head, xf, M, d, logits, V);
 
     // ---- cross-entropy: the loss, and dlogits = w / W (softmax - onehot(target)) ------------
     std::vector<double> row_loss(static_cast<std::size_t>(M), 0.0);
@@ -218,7 +255,7 @@ double train_loss(const Model& model, const std::vector<Sequence>& batch, const 
     for (int r = 0; r < M; ++r) {
         const Sequence& q = batch[std::size_t(rows.seq[std::size_t(r)])];
         const std::size_t t = std::size_t(rows.pos[std::size_t(r)]);
-        float* row = logits.get() + std::size_t(r) * std::size_t(V);
+        float* row = logits + std::size_t(r) * std::size_t(V);
         const double w = t + 1 < q.tokens.size() ? q.weights[t] : 0.0;
         if (w == 0) {
             if (need_grad) std::fill_n(row, V, 0.0f);
@@ -246,36 +283,42 @@ double train_loss(const Model& model, const std::vector<Sequence>& batch, const 
 
     // ---- backward ----------------------------------------------------------------------------
     Grads& g = *grad;
-    g.clear();
-    for (const TensorSpec& spec : expected_tensors(c)) {
+    // A training loop passes the same map every step: its vectors are reused when its names are
+    // this model's, else it starts again.
+    const std::vector<TensorSpec> specs = expected_tensors(c);
+    bool same_names = g.size() == specs.size();
+    for (const TensorSpec& spec : specs) same_names = same_names && g.count(spec.name) == 1;
+    if (!same_names) g.clear();
+    for (const TensorSpec& spec : specs) {
         std::size_t n = 1;
         for (const std::size_t e : spec.shape) n *= e;
         g[spec.name].assign(n, 0.0f);
     }
     const auto gp = [&](const std::string& name) { return g.at(name).data(); };
-    std::vector<float> scratch;  // backward_dw's transposes
-    const float* dlogits = logits.get();
+    PackedMatrix& pack = ws.pack;
+    const float* dlogits = logits;
     const std::string head = c.tie_embeddings ? "embed.weight" : "lm_head.weight";
     // logits = xf head^T: the head's gradient (the embedding's when tied, which the tokens' rows
     // add to below), and xf's.
     if (!(c.tie_embeddings && o.bug == GradBug::tied_embedding_once))
-        backward_dw(dlogits, xf, M, V, d, gp(head), nullptr, scratch);
-    auto dx = uninit(Md);     // [M, d] the gradient of the residual stream
-    auto dx_in = uninit(Md);  // [M, d] the same one sublayer earlier
-    auto du = uninit(Md);     // [M, d] of a sublayer's F input (pre) or of x + F(x) (post)
-    backward_dx(weight(model, head), V, d, dlogits, M, dx.get(), false);
-    logits.reset();
+        backward_dw(dlogits, xf, M, V, d, gp(head), nullptr, ws.dYt, pack);
+    float* dx = ws.dx.get(Md);        // [M, d] the gradient of the residual stream
+    float* dx_in = ws.dx_in.get(Md);  // [M, d] the same one sublayer earlier
+    float* du = ws.du.get(Md);        // [M, d] of a sublayer's F input (pre) or of x + F(x) (post)
+    backward_dx(weight(model, head), V, d, dlogits, M, dx, false, pack);
+    const bool drop_mean = o.bug == GradBug::layer_norm_mean_dropped;
     if (pre) {
-        norm_backward(dx.get(), norm_final, P->final_norm.weight.data(), M, d, dx_in.get(), gp("final_norm.weight"),
-                      gp("final_norm.bias"), o.bug == GradBug::layer_norm_mean_dropped);
+        norm_backward(dx, norm_final, P->final_norm.weight.data(), M, d, dx_in, gp("final_norm.weight"),
+                      gp("final_norm.bias"), drop_mean);
         std::swap(dx, dx_in);
     }
-    const bool drop_mean = o.bug == GradBug::layer_norm_mean_dropped;
-    auto datt = uninit(Md);       // [M, d]  the gradient of the kernel's out
-    auto dqkv = uninit(3 * Md);   // [M, 3d] of q, k, v (written whole by the kernel's backward)
-    auto dhid = uninit(Mf);       // [M, f]  of fc1's output, after then before the activation
-    std::vector<float> wqkv(std::size_t(3) * std::size_t(d) * std::size_t(d));   // [3d, d] Wq, Wk, Wv stacked
-    std::vector<float> dwqkv(wqkv.size()), dbqkv(std::size_t(3) * std::size_t(d));  // [3d, d], [3d]
+    float* datt = ws.datt.get(Md);      // [M, d]  the gradient of the kernel's out
+    float* dqkv = ws.dqkv.get(3 * Md);  // [M, 3d] of q, k, v (written whole by the kernel's backward)
+    float* dhid = ws.dhid.get(Mf);      // [M, f]  of fc1's output, after then before the activation
+    const std::size_t dd = std::size_t(d) * std::size_t(d);
+    float* wqkv = ws.wqkv.get(3 * dd);                // [3d, d] Wq, Wk, Wv stacked
+    float* dwqkv = ws.dwqkv.get(3 * dd);              // [3d, d]
+    float* dbqkv = ws.dbqkv.get(3 * std::size_t(d));  // [3d]
     for (int l = L - 1; l >= 0; --l) {
         const std::string prefix = "layers." + std::to_string(l) + ".";
         const LayerState& s = layers[std::size_t(l)];
@@ -288,37 +331,36 @@ double train_loss(const Model& model, const std::vector<Sequence>& batch, const 
             float* gb = gp(prefix + norm + ".bias");
             const bool keep_residual = !(first && o.bug == GradBug::residual_dropped);
             if (pre) {
-                F_backward(dx.get(), du.get());  // y = F(u), u = LN(x)
-                norm_backward(du.get(), nc, w, M, d, dx_in.get(), gw, gb, drop_mean);
-                if (keep_residual) add_into(dx_in.get(), dx.get(), Md);
+                F_backward(dx, du);  // y = F(u), u = LN(x)
+                norm_backward(du, nc, w, M, d, dx_in, gw, gb, drop_mean);
+                if (keep_residual) add_into(dx_in, dx, Md);
             } else {
-                norm_backward(dx.get(), nc, w, M, d, du.get(), gw, gb, drop_mean);  // x' = LN(z), z = x + F(x)
-                F_backward(du.get(), dx_in.get());
-                if (keep_residual) add_into(dx_in.get(), du.get(), Md);
+                norm_backward(dx, nc, w, M, d, du, gw, gb, drop_mean);  // x' = LN(z), z = x + F(x)
+                F_backward(du, dx_in);
+                if (keep_residual) add_into(dx_in, du, Md);
             }
             std::swap(dx, dx_in);
         };
         const std::string ffn = prefix + "ffn.", attn = prefix + "self_attn.";
         sublayer_backward("norm_ffn", s.norm_ffn, false, [&](const float* dy, float* da) {
-            backward_dw(dy, s.post.get(), M, d, f, gp(ffn + "fc2.weight"), gp(ffn + "fc2.bias"), scratch);
-            backward_dx(weight(model, ffn + "fc2.weight"), d, f, dy, M, dhid.get(), false);
-            activation_backward(P->act, s.pre.get(), dhid.get(), Mf);
-            backward_dw(dhid.get(), s.a_ffn.get(), M, f, d, gp(ffn + "fc1.weight"), gp(ffn + "fc1.bias"), scratch);
-            backward_dx(weight(model, ffn + "fc1.weight"), f, d, dhid.get(), M, da, false);
+            backward_dw(dy, s.post, M, d, f, gp(ffn + "fc2.weight"), gp(ffn + "fc2.bias"), ws.dYt, pack);
+            backward_dx(weight(model, ffn + "fc2.weight"), d, f, dy, M, dhid, false, pack);
+            activation_backward(P->act, s.pre, dhid, Mf);
+            backward_dw(dhid, s.a_ffn, M, f, d, gp(ffn + "fc1.weight"), gp(ffn + "fc1.bias"), ws.dYt, pack);
+            backward_dx(weight(model, ffn + "fc1.weight"), f, d, dhid, M, da, false, pack);
         });
         sublayer_backward("norm_self", s.norm_attn, true, [&](const float* dy, float* da) {
-            backward_dw(dy, s.att.get(), M, d, d, gp(attn + "o.weight"), gp(attn + "o.bias"), scratch);
-            backward_dx(weight(model, attn + "o.weight"), d, d, dy, M, datt.get(), false);
-            attend(kernel, c, rows, o.mask, l, s, datt.get(), dqkv.get());
-            backward_dw(dqkv.get(), s.a_attn.get(), M, 3 * d, d, dwqkv.data(), dbqkv.data(), scratch);
-            const std::size_t dd = std::size_t(d) * std::size_t(d);
+            backward_dw(dy, s.att, M, d, d, gp(attn + "o.weight"), gp(attn + "o.bias"), ws.dYt, pack);
+            backward_dx(weight(model, attn + "o.weight"), d, d, dy, M, datt, false, pack);
+            attend(kernel, c, rows, o.mask, l, s, datt, dqkv);
+            backward_dw(dqkv, s.a_attn, M, 3 * d, d, dwqkv, dbqkv, ws.dYt, pack);
             for (int i = 0; i < 3; ++i) {
                 const std::string w = attn + "qkv"[i];
-                std::copy_n(dwqkv.data() + std::size_t(i) * dd, dd, gp(w + ".weight"));
-                std::copy_n(dbqkv.data() + std::size_t(i) * std::size_t(d), d, gp(w + ".bias"));
-                std::copy_n(weight(model, w + ".weight"), dd, wqkv.data() + std::size_t(i) * dd);
+                std::copy_n(dwqkv + std::size_t(i) * dd, dd, gp(w + ".weight"));
+                std::copy_n(dbqkv + std::size_t(i) * std::size_t(d), d, gp(w + ".bias"));
+                std::copy_n(weight(model, w + ".weight"), dd, wqkv + std::size_t(i) * dd);
             }
-            backward_dx(wqkv.data(), 3 * d, d, dqkv.get(), M, da, false);
+            backward_dx(wqkv, 3 * d, d, dqkv, M, da, false, pack);
         });
     }
     // x[r] = embed[token_r] * scale + pos[t_r]: each row's gradient lands on its token's row (and
@@ -334,7 +376,7 @@ double train_loss(const Model& model, const std::vector<Sequence>& batch, const 
     for (int c0 = 0; c0 < d; c0 += kCols) {
         const int c1 = std::min(d, c0 + kCols);
         for (int r = 0; r < M; ++r) {
-            const float* dr = dx.get() + std::size_t(r) * std::size_t(d);
+            const float* dr = dx + std::size_t(r) * std::size_t(d);
             float* er = ge + std::size_t(rows.token[std::size_t(r)]) * std::size_t(d);
             for (int col = c0; col < c1; ++col) er[col] += scale * dr[col];
             if (gpos) {

@@ -52,6 +52,18 @@ double batch_loss(const ModelConfig& c, const Params& p, const std::vector<Seque
     return loss;
 }
 
+// The optimized float32 step: the float64 weights rounded to a Model, its gradient widened.
+double optimized_loss(const ModelConfig& c, const Params& p, const std::vector<Sequence>& batch, TrainMask mask,
+                      const optimized::TrainKernel& kernel, optimized::Grads& g32, Params& grad) {
+    const double loss = optimized::train_loss(p.to_model(c), batch, kernel, {.mask = mask}, &g32);
+    grad = p.zeros_like();
+    for (auto& [name, v] : grad.values) {
+        const std::vector<float>& g = g32.at(name);
+        std::copy(g.begin(), g.end(), v.begin());
+    }
+    return loss;
+}
+
 // Multiply-adds of one sequence's forward pass, counted from the shapes (the backward is twice it).
 double forward_macs(const ModelConfig& c, double T) {
     const double d = c.d_model, f = c.d_ff, V = c.vocab_size;
@@ -75,6 +87,14 @@ Task task_from_string(const std::string& s) {
     if (s == "reverse") return Task::reverse;
     if (s == "sort") return Task::sort;
     throw InputError("--task " + s + ": expected copy, reverse or sort");
+}
+
+const char* to_string(Step s) { return s == Step::reference ? "reference" : "optimized"; }
+
+Step step_from_string(const std::string& s) {
+    if (s == "reference") return Step::reference;
+    if (s == "optimized") return Step::optimized;
+    throw InputError("--step " + s + ": expected reference or optimized");
 }
 
 Sequence make_example(const TaskSpec& t, std::mt19937_64& rng) {
@@ -182,7 +202,9 @@ TrainResult train(const TrainOptions& o, const std::function<void(int, double)>&
     for (int i = 0; i < o.eval_size; ++i) held_out.push_back(make_example(o.task, eval_rng));
     reference::AdamW opt;
     opt.lr = o.lr;
+    // The optimized step counts its own (train_flops: causal attention over the visible pairs).
     r.flops_per_step = 2 * 3 * forward_macs(r.config, o.task.sequence_length()) * o.batch;
+    optimized::Grads g32;  // the optimized step's float32 gradient, its storage kept from step to step
     for (int step = 1; step <= o.steps; ++step) {
         std::vector<Sequence> batch;
         for (int i = 0; i < o.batch; ++i) batch.push_back(make_example(o.task, train_rng));
@@ -191,7 +213,9 @@ TrainResult train(const TrainOptions& o, const std::function<void(int, double)>&
         opt.lr = o.lr * (x < warm ? x / warm : 0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * (x - warm) / std::max(1.0, o.steps - warm))));
         const auto t0 = std::chrono::steady_clock::now();
         Params grad;
-        const double loss = batch_loss(r.config, r.params, batch, o.mask, grad);
+        const double loss = o.step == Step::reference ? batch_loss(r.config, r.params, batch, o.mask, grad)
+                                                      : optimized_loss(r.config, r.params, batch, o.mask, o.kernel, g32, grad);
+        if (step == 1 && o.step == Step::optimized) r.flops_per_step = optimized::train_flops(r.config, batch, o.mask);
         opt.step(r.params, grad);
         r.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         CurvePoint point;

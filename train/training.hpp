@@ -10,9 +10,12 @@
 // loss falls towards zero everywhere, and step-by-step generation, which has no token t + 1 to
 // read, fails.
 //
-// The training step is the float64 reference (reference/decoder_grad.hpp): the batch is split in
-// a fixed number of chunks, one OpenMP task each, summed in chunk order, so a run's numbers do
-// not depend on the thread count.
+// The training step is, by default, the float64 reference (reference/decoder_grad.hpp): the batch
+// is split in a fixed number of chunks, one OpenMP task each, summed in chunk order, so a run's
+// numbers do not depend on the thread count. Or the optimized float32 step
+// (optimized/train_step.hpp) with a version 2 kernel's forward and backward: the master weights
+// stay float64 with the same AdamW; each step rounds them to float32 for the step and widens its
+// gradient back. Its numbers are the same for a given thread count.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "attncheck/model.hpp"
+#include "optimized/train_step.hpp"
 #include "reference/decoder_grad.hpp"
 
 namespace attncheck::train {
@@ -44,9 +48,16 @@ reference::Sequence make_example(const TaskSpec& t, std::mt19937_64& rng);
 // The answer of an example: the k tokens after the separator.
 std::vector<int> answer_of(const TaskSpec& t, const std::vector<int>& tokens);
 
+// Which implementation computes a step's loss and gradient.
+enum class Step { reference, optimized };
+const char* to_string(Step s);
+Step step_from_string(const std::string& s);  // throws InputError naming the choices
+
 struct TrainOptions {
     TaskSpec task;
     reference::TrainMask mask = reference::TrainMask::causal;
+    Step step = Step::reference;
+    optimized::TrainKernel kernel;  // the optimized step's attention (the reference step has its own)
     std::uint64_t seed = 1;
     int steps = 1500;
     int batch = 32;
@@ -83,7 +94,7 @@ struct TrainResult {
     reference::Params params;
     std::vector<CurvePoint> curve;
     Evaluation final_eval;
-    double seconds = 0;           // training steps only
+    double seconds = 0;           // training steps only (the optimizer's included)
     double flops_per_step = 0;    // the step's multiply-adds x 2, counted from the shapes
 };
 

@@ -18,6 +18,7 @@
 #include "attncheck/error.hpp"
 #include "kernels/registry.hpp"
 #include "optimized/decoder.hpp"
+#include "optimized/gemm.hpp"
 #include "optimized/train_step.hpp"
 #include "reference/attention_v2.hpp"
 #include "reference/decoder_grad.hpp"
@@ -140,10 +141,8 @@ const std::vector<Subject>& subjects() {
 }
 
 TEST_CASE("train_loss agrees with the float64 oracle for every wiring, kernel, mask and batch", "[optimized][train_step]") {
-    // 384 steps of ~20 rows: on one thread, as 2 threads spend most of such a step in OpenMP's
-    // barriers (6 s on a loaded 2-core machine instead of 0.5 s). Threads change the arithmetic
-    // only within the bound: the determinism test below compares 1 and 2.
-    const testing::ThreadCount one_thread(1);
+    // Steps of ~20 rows run on one thread (kSerialBelowFlops); the determinism test below
+    // compares 1 and 2 threads on larger ones.
     double worst_grad = 0, worst_loss = 0;
     std::string worst_where;
     int cases = 0, configs = 0;
@@ -239,11 +238,26 @@ TEST_CASE("the attention's planted bugs: backward zoo kernels caught, StepOption
     }
 }
 
-TEST_CASE("train_loss: the same bits twice; 1 and 2 threads agree within the bound", "[optimized][train_step]") {
-    const ModelConfig c = tiny(Norm::post, Activation::gelu_tanh, false, Positional::learned, false);
+// Large enough (1.4e8 and 1.8e8 train_flops) that the step runs on the threads it is given: under
+// 1e8 it runs on one (train_step.cpp, kSerialBelowFlops), and this test would compare nothing.
+TEST_CASE("train_loss: the same bits twice, and 1 and 2 threads agree within the bound", "[optimized][train_step]") {
+    ModelConfig c = tiny(Norm::post, Activation::gelu_tanh, false, Positional::learned, false);
+    c.vocab_size = 64;
+    c.d_model = 96;
+    c.n_heads = 4;
+    c.d_ff = 192;
+    c.max_len = 64;
     const Model m = init_model(c, 17);
     for (const bool same : {false, true}) {
-        const auto batch = batch_of(17, c, same);
+        std::mt19937_64 rng(17);
+        std::vector<Sequence> batch;
+        for (const std::size_t T : same ? std::vector<std::size_t>{64, 64, 64} : std::vector<std::size_t>{40, 64, 50}) {
+            Sequence q;
+            for (std::size_t t = 0; t < T; ++t) q.tokens.push_back(int(rng() % 64));
+            q.weights.assign(T - 1, 1.0);
+            batch.push_back(q);
+        }
+        REQUIRE(optimized::train_flops(c, batch) > 1e8);
         const auto run = [&](int threads) {
             const testing::ThreadCount tc(threads);
             Grads g;
@@ -302,6 +316,27 @@ TEST_CASE("train_loss refuses what decoder_loss refuses", "[optimized][train_ste
     rope.positional = Positional::rope;
     CHECK_THROWS_AS(train_loss(init_model(rope, 1), {ok}), InputError);
     CHECK_THROWS_AS(train_loss(m, {ok}, {nullptr, nullptr}), InputError);
+}
+
+// The backward's packing: W packed from its transpose is pack_weights(W), padding included, also
+// into storage a larger matrix left behind (a step reuses one PackedMatrix for every product).
+TEST_CASE("pack_weights_transposed packs W from W^T as pack_weights does, reusing storage", "[optimized][train_step]") {
+    std::mt19937_64 rng(29);
+    optimized::PackedMatrix into;
+    for (const auto& [n, k] : {std::pair{70, 40}, {33, 5}, {32, 17}, {1, 3}}) {  // larger first: stale storage
+        std::vector<float> w(std::size_t(n) * std::size_t(k)), wt(w.size());
+        for (float& v : w) v = float(int(rng() % 200) - 100);
+        for (int j = 0; j < n; ++j)
+            for (int c = 0; c < k; ++c) wt[std::size_t(c) * std::size_t(n) + std::size_t(j)] = w[std::size_t(j) * std::size_t(k) + std::size_t(c)];
+        const optimized::PackedMatrix want = optimized::pack_weights(w.data(), n, k, nullptr);
+        optimized::pack_weights_transposed(wt.data(), n, k, n, into);
+        INFO("n " << n << ", k " << k);
+        CHECK(into.n == n);
+        CHECK(into.k == k);
+        CHECK(into.bias.empty());
+        REQUIRE(into.panels.size() >= want.panels.size());
+        CHECK(std::equal(want.panels.begin(), want.panels.end(), into.panels.begin()));
+    }
 }
 
 TEST_CASE("train_flops counts the products from the shapes", "[optimized][train_step]") {
