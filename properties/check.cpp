@@ -153,17 +153,24 @@ CheckReport check(KernelUnderTest kernel, const CheckOptions& options) {
     if (options.decoder && !no_decoder.empty())
         not_applicable_lines += "  decoder-level properties: not run (" + no_decoder + ")\n";
     if (decoder_level) {
-        const DecoderUnderTest decoder = v2 ? DecoderUnderTest{"optimized[" + name + "]", kernel.fn_v2, declaration}
+        // With its backward pass, when it has one: the training step's properties.
+        const DecoderUnderTest decoder = v2 ? DecoderUnderTest{"optimized[" + name + "]", kernel.fn_v2, declaration, kernel.backward}
                                             : DecoderUnderTest{"optimized[" + name + "]", kernel.fn, declaration};
+        std::string decoder_without_backward;
         for (const DecoderProperty& prop : decoder_properties()) {
             if (!selected(prop.name)) continue;
-            if (const std::string why = decoder_not_applicable(prop, declaration, v2); !why.empty()) {
-                not_applicable_lines += "  " + prop.name + ": not applicable (" + why + ")\n";
+            if (const std::string why = decoder_not_applicable(prop, decoder.declaration, v2); !why.empty()) {
+                if (lacks_backward(prop, decoder.declaration))
+                    decoder_without_backward += (decoder_without_backward.empty() ? "" : ", ") + prop.name;
+                else
+                    not_applicable_lines += "  " + prop.name + ": not applicable (" + why + ")\n";
                 continue;
             }
             results.push_back(run_decoder_property(prop, decoder, RunParams{report.seed, options.decoder_cases, options.shrink_time_s}));
             budgets.push_back(options.decoder_cases);
         }
+        if (!decoder_without_backward.empty())
+            not_applicable_lines += "  " + std::string(kNoBackwardLine) + decoder_without_backward + "\n";
     }
 
     std::ostringstream t;

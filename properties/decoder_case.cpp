@@ -5,7 +5,9 @@
 #include <ostream>
 #include <sstream>
 
+#include "attncheck/error.hpp"
 #include "properties/stream.hpp"
+#include "reference/decoder_grad.hpp"
 
 namespace attncheck::properties {
 
@@ -74,6 +76,43 @@ int fit_head_dim(int drawn, const KernelDeclaration& d) {
     return *rc::gen::elementOf(widths).as("declared head_dim");
 }
 
+bool trainable(const ModelConfig& c) {
+    try {
+        reference::check_trainable(c);
+        return true;
+    } catch (const InputError&) {
+        return false;
+    }
+}
+
+// Whether the training step takes any version 2 feature (tried alone on the default config):
+// trainable cases draw them only then, so a counterexample lists no feature the case lacks.
+bool some_version2_trainable() {
+    static const bool some = [] {
+        ModelConfig gqa, window, rope;
+        gqa.n_kv_heads = 1;
+        window.attn_window = 1;
+        rope.positional = Positional::rope;
+        return trainable(gqa) || trainable(window) || trainable(rope);
+    }();
+    return some;
+}
+
+// The version 2 features of m that the training step refuses, each tried alone on the version 1
+// config v1, put back to v1's (so that a feature the step gains is drawn without a change here).
+void keep_trainable(ModelConfig& m, const ModelConfig& v1) {
+    ModelConfig one = v1;
+    one.n_kv_heads = m.n_kv_heads;
+    if (!trainable(one)) m.n_kv_heads = v1.n_kv_heads;
+    one = v1;
+    one.attn_window = m.attn_window;
+    if (!trainable(one)) m.attn_window = v1.attn_window;
+    one = v1;
+    one.positional = m.positional;
+    one.rope_theta = m.rope_theta;
+    if (!trainable(one)) m.positional = v1.positional, m.rope_theta = v1.rope_theta;
+}
+
 }  // namespace
 
 bool decoder_width_allowed(const KernelDeclaration& d, int w) { return d.allows_head_dim(w) && d.allows_value_dim(w, w); }
@@ -94,7 +133,7 @@ rc::Gen<DecoderCase> gen_decoder_case(const DecoderCaseOptions& o, const KernelD
         ModelConfig& m = c.config;
         const int min_t = std::max(1, o.min_tokens);
         // Shrinks towards the small tier (rc::gen::element shrinks towards its first value).
-        const bool large = o.large_percent > 0 &&
+        const bool large = !o.trainable && o.large_percent > 0 &&
                            *gen::resize(100, gen::inRange(0, 100)).as("large tier (< large_percent)") < o.large_percent;
         if (large) {
             // (d_model, heads): head_dim 32 or 64, d_model across the 32-column panels and up to
@@ -117,7 +156,7 @@ rc::Gen<DecoderCase> gen_decoder_case(const DecoderCaseOptions& o, const KernelD
             m.d_model = m.n_heads * *gen::inRange(1, 7).as("head_dim");
             m.d_ff = *gen::inRange(1, 25).as("d_ff");
             m.n_layers = *gen::inRange(1, 3).as("n_layers");
-            m.max_len = *gen::inRange(std::max(min_t, 2), 25).as("max_len");
+            m.max_len = *gen::inRange(std::max(min_t, 2), o.trainable ? kTrainableMaxLen + 1 : 25).as("max_len");
         }
         // Within the declaration (the draws above unchanged, so a default declaration's cases
         // are the same): heads, head width, lengths.
@@ -129,8 +168,8 @@ rc::Gen<DecoderCase> gen_decoder_case(const DecoderCaseOptions& o, const KernelD
         if (const int hd = fit_head_dim(m.head_dim(), decl); hd != m.head_dim()) m.d_model = m.n_heads * hd;
         m.max_len = std::max(std::min(m.max_len, decoder_max_len(decl)), min_t);
         m.norm = *gen::element(Norm::post, Norm::pre).as("norm");
-        m.cross_attention = o.need_cross || *gen::arbitrary<bool>().as("cross_attention");
-        if (!decoder_can_cross(decl, v2)) m.cross_attention = o.need_cross;
+        m.cross_attention = !o.trainable && (o.need_cross || *gen::arbitrary<bool>().as("cross_attention"));
+        if (!o.trainable && !decoder_can_cross(decl, v2)) m.cross_attention = o.need_cross;
         m.positional = *gen::element(Positional::sinusoidal, Positional::learned).as("positional");
         m.activation = *gen::element(Activation::relu, Activation::gelu, Activation::gelu_tanh).as("activation");
         m.embed_scale_sqrt_d = *gen::arbitrary<bool>().as("embed_scale_sqrt_d");
@@ -151,7 +190,9 @@ rc::Gen<DecoderCase> gen_decoder_case(const DecoderCaseOptions& o, const KernelD
         c.data_seed = *gen::arbitrary<std::uint32_t>().as("data_seed");
         // MODEL.md "Version 2 additions" in a share of the cases, drawn last so that the draws
         // above (and so every version 1 case) are unchanged; shrinks towards version 1.
-        if (*gen::resize(100, gen::inRange(0, 100)).as("version 2 (< 40)") < 40) {
+        const ModelConfig v1 = m;
+        if ((!o.trainable || some_version2_trainable()) &&
+            *gen::resize(100, gen::inRange(0, 100)).as("version 2 (< 40)") < 40) {
             // n_kv_heads: 0 (the key absent), n_heads, or mostly a proper divisor (grouped heads).
             std::vector<int> proper;
             for (int k = 1; k < m.n_heads; ++k)
@@ -173,6 +214,7 @@ rc::Gen<DecoderCase> gen_decoder_case(const DecoderCaseOptions& o, const KernelD
             if (v2 && !decl.window) m.attn_window = -1;
             if (v2 && !decl.gqa && m.n_kv_heads != 0) m.n_kv_heads = m.n_heads;
         }
+        if (o.trainable) keep_trainable(m, v1);
         return c;
     });
 }

@@ -45,7 +45,17 @@ struct DecoderCaseOptions {
     // (micro-panels of ~12 rows and ~32 columns, 256-deep K blocks, ~144-row blocks) and the
     // attention kernel's 64-key tiles are crossed. 0: never.
     int large_percent = 8;
+    // A model the training step can train (reference::check_trainable), for the decoder
+    // gradient properties: the small tier only, max_len at most kTrainableMaxLen, no
+    // cross-attention (a training sequence has no memory), and of the version 2 features
+    // (grouped-query heads, a window, rope) those check_trainable accepts, each tried alone:
+    // none today; the cases draw them as soon as the training step has them.
+    bool trainable = false;
 };
+
+// The longest sequence of a trainable case (DecoderCaseOptions::trainable): long enough for a
+// 4-row paged block and the kernel's masks to matter, short enough for the float64 loss.
+inline constexpr int kTrainableMaxLen = 16;
 
 rc::Gen<DecoderCase> gen_decoder_case(const DecoderCaseOptions& options = {});
 // Cases whose every attention call is within what the kernel declares (v2: a version 2 kernel):

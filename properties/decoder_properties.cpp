@@ -25,6 +25,8 @@
 
 #include "attncheck/tolerance.hpp"
 #include "optimized/decoder.hpp"
+#include "properties/decoder_gradients.hpp"
+#include "properties/kernel_properties.hpp"
 #include "properties/stream.hpp"
 #include "reference/decoder.hpp"
 #include "reference/error_bound.hpp"
@@ -50,6 +52,20 @@ std::string decoder_unavailable(const KernelDeclaration& d, bool v2) {
 }
 
 std::string decoder_not_applicable(const DecoderProperty& prop, const KernelDeclaration& d, bool v2) {
+    if (prop.backward) {
+        // The training step calls the kernel's forward with lse, then its backward
+        // (optimized/train_step.hpp).
+        if (!d.backward)
+            return !v2 ? "version 1 of the ABI has no backward pass"
+                       : d.backward_said == KernelDeclaration::Said::no ? "declared backward=no" : std::string(kNoBackward);
+        if (!d.lse) return "declared lse=no: the training step's backward reads the forward's lse";
+        if (!d.layout_any)
+            return "declared layout=contiguous: the training step's q, k, v are strided views into one [T, 3d] buffer";
+        if (prop.name == "decoder_grad_determinism" && !d.deterministic)
+            return "declared deterministic=no: the same step need not give the same bits";
+        if (prop.name == "decoder_grad_determinism" && !d.deterministic_backward)
+            return "declared deterministic_backward=no: the same step need not give the same bits";
+    }
     if (prop.options.need_cross && !decoder_can_cross(d, v2))
         return d.non_causal ? "declared padding=no: the cross-attention passes the memory's valid length"
                             : "declared mask=causal: the cross-attention is not causal";
@@ -449,7 +465,13 @@ const std::vector<DecoderProperty>& decoder_properties() {
         {"batch_session", "B sequences at different positions stepping together in a BatchSession each agree with the reference alone",
          {}, batch_session, true, true},
     };
-    return all;
+    static const std::vector<DecoderProperty> with_gradients = [] {
+        std::vector<DecoderProperty> v = all;
+        const std::vector<DecoderProperty>& grads = decoder_gradient_properties();
+        v.insert(v.end(), grads.begin(), grads.end());
+        return v;
+    }();
+    return with_gradients;
 }
 
 }  // namespace attncheck::properties

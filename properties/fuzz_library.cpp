@@ -150,28 +150,40 @@ void run_isolated(const FuzzOptions& o, std::uint64_t seed, const IsolatedSubjec
         for (const auto& [prop, why] : kernel_properties_by_applicability(v2, s.declaration))
             if (!why.empty() && selected(o, prop))
                 std::cout << progress_label(s.kind, name, prop) << ": not applicable (" << why << ")\n";
-    std::vector<std::pair<std::string, bool>> props;  // name, is decoder-level
+    struct Run {
+        std::string prop;
+        const DecoderProperty* decoder = nullptr;  // a decoder-level property, or null
+    };
+    std::vector<Run> props;
     for (const std::string& p : kernel_property_names(v2, s.declaration))
-        if (selected(o, p) && o.level != Level::decoder) props.push_back({p, false});
+        if (selected(o, p) && o.level != Level::decoder) props.push_back({p});
+    std::string without_backward;  // the training step's properties of a kernel without a backward, on one line
     for (const auto& p : decoder_properties()) {
         if (!selected(o, p.name) || o.level == Level::kernel || !s.decoder_level) continue;
         if (const std::string why = decoder_not_applicable(p, s.declaration, v2); !why.empty()) {
-            if (s.verdict_lines)
+            if (lacks_backward(p, s.declaration))
+                without_backward += (without_backward.empty() ? "" : ", ") + p.name;
+            else if (s.verdict_lines)
                 std::cout << progress_label(RowKind::decoder, "optimized[" + name + "]", p.name) << ": not applicable ("
                           << why << ")\n";
             continue;
         }
-        props.push_back({p.name, true});
+        props.push_back({p.name, &p});
     }
+    if (s.verdict_lines && !without_backward.empty())
+        std::cout << "[" << to_string(RowKind::decoder) << " optimized[" << name << "]] " << kNoBackwardLine
+                  << without_backward << "\n";
     const WorkerOutFile out_file;
     const std::string& flag = s.flag;
     ProgressLine line(o.progress);
     // After the kernel's first crash or hang, its other properties would most likely crash or
     // hang the same way, each costing a worker start or a whole timeout: they are skipped.
     std::string broken;  // the property where it happened, "" while the kernel has not crashed or hung
-    for (const auto& [prop, is_decoder] : props) {
+    for (const auto& [prop, decoder] : props) {
+        const bool is_decoder = decoder != nullptr;
         int capped_from = 0;
-        const int cases = is_decoder ? decoder_cases(o, kernel_failed(rows, name), capped_from) : kernel_cases(o);
+        int cases = is_decoder ? decoder_cases(o, kernel_failed(rows, name), capped_from) : kernel_cases(o);
+        if (is_decoder) cases = decoder_property_cases(*decoder, cases, o.cases.has_value(), capped_from != 0);
         const RowKind kind = is_decoder ? RowKind::decoder : s.kind;
         const std::string subject = is_decoder ? "optimized[" + name + "]" : name;
         if (!takes(o, kind, subject, prop)) continue;
@@ -245,7 +257,7 @@ int run_fuzz_worker(const FuzzOptions& o) {
         run_kernel_subject(o, seed, k, RowKind::kernel, rows, line, &channel);
         if (decoder_unavailable(declaration, lk.fn_v2 != nullptr).empty())
             run_decoder_subject(o, run_params(o, seed, decoder_cases(o)), 0,
-                                lk.fn_v2 ? DecoderUnderTest{"optimized[" + o.symbol + "]", lk.fn_v2, declaration}
+                                lk.fn_v2 ? DecoderUnderTest{"optimized[" + o.symbol + "]", lk.fn_v2, declaration, lk.backward_v2}
                                          : DecoderUnderTest{"optimized[" + o.symbol + "]", lk.fn, declaration},
                                 "", rows, line, &channel);
         return finish_worker(o, rows);

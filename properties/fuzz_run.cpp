@@ -160,20 +160,28 @@ void run_decoder_subject(const FuzzOptions& o, const RunParams& params, int capp
                          const std::string& flag, std::vector<Row>& rows, ProgressLine& line,
                          const WorkerChannel* channel) {
     if (o.level == Level::kernel) return;
+    std::string without_backward;  // the training step's properties of a kernel without a backward, on one line
     for (const DecoderProperty& prop : decoder_properties()) {
         if (!selected(o, prop.name) || (prop.optimized_only && !d.optimized())) continue;
         if (const std::string why = decoder_not_applicable(prop, d.declaration, d.kernel.fn_v2 != nullptr); !why.empty()) {
-            std::cout << progress_label(RowKind::decoder, d.name, prop.name) << ": not applicable (" << why << ")\n";
+            if (lacks_backward(prop, d.declaration))
+                without_backward += (without_backward.empty() ? "" : ", ") + prop.name;
+            else
+                std::cout << progress_label(RowKind::decoder, d.name, prop.name) << ": not applicable (" << why << ")\n";
             continue;
         }
         if (!takes(o, RowKind::decoder, d.name, prop.name)) continue;
-        Row row{RowKind::decoder, d.name, flag, params, {}};
+        RunParams own = params;
+        own.cases = decoder_property_cases(prop, params.cases, o.cases.has_value(), capped_from != 0);
+        Row row{RowKind::decoder, d.name, flag, own, {}};
         row.capped_from = capped_from;
-        row.result = run_decoder_property(prop, d, params, line.track(progress_label(RowKind::decoder, d.name, prop.name), params.cases),
+        row.result = run_decoder_property(prop, d, own, line.track(progress_label(RowKind::decoder, d.name, prop.name), own.cases),
                                           channel);
         line.clear();
         rows.push_back(std::move(row));
     }
+    if (!without_backward.empty())
+        std::cout << "[" << to_string(RowKind::decoder) << " " << d.name << "] " << kNoBackwardLine << without_backward << "\n";
 }
 
 bool kernel_failed(const std::vector<Row>& rows, const std::string& kernel) {

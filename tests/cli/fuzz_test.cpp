@@ -19,6 +19,7 @@
 #include "attncheck/check.hpp"
 #include "attncheck/isa.hpp"
 #include "kernels/registry.hpp"
+#include "properties/decoder_gradients.hpp"
 #include "properties/isolation/kernel_lib.hpp"
 #include "run_cli.hpp"
 
@@ -220,6 +221,27 @@ TEST_CASE("fuzz --property takes a comma list and may be repeated", "[cli][fuzz]
     const nlohmann::json j = read_json(json);
     for (const auto& r : j["results"]) ran.insert(r["property"].get<std::string>());
     CHECK(ran == std::multiset<std::string>{"causality", "determinism", "row_sums"});
+}
+
+TEST_CASE("fuzz runs the decoder gradient properties on kernels with a backward, one row each", "[cli][fuzz][gradients]") {
+    TempDir dir;
+    const Result list = run_cli(dir, {"fuzz", "--list"});
+    for (const char* name : {"decoder_grad_agreement", "decoder_grad_causality", "decoder_grad_batch", "decoder_grad_determinism"})
+        CHECK(list.out.find(std::string("  ") + name) != std::string::npos);
+    // --property selects one; a version 1 kernel has no backward: one line names what it lacks.
+    const std::string json = dir.file("r.json");
+    const Result r = run_ok(dir, {"fuzz", "--kernel", "optimized_v2", "--kernel", "optimized", "--property",
+                                  "decoder_grad_agreement", "--seed", "1", "--json", json});
+    INFO(r.describe());
+    CHECK(r.out.find("[decoder optimized[optimized]] not applicable (no backward pass): decoder_grad_agreement") !=
+          std::string::npos);
+    const nlohmann::json j = read_json(json);
+    REQUIRE(j["results"].size() == 1);
+    CHECK(j["results"][0]["subject"] == "optimized[optimized_v2]");
+    CHECK(j["results"][0]["property"] == "decoder_grad_agreement");
+    CHECK(j["results"][0]["status"] == "pass");
+    // Without --cases, the property's own default budget, not the decoder level's 40.
+    CHECK(j["results"][0]["max_cases"] == attncheck::properties::kDecoderGradCases);
 }
 
 TEST_CASE("fuzz reads ATTNCHECK_SEED, ATTNCHECK_CASES and ATTNCHECK_PROPERTY and flags win", "[cli][fuzz]") {
