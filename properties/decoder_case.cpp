@@ -168,7 +168,12 @@ rc::Gen<DecoderCase> gen_decoder_case(const DecoderCaseOptions& o, const KernelD
         if (const int hd = fit_head_dim(m.head_dim(), decl); hd != m.head_dim()) m.d_model = m.n_heads * hd;
         m.max_len = std::max(std::min(m.max_len, decoder_max_len(decl)), min_t);
         m.norm = *gen::element(Norm::post, Norm::pre).as("norm");
-        m.cross_attention = !o.trainable && (o.need_cross || *gen::arbitrary<bool>().as("cross_attention"));
+        // The training step's cross-attention calls are non-causal, one sequence at a time with
+        // kv_len = its memory's valid length (optimized/train_attention.cpp): no kv_lens needed.
+        if (o.trainable)
+            m.cross_attention = decl.non_causal && *gen::arbitrary<bool>().as("cross_attention");
+        else
+            m.cross_attention = o.need_cross || *gen::arbitrary<bool>().as("cross_attention");
         if (!o.trainable && !decoder_can_cross(decl, v2)) m.cross_attention = o.need_cross;
         m.positional = *gen::element(Positional::sinusoidal, Positional::learned).as("positional");
         m.activation = *gen::element(Activation::relu, Activation::gelu, Activation::gelu_tanh).as("activation");

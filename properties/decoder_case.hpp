@@ -46,10 +46,11 @@ struct DecoderCaseOptions {
     // attention kernel's 64-key tiles are crossed. 0: never.
     int large_percent = 8;
     // A model the training step can train (reference::check_trainable), for the decoder
-    // gradient properties: the small tier only, max_len at most kTrainableMaxLen, no
-    // cross-attention (a training sequence has no memory), and of the version 2 features
-    // (grouped-query heads, a window, rope) those check_trainable accepts, each tried alone:
-    // none today; the cases draw them as soon as the training step has them.
+    // gradient properties: the small tier only, max_len at most kTrainableMaxLen,
+    // cross-attention only for a kernel that takes non-causal problems (the step calls it on one
+    // sequence's memory at a time, kv_len = the memory's valid length), and of the version 2
+    // features (grouped-query heads, a window, rope) those check_trainable accepts, each tried
+    // alone.
     bool trainable = false;
 };
 

@@ -134,6 +134,20 @@ TrainBatch train_batch(const DecoderCase& c, const KernelDeclaration& d, bool al
         }
         q.weights.resize(q.tokens.size() - 1);
         for (double& w : q.weights) w = draw_weight(rng);
+        // Cross-attention: the case's memory for sequence 0; for the others memories of the same
+        // S rows with their own values and valid length (0 included: a row that sees no key).
+        if (c.config.cross_attention) {
+            if (s == 0) {
+                q.memory = c.memory();
+            } else {
+                Memory mem;
+                mem.rows = c.memory_rows;
+                mem.valid_len = rng.integer(0, c.memory_rows);
+                mem.data.resize(std::size_t(mem.rows) * std::size_t(c.config.d_model));
+                for (float& x : mem.data) x = float(rng.normal());
+                q.memory = std::move(mem);
+            }
+        }
         b.sequences.push_back(std::move(q));
     }
     if (allow_none && d.non_causal && rng.integer(0, 3) == 0) b.mask = TrainMask::none;
