@@ -57,7 +57,12 @@ bool tiled_key_cache(const ModelConfig& c, const KernelRef& kernel) {
     return kernel.builtin && !kernel.fn_v2 && self_attention_shape(c).v1();
 }
 
-void rotate_qk(const PackedWeights& P, float* qkv, std::size_t ld, int rows, const int* positions) {
+namespace {
+
+// The rotation of rotate_qk by +a (Sign 1) or by -a (Sign -1, its transpose: rotate_qk_back).
+// sin is negated, never multiplied by Sign, so the forward's arithmetic is the plain rotation's.
+template <int Sign>
+void rotate_rows(const PackedWeights& P, float* qkv, std::size_t ld, int rows, const int* positions) {
     const ModelConfig& c = P.config;
     if (c.positional != Positional::rope) return;
     const int dk = c.head_dim(), half = dk / 2, heads = c.n_heads + c.kv_heads();
@@ -70,12 +75,22 @@ void rotate_qk(const PackedWeights& P, float* qkv, std::size_t ld, int rows, con
             // = head*dk, since q spans exactly d columns.
             float* x = row + std::size_t(head) * std::size_t(dk);
             for (int i = 0; i < half; ++i) {
-                const float xa = x[i], xb = x[i + half];
-                x[i] = xa * cs[i] - xb * sn[i];
-                x[i + half] = xa * sn[i] + xb * cs[i];
+                const float xa = x[i], xb = x[i + half], s = Sign > 0 ? sn[i] : -sn[i];
+                x[i] = xa * cs[i] - xb * s;
+                x[i + half] = xa * s + xb * cs[i];
             }
         }
     }
+}
+
+}  // namespace
+
+void rotate_qk(const PackedWeights& P, float* qkv, std::size_t ld, int rows, const int* positions) {
+    rotate_rows<1>(P, qkv, ld, rows, positions);
+}
+
+void rotate_qk_back(const PackedWeights& P, float* dqkv, std::size_t ld, int rows, const int* positions) {
+    rotate_rows<-1>(P, dqkv, ld, rows, positions);
 }
 
 KernelRef kernel_of(const Decoder& decoder) {

@@ -96,6 +96,9 @@ int cache_rows(const ModelConfig& c, bool k_tiled = false);
 // (hkv heads at column d) of the rows of qkv [rows, ld], row r at position positions[r], with
 // the float cos/sin table of PackedWeights. Nothing for a model without rope.
 void rotate_qk(const PackedWeights& P, float* qkv, std::size_t ld, int rows, const int* positions);
+// Its transpose: each pair turned by -a, which takes the gradient of a rotated q or k back to
+// the gradient of the projection's output (the training step's backward).
+void rotate_qk_back(const PackedWeights& P, float* dqkv, std::size_t ld, int rows, const int* positions);
 
 // The kernel of a decoder as its attention calls use it.
 struct KernelRef {

@@ -48,29 +48,6 @@ void check(int rc, bool backward, const std::string& what) {
                           " returned " + std::to_string(rc) + " for " + what);
 }
 
-// The transpose of rotate_qk (attention_policy.cpp, the decoder's rotation, same table and
-// pairing): each (i, i + dk/2) pair of the q and k heads of row r turned by -a(pos[r], i), which
-// takes the gradient of a rotated q or k back to the gradient of the projection's output.
-//   dqkv [rows, ld]: q heads at columns 0 .. d - 1, k heads after them (v's are left as they are)
-void rotate_back(const PackedWeights& P, float* dqkv, std::size_t ld, int rows, const int* positions) {
-    const ModelConfig& c = P.config;
-    const int dk = c.head_dim(), half = dk / 2, heads = c.n_heads + c.kv_heads();
-#pragma omp parallel for schedule(static) if (std::size_t(rows) * ld >= (1u << 14))
-    for (int r = 0; r < rows; ++r) {
-        float* row = dqkv + std::size_t(r) * ld;
-        const float* cs = P.rope_cos.data() + std::size_t(positions[r]) * std::size_t(half);
-        const float* sn = P.rope_sin.data() + std::size_t(positions[r]) * std::size_t(half);
-        for (int head = 0; head < heads; ++head) {
-            float* x = row + std::size_t(head) * std::size_t(dk);
-            for (int i = 0; i < half; ++i) {
-                const float xa = x[i], xb = x[i + half];
-                x[i] = xa * cs[i] + xb * sn[i];
-                x[i + half] = xb * cs[i] - xa * sn[i];
-            }
-        }
-    }
-}
-
 }  // namespace
 
 // With rope, q and k are rotated in qkv in place by the forward, each row at its position within
@@ -133,7 +110,7 @@ void self_attention(const TrainKernel& kernel, const PackedWeights& P, const Row
                   " tokens, " + std::to_string(h) + " heads of " + std::to_string(dk) + " (" + std::to_string(hkv) +
                   " kv heads), mask " + reference::to_string(mask) + ", window " + std::to_string(c.attn_window) + ")");
     }
-    if (rope && dqkv) rotate_back(P, dqkv, std::size_t(W), rows.M, rows.pos.data());
+    if (rope && dqkv) rotate_qk_back(P, dqkv, std::size_t(W), rows.M, rows.pos.data());
 }
 
 // One dense call per sequence with kv_len = valid_len, not one call for the batch with kv_len = S
