@@ -54,6 +54,7 @@ struct GradComparison {
     // ("[3,7]"), the two values, |difference|, the tensor's scale (the denominator) and the bound.
     std::string tensor, element;
     double candidate = 0, expected = 0, error = 0, scale = 0, bound = 0;
+    double scale_floor = 0;  // a tensor's scale is at least this fraction of the model's largest gradient
     std::string missing;  // a tensor one side has and the other lacks, or of another size
     // "embed.weight[3,7]: float32 step 0.0123, float64 oracle 0.0125: error 2e-4 is 1.6e-2 of the
     // tensor's scale 1.25e-2, 3.2x the bound 5e-3"
@@ -61,9 +62,13 @@ struct GradComparison {
 };
 
 // The comparison of a float32 step (loss, grads) with the float64 oracle (loss, grads; its names
-// and shapes are the model's), by ratio(T) against `bound`. Non-finite candidates fail.
+// and shapes are the model's), by ratio(T) against `bound`, each tensor's scale floored at `scale_floor`
+// of the model's largest gradient. Non-finite candidates fail. The properties use the defaults;
+// the training step's own test (tests/optimized/train_step_test.cpp) a tighter bound on fixed
+// models, with a floor that sets a zero gradient's rounding noise against a tensor's scale.
 GradComparison compare_with_oracle(double loss, const optimized::Grads& grads, double oracle_loss,
-                                   const reference::Params& oracle, double bound = kDecoderGradBound);
+                                   const reference::Params& oracle, double bound = kDecoderGradBound,
+                                   double scale_floor = kDecoderGradFloor);
 
 // The batch of a gradient case: 1-4 sequences of 2..N tokens (the first the case's own tokens),
 // weights with zeros, and the self-attention mask.

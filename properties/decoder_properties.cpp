@@ -4,7 +4,7 @@
 // Adding a decoder property goes as adding a kernel property (the quick start at the top of
 // kernel_properties.cpp), with these differences:
 //   1. The check is Verdict my_property(const DecoderUnderTest& d, const DecoderCase& c), its
-//      body inside guarded() (a kernel's refusal inside the decoder is an unsupported case).
+//      body inside refusal_unsupported() (a kernel's refusal inside the decoder is an unsupported case).
 //      Built b(d, c) builds the case's model, tokens and memory and the decoder under test;
 //      oracle_logits() gives the float64 logits and their bounds, agree() compares with them.
 //   2. The table entry's options are DecoderCaseOptions (decoder_case.hpp), and a fifth field,
@@ -154,16 +154,6 @@ std::string first_difference(std::span<const float> a, std::span<const float> b,
     return {};
 }
 
-// Runs body, mapping a kernel's "unsupported" inside the decoder to an unsupported case.
-template <class F>
-Verdict guarded(F body) {
-    try {
-        return body();
-    } catch (const optimized::KernelError& e) {
-        return Verdict::unsupported(std::string("kernel refused a call inside the decoder: ") + e.what());
-    }
-}
-
 // The sequences in a batch property's batch: 2 or 3, within the declared max_batch.
 int batch_size(Stream& rng, const KernelDeclaration& d) {
     const int b = rng.integer(2, 3);
@@ -173,7 +163,7 @@ int batch_size(Stream& rng, const KernelDeclaration& d) {
 // ---- the properties ---------------------------------------------------------------------
 
 Verdict logits_causality(const DecoderUnderTest& d, const DecoderCase& c) {
-    return guarded([&] {
+    return refusal_unsupported("the decoder", [&] {
         const Built b(d, c);
         Stream rng(std::uint64_t(c.data_seed) + 0xCA05A1ull);
         const int T = int(b.tokens.size());
@@ -201,14 +191,14 @@ Verdict logits_causality(const DecoderUnderTest& d, const DecoderCase& c) {
 }
 
 Verdict agreement(const DecoderUnderTest& d, const DecoderCase& c) {
-    return guarded([&] {
+    return refusal_unsupported("the decoder", [&] {
         const Built b(d, c);
         return agree("teacher-forced", b.forward(b.tokens, b.mem), oracle_logits(b.model, b.tokens, b.mem), b.V);
     });
 }
 
 Verdict incremental(const DecoderUnderTest& d, const DecoderCase& c) {
-    return guarded([&] {
+    return refusal_unsupported("the decoder", [&] {
         const Built b(d, c);
         const OracleLogits o = oracle_logits(b.model, b.tokens, b.mem);
         const std::size_t T = b.tokens.size(), V = std::size_t(b.V);
@@ -255,7 +245,7 @@ Verdict incremental(const DecoderUnderTest& d, const DecoderCase& c) {
 }
 
 Verdict generation(const DecoderUnderTest& d, const DecoderCase& c) {
-    return guarded([&] {
+    return refusal_unsupported("the decoder", [&] {
         const Built b(d, c);
         const int N = c.config.max_len;
         const int P = std::min(int(b.tokens.size()), N - 1);  // N >= 2: room for one new token
@@ -318,7 +308,7 @@ Verdict generation(const DecoderUnderTest& d, const DecoderCase& c) {
 }
 
 Verdict memory_padding(const DecoderUnderTest& d, const DecoderCase& c) {
-    return guarded([&] {
+    return refusal_unsupported("the decoder", [&] {
         const Built b(d, c);
         Memory moved = *b.mem;
         Stream rng(std::uint64_t(c.data_seed) + 0x9ADull);
@@ -344,7 +334,7 @@ Verdict memory_padding(const DecoderUnderTest& d, const DecoderCase& c) {
 }
 
 Verdict batch(const DecoderUnderTest& d, const DecoderCase& c) {
-    return guarded([&] {
+    return refusal_unsupported("the decoder", [&] {
         const Built b(d, c);
         Stream rng(std::uint64_t(c.data_seed) + 0xBA7Cull);
         const int B = batch_size(rng, d.declaration);
@@ -382,7 +372,7 @@ Verdict batch(const DecoderUnderTest& d, const DecoderCase& c) {
 // one position (or one kv_valid_len) for all, or lets a longer sequence's keys leak into a
 // shorter one's attention.
 Verdict batch_session(const DecoderUnderTest& d, const DecoderCase& c) {
-    return guarded([&] {
+    return refusal_unsupported("the decoder", [&] {
         const Built b(d, c);
         Stream rng(std::uint64_t(c.data_seed) + 0xB5E55ull);
         const int N = c.config.max_len;

@@ -92,6 +92,18 @@ std::string decoder_unavailable(const KernelDeclaration& d, bool v2);
 // what it declares, empty rows zeroed after each call when its declaration says empty_rows=nan.
 optimized::Decoder optimized_decoder_of(const DecoderUnderTest& d, const Model& model);
 
+// Runs a property's body, a kernel's refusal of a call inside the optimized decoder or training
+// step (optimized::KernelError) becoming an unsupported case: "kernel refused a call inside
+// <where>: ...".
+template <class F>
+Verdict refusal_unsupported(const char* where, F body) {
+    try {
+        return body();
+    } catch (const optimized::KernelError& e) {
+        return Verdict::unsupported(std::string("kernel refused a call inside ") + where + ": " + e.what());
+    }
+}
+
 struct DecoderProperty {
     std::string name;
     std::string summary;

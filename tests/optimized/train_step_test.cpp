@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
-#include <sstream>
 
 #include <catch2/catch.hpp>
 
@@ -20,6 +19,7 @@
 #include "optimized/decoder.hpp"
 #include "optimized/gemm.hpp"
 #include "optimized/train_step.hpp"
+#include "properties/decoder_gradients.hpp"
 #include "reference/attention_v2.hpp"
 #include "reference/decoder_grad.hpp"
 #include "tests/reference/feature_wirings.hpp"
@@ -33,6 +33,8 @@ using optimized::Grads;
 using optimized::StepOptions;
 using optimized::TrainKernel;
 using optimized::train_loss;
+using properties::compare_with_oracle;
+using properties::GradComparison;
 using testing::feature_wirings;
 using testing::Wiring;
 
@@ -97,40 +99,13 @@ std::vector<Sequence> batch_of(std::uint64_t seed, const ModelConfig& c, bool sa
     return batch;
 }
 
-// The worst per-tensor relative error of g32 against g64, and where.
-struct Agreement {
-    double worst = 0;
-    std::string where;
-};
-
-Agreement compare(const Params& g64, const Grads& g32) {
-    Agreement a;
-    REQUIRE(g32.size() == g64.values.size());
-    double largest = 0;  // of the whole gradient
-    for (const auto& [name, ref] : g64.values)
-        for (const double v : ref) largest = std::max(largest, std::abs(v));
-    for (const auto& [name, ref] : g64.values) {
-        const auto it = g32.find(name);
-        REQUIRE(it != g32.end());
-        REQUIRE(it->second.size() == ref.size());
-        double scale = kScaleFloor * largest, err = 0;
-        std::size_t at = 0;
-        for (std::size_t i = 0; i < ref.size(); ++i) {
-            scale = std::max(scale, std::abs(ref[i]));
-            const double e = std::abs(double(it->second[i]) - ref[i]);
-            if (e > err) err = e, at = i;
-        }
-        const double rel = scale > 0 ? err / scale : err;
-        if (rel > a.worst) {
-            std::ostringstream s;
-            s << name << "[" << at << "]: float32 " << it->second[at] << ", float64 " << ref[at] << ", tensor's max |g| "
-              << scale << ", relative error " << rel;
-            a.worst = rel;
-            a.where = s.str();
-        }
-    }
-    return a;
+// The step's loss and gradients against the oracle's by the metric of the decoder gradient
+// properties (per tensor: the largest error over the tensor's scale), at this test's bound and floor.
+GradComparison compare(double l32, const Grads& g32, double l64, const Params& g64) {
+    return compare_with_oracle(l32, g32, l64, g64, kGradBound, kScaleFloor);
 }
+
+std::string where(const GradComparison& a) { return a.describe("float32 step", "float64 oracle"); }
 
 struct Subject {
     const char* name;
@@ -165,16 +140,16 @@ TEST_CASE("train_loss agrees with the float64 oracle for every wiring, kernel, m
                                 for (const Subject& s : subjects()) {
                                     Grads g32;
                                     const double l32 = train_loss(m, batch, s.kernel, {.mask = mask}, &g32);
-                                    const Agreement a = compare(g64, g32);
+                                    const GradComparison a = compare(l32, g32, l64, g64);
                                     const double lerr = std::abs(l32 - l64) / std::max(1.0, std::abs(l64));
                                     INFO(to_string(norm) << " " << to_string(act) << (tied ? " tied " : " untied ")
                                                          << to_string(pos) << (scale ? " sqrt_d" : " 1") << " mask "
                                                          << to_string(mask) << (same ? " same lengths" : " lengths 5,9,3")
-                                                         << " kernel " << s.name << ": " << a.where << "; loss " << l32
+                                                         << " kernel " << s.name << ": " << where(a) << "; loss " << l32
                                                          << " vs " << l64);
-                                    CHECK(a.worst < kGradBound);
+                                    CHECK(a.ok);
                                     CHECK(lerr < kLossBound);
-                                    if (a.worst > worst_grad) worst_grad = a.worst, worst_where = a.where;
+                                    if (a.worst_ratio > worst_grad) worst_grad = a.worst_ratio, worst_where = where(a);
                                     worst_loss = std::max(worst_loss, lerr);
                                     ++cases;
                                 }
@@ -226,14 +201,14 @@ TEST_CASE("train_loss agrees with the float64 oracle with GQA, windows, rope and
                 for (const Subject& s : subjects()) {
                     Grads g32;
                     const double l32 = train_loss(m, batch, s.kernel, {.mask = mask}, &g32);
-                    const Agreement a = compare(g64, g32);
+                    const GradComparison a = compare(l32, g32, l64, g64);
                     const double lerr = std::abs(l32 - l64) / std::max(1.0, std::abs(l64));
                     INFO(w.name << " (seed " << seed << ") mask " << to_string(mask)
-                                << (same ? " lengths 6,6,6" : " lengths 5,7,6") << " kernel " << s.name << ": " << a.where
+                                << (same ? " lengths 6,6,6" : " lengths 5,7,6") << " kernel " << s.name << ": " << where(a)
                                 << "; loss " << l32 << " vs " << l64);
-                    CHECK(a.worst < kGradBound);
+                    CHECK(a.ok);
                     CHECK(lerr < kLossBound);
-                    if (a.worst > worst_grad) worst_grad = a.worst, worst_where = w.name + ": " + a.where;
+                    if (a.worst_ratio > worst_grad) worst_grad = a.worst_ratio, worst_where = w.name + ": " + where(a);
                     worst_loss = std::max(worst_loss, lerr);
                     ++cases;
                 }
@@ -267,9 +242,9 @@ TEST_CASE("each planted bug of the step's backward is caught", "[optimized][trai
         for (const GradBug bug : bugs) {
             Grads g32;
             const double l32 = train_loss(m, batch, {}, {.bug = bug}, &g32);
-            const Agreement a = compare(g64, g32);
-            INFO(to_string(norm) << " " << to_string(bug) << ": " << a.where);
-            CHECK(a.worst > 100 * kGradBound);
+            const GradComparison a = compare(l32, g32, l64, g64);
+            INFO(to_string(norm) << " " << to_string(bug) << ": " << where(a));
+            CHECK(a.worst_ratio > 100 * kGradBound);
             CHECK(std::abs(l32 - l64) < kLossBound * std::max(1.0, std::abs(l64)));
         }
     }
@@ -282,15 +257,15 @@ TEST_CASE("the attention's planted bugs: backward zoo kernels caught, StepOption
     const Model m = init_model(c, 13);
     const auto batch = batch_of(13, c, false);
     Params g64;
-    decoder_loss(c, Params::from_model(m), batch, {}, &g64);
+    const double l64 = decoder_loss(c, Params::from_model(m), batch, {}, &g64);
     for (const char* name : {"bwd_d_term_dropped", "bwd_causal_forgotten"}) {  // softmax_rowsum_dropped, mask_ignored
         const KernelEntry* e = find_kernel(name);
         REQUIRE(e != nullptr);
         Grads g32;
-        train_loss(m, batch, {e->fn_v2, e->backward_v2}, {}, &g32);
-        const Agreement a = compare(g64, g32);
-        INFO(name << ": " << a.where);
-        CHECK(a.worst > 100 * kGradBound);
+        const double l32 = train_loss(m, batch, {e->fn_v2, e->backward_v2}, {}, &g32);
+        const GradComparison a = compare(l32, g32, l64, g64);
+        INFO(name << ": " << where(a));
+        CHECK(a.worst_ratio > 100 * kGradBound);
     }
     for (const GradBug bug : {GradBug::softmax_rowsum_dropped, GradBug::mask_ignored_in_backward}) {
         Grads g;
@@ -329,9 +304,9 @@ TEST_CASE("train_loss: the same bits twice, and 1 and 2 threads agree within the
         CHECK(a.second == b.second);
         Params as_double = Params::from_model(m);
         for (auto& [name, v] : as_double.values) v.assign(a.second.at(name).begin(), a.second.at(name).end());
-        const Agreement diff = compare(as_double, one.second);
-        INFO(diff.where);
-        CHECK(diff.worst < kGradBound);
+        const GradComparison diff = compare(one.first, one.second, a.first, as_double);
+        INFO(diff.describe("1 thread", "2 threads"));
+        CHECK(diff.ok);
         CHECK(std::abs(a.first - one.first) < kLossBound * std::abs(a.first));
     }
 }
