@@ -43,18 +43,8 @@ struct ThreadCount {
 };
 
 ModelConfig train_config() {
-    ModelConfig c;
-    c.vocab_size = 512;
-    c.d_model = 256;
-    c.n_heads = 4;
-    c.d_ff = 1024;
-    c.n_layers = 2;
-    c.max_len = 128;
-    c.norm = Norm::pre;
-    c.activation = Activation::gelu;
-    c.positional = Positional::learned;
-    c.tie_embeddings = false;
-    return c;
+    return {.vocab_size = 512, .d_model = 256, .n_heads = 4, .d_ff = 1024, .n_layers = 2, .max_len = 128,
+            .norm = Norm::pre, .positional = Positional::learned, .activation = Activation::gelu, .tie_embeddings = false};
 }
 
 // B sequences of T random tokens, every position weighted (language modelling).

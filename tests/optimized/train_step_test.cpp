@@ -51,19 +51,8 @@ constexpr double kLossBound = 1e-6;
 constexpr double kScaleFloor = 1e-2;
 
 ModelConfig tiny(Norm norm, Activation act, bool tied, Positional pos, bool scale) {
-    ModelConfig c;
-    c.vocab_size = 11;
-    c.d_model = 16;
-    c.n_heads = 2;
-    c.d_ff = 24;
-    c.n_layers = 2;
-    c.max_len = 12;
-    c.norm = norm;
-    c.activation = act;
-    c.tie_embeddings = tied;
-    c.positional = pos;
-    c.embed_scale_sqrt_d = scale;
-    return c;
+    return {.vocab_size = 11, .d_model = 16, .n_heads = 2, .d_ff = 24, .n_layers = 2, .max_len = 12, .norm = norm,
+            .positional = pos, .activation = act, .embed_scale_sqrt_d = scale, .tie_embeddings = tied};
 }
 
 // Zeros where a backward may divide or skip: a LayerNorm weight of 0 (its xhat cannot be
@@ -118,12 +107,41 @@ const std::vector<Subject>& subjects() {
     return s;
 }
 
+// The agreement of the step with the oracle over the batches of a test, and the worst seen (for
+// the bounds' comment above: shown with -s).
+struct AgreementRun {
+    double worst_grad = 0, worst_loss = 0;
+    std::string worst_where;
+    int cases = 0;
+
+    // One batch: the oracle's step, then each subject's, within the bounds.
+    void check(const Model& m, const std::vector<Sequence>& batch, TrainMask mask, const std::string& what) {
+        Params g64;
+        const double l64 = decoder_loss(m.config, Params::from_model(m), batch, {.mask = mask}, &g64);
+        for (const Subject& s : subjects()) {
+            Grads g32;
+            const double l32 = train_loss(m, batch, s.kernel, {.mask = mask}, &g32);
+            const GradComparison a = compare(l32, g32, l64, g64);
+            const double lerr = std::abs(l32 - l64) / std::max(1.0, std::abs(l64));
+            INFO(what << " mask " << to_string(mask) << " kernel " << s.name << ": " << where(a) << "; loss " << l32
+                      << " vs " << l64);
+            CHECK(a.ok);
+            CHECK(lerr < kLossBound);
+            if (a.worst_ratio > worst_grad) worst_grad = a.worst_ratio, worst_where = what + ": " + where(a);
+            worst_loss = std::max(worst_loss, lerr);
+            ++cases;
+        }
+    }
+    void report() const {
+        WARN("worst gradient error " << worst_grad << " (" << worst_where << "), worst loss error " << worst_loss);
+    }
+};
+
 TEST_CASE("train_loss agrees with the float64 oracle for every wiring, kernel, mask and batch", "[optimized][train_step]") {
     // Steps of ~20 rows run on one thread (kSerialBelowFlops); the determinism test below
     // compares 1 and 2 threads on larger ones.
-    double worst_grad = 0, worst_loss = 0;
-    std::string worst_where;
-    int cases = 0, configs = 0;
+    AgreementRun run;
+    int configs = 0;
     for (const Norm norm : {Norm::post, Norm::pre})
         for (const Activation act : {Activation::relu, Activation::gelu, Activation::gelu_tanh})
             for (const bool tied : {true, false})
@@ -131,35 +149,18 @@ TEST_CASE("train_loss agrees with the float64 oracle for every wiring, kernel, m
                     for (const bool scale : {true, false}) {
                         const ModelConfig c = tiny(norm, act, tied, pos, scale);
                         const Model m = with_zeros(init_model(c, 200 + std::uint64_t(configs)));
-                        const Params p = Params::from_model(m);  // the float32 weights, widened
+                        const std::string what = std::string(to_string(norm)) + " " + to_string(act) +
+                                                 (tied ? " tied " : " untied ") + to_string(pos) +
+                                                 (scale ? " sqrt_d" : " 1");
                         for (const TrainMask mask : {TrainMask::causal, TrainMask::none})
-                            for (const bool same : {false, true}) {
-                                const auto batch = batch_of(std::uint64_t(configs) * 4 + (same ? 1 : 0), c, same);
-                                Params g64;
-                                const double l64 = decoder_loss(c, p, batch, {.mask = mask}, &g64);
-                                for (const Subject& s : subjects()) {
-                                    Grads g32;
-                                    const double l32 = train_loss(m, batch, s.kernel, {.mask = mask}, &g32);
-                                    const GradComparison a = compare(l32, g32, l64, g64);
-                                    const double lerr = std::abs(l32 - l64) / std::max(1.0, std::abs(l64));
-                                    INFO(to_string(norm) << " " << to_string(act) << (tied ? " tied " : " untied ")
-                                                         << to_string(pos) << (scale ? " sqrt_d" : " 1") << " mask "
-                                                         << to_string(mask) << (same ? " same lengths" : " lengths 5,9,3")
-                                                         << " kernel " << s.name << ": " << where(a) << "; loss " << l32
-                                                         << " vs " << l64);
-                                    CHECK(a.ok);
-                                    CHECK(lerr < kLossBound);
-                                    if (a.worst_ratio > worst_grad) worst_grad = a.worst_ratio, worst_where = where(a);
-                                    worst_loss = std::max(worst_loss, lerr);
-                                    ++cases;
-                                }
-                            }
+                            for (const bool same : {false, true})
+                                run.check(m, batch_of(std::uint64_t(configs) * 4 + (same ? 1 : 0), c, same), mask,
+                                          what + (same ? " same lengths" : " lengths 5,9,3"));
                         ++configs;
                     }
     CHECK(configs == 48);
-    CHECK(cases == 48 * 2 * 2 * 2);
-    // The measured worst, for kGradBound's comment (shown with -s).
-    WARN("worst gradient error " << worst_grad << " (" << worst_where << "), worst loss error " << worst_loss);
+    CHECK(run.cases == 48 * 2 * 2 * 2);
+    run.report();
 }
 
 // A batch for a feature wiring: lengths {5, 7, 6} (one kernel call each) or {6, 6, 6} (one call for
@@ -185,38 +186,18 @@ std::vector<Sequence> feature_batch(std::uint64_t seed, const Wiring& w, bool sa
 // and of one length.
 TEST_CASE("train_loss agrees with the float64 oracle with GQA, windows, rope and cross-attention",
           "[optimized][train_step][v2]") {
-    double worst_grad = 0, worst_loss = 0;
-    std::string worst_where;
-    int cases = 0;
+    AgreementRun run;
     std::uint64_t seed = 300;
     for (const Wiring& w : feature_wirings()) {
-        const ModelConfig& c = w.config;
-        const Model m = with_zeros(init_model(c, seed));
-        const Params p = Params::from_model(m);
+        const Model m = with_zeros(init_model(w.config, seed));
         for (const TrainMask mask : {TrainMask::causal, TrainMask::none})
-            for (const bool same : {false, true}) {
-                const auto batch = feature_batch(seed, w, same);
-                Params g64;
-                const double l64 = decoder_loss(c, p, batch, {.mask = mask}, &g64);
-                for (const Subject& s : subjects()) {
-                    Grads g32;
-                    const double l32 = train_loss(m, batch, s.kernel, {.mask = mask}, &g32);
-                    const GradComparison a = compare(l32, g32, l64, g64);
-                    const double lerr = std::abs(l32 - l64) / std::max(1.0, std::abs(l64));
-                    INFO(w.name << " (seed " << seed << ") mask " << to_string(mask)
-                                << (same ? " lengths 6,6,6" : " lengths 5,7,6") << " kernel " << s.name << ": " << where(a)
-                                << "; loss " << l32 << " vs " << l64);
-                    CHECK(a.ok);
-                    CHECK(lerr < kLossBound);
-                    if (a.worst_ratio > worst_grad) worst_grad = a.worst_ratio, worst_where = w.name + ": " + where(a);
-                    worst_loss = std::max(worst_loss, lerr);
-                    ++cases;
-                }
-            }
+            for (const bool same : {false, true})
+                run.check(m, feature_batch(seed, w, same), mask,
+                          w.name + " (seed " + std::to_string(seed) + ")" + (same ? " lengths 6,6,6" : " lengths 5,7,6"));
         ++seed;
     }
-    CHECK(cases == int(feature_wirings().size()) * 8);
-    WARN("worst gradient error " << worst_grad << " (" << worst_where << "), worst loss error " << worst_loss);
+    CHECK(run.cases == int(feature_wirings().size()) * 8);
+    run.report();
 }
 
 TEST_CASE("train_loss without grad is the same loss", "[optimized][train_step]") {

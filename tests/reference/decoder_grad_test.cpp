@@ -32,19 +32,8 @@ using testing::Wiring;
 using testing::wiring;
 
 ModelConfig tiny(Norm norm, Activation act, bool tied, Positional pos, bool scale) {
-    ModelConfig c;
-    c.vocab_size = 7;
-    c.d_model = 8;
-    c.n_heads = 2;
-    c.d_ff = 12;
-    c.n_layers = 2;
-    c.max_len = 8;
-    c.norm = norm;
-    c.activation = act;
-    c.tie_embeddings = tied;
-    c.positional = pos;
-    c.embed_scale_sqrt_d = scale;
-    return c;
+    return {.vocab_size = 7, .d_model = 8, .n_heads = 2, .d_ff = 12, .n_layers = 2, .max_len = 8, .norm = norm,
+            .positional = pos, .activation = act, .embed_scale_sqrt_d = scale, .tie_embeddings = tied};
 }
 
 // Two sequences (T = 5 and 7) with some weights 0; with cross-attention, sequence s gets a memory
