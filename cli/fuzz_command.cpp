@@ -18,6 +18,7 @@
 #include "attncheck/declaration.hpp"
 #include "cli/commands.hpp"
 #include "properties/fuzz.hpp"
+#include "properties/fuzz_parallel.hpp"
 #include "properties/property_runs.hpp"
 
 namespace attncheck::cli {
@@ -31,7 +32,7 @@ struct FuzzArgs {
     std::vector<std::string> kernels, properties;
     std::vector<std::string> declare, empty_rows, head_dim, deterministic;
     std::string decoder, level, cases, seed, shrink_time, timeout;
-    std::string rounds, duration, shard, checkpoint_every;
+    std::string rounds, duration, shard, checkpoint_every, jobs;
     bool list = false, worker = false;
     FuzzOptions o;  // the flags that need no checking are stored here directly
 };
@@ -67,6 +68,18 @@ int parse_cases(const std::string& flag, const std::string& text) {
     }
     throw UsageError(flag + (flag.back() == '=' ? "" : " ") + text + ": expected an integer in [" + std::to_string(lo) +
                      ", " + std::to_string(hi) + "]");
+}
+
+// --jobs N: 1 .. kMaxJobs processes.
+int parse_jobs(const std::string& text) {
+    try {
+        std::size_t used = 0;
+        const long v = std::stol(text, &used);
+        if (used == text.size() && v >= 1 && v <= properties::kMaxJobs) return int(v);
+    } catch (const std::exception&) {
+    }
+    throw UsageError("--jobs " + text + ": expected an integer in [1, " + std::to_string(properties::kMaxJobs) +
+                     "] (processes running property runs at once)");
 }
 
 // Seconds in (0 or more, per `zero_ok`) .. 86400; `what` ends the error message.
@@ -165,6 +178,7 @@ void check_flags(const CLI::App& sub, FuzzArgs& a) {
     }
     if (!a.cases.empty()) o.cases = parse_cases("--cases", a.cases);
     if (!a.seed.empty()) o.seed = parse_seed("--seed " + a.seed, a.seed);
+    o.jobs = sub.count("--jobs") ? parse_jobs(a.jobs) : properties::default_jobs();
     if (!a.shrink_time.empty())
         o.shrink_time_s = parse_seconds("--shrink-time", a.shrink_time, true, "expected seconds, from 0 (no limit) to 86400");
     if (!a.timeout.empty())
@@ -283,6 +297,13 @@ void add_budget_options(CLI::App* sub, FuzzArgs& a) {
                     "property of a kernel that failed at kernel level, unless --cases or ATTNCHECK_CASES is given)")
         ->type_name("N");
     sub->add_option("--seed", a.seed, "RapidCheck seed (default: time-based, printed)")->type_name("S");
+    sub->add_option("--jobs", a.jobs,
+                    "Property runs at once, each worker a process of its own (default: the CPUs this process may run "
+                    "on, at most 8; here " + std::to_string(properties::default_jobs()) +
+                        "); the report is the same as --jobs 1's, which runs them in this process, in order. "
+                        "Campaigns (--rounds, --duration, --shard, --corpus) and --mutants run serially; a "
+                        "--kernel-lib kernel's runs stay in one worker, in order")
+        ->type_name("N");
     sub->add_option("--shrink-time", a.shrink_time,
                     "Seconds of shrinking per failed property (default 5; 0: no limit); past it the smallest "
                     "counterexample so far is reported, marked as such")

@@ -21,6 +21,7 @@
 #include "attncheck/isa.hpp"
 #include "kernels/registry.hpp"
 #include "properties/campaign.hpp"
+#include "properties/fuzz_parallel.hpp"
 #include "properties/fuzz_run.hpp"
 
 namespace attncheck::properties {
@@ -224,8 +225,9 @@ namespace {
 
 // Everything that makes the run bad usage, found before it starts: unknown kernels, a library
 // or declaration that does not load, a selection that runs nothing, unwritable output files.
-// Returns the kernels to run in process and what is declared (for the "declared:" line).
-std::vector<KernelUnderTest> prepare(const FuzzOptions& o, bool everything, std::string& declared) {
+// Returns the kernels to run in process, what is declared (for the "declared:" line) and how
+// many property runs the selection makes.
+std::vector<KernelUnderTest> prepare(const FuzzOptions& o, bool everything, std::string& declared, int& planned) {
     std::vector<KernelUnderTest> kernels = selected_kernels(o, everything);
     declared = KernelDeclaration::parse(o.declare).to_string();
     std::vector<PlannedKernel> planned_kernels;
@@ -244,7 +246,7 @@ std::vector<KernelUnderTest> prepare(const FuzzOptions& o, bool everything, std:
     }
     KernelDeclaration with_backward;
     with_backward.set_backward(true);
-    const int planned = o.mutants ? planned_runs(o, {{false, {}, false, {}}, {true, with_backward, false, {}}}, false)
+    planned = o.mutants ? planned_runs(o, {{false, {}, false, {}}, {true, with_backward, false, {}}}, false)
                                   : planned_runs(o, planned_kernels, everything || o.reference_decoder);
     if (planned == 0) throw InputError(nothing_selected(o, planned_kernels));
     for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--json", o.json}, {"--junit", o.junit}}) {
@@ -255,6 +257,30 @@ std::vector<KernelUnderTest> prepare(const FuzzOptions& o, bool everything, std:
     return kernels;
 }
 
+// The subjects whose property runs --jobs keeps in one process, in order (their group's name; ""
+// for any other): a kernel run isolated (--kernel-lib, a registry kernel that reads out of
+// bounds) skips its remaining properties after its first crash or hang (run_isolated).
+SubjectGroup isolated_group(const FuzzOptions& o) {
+    return [&o](const std::string& subject) -> std::string {
+        if (!o.kernel_lib.empty() && (subject == o.symbol || subject == "optimized[" + o.symbol + "]")) return o.symbol;
+        const KernelEntry* e = find_kernel(subject);
+        return e && e->reads_out_of_bounds ? subject : "";
+    };
+}
+
+// Whether the selection is one subject whose runs stay in one process anyway (isolated_group):
+// --jobs would only fork a worker for it, and lose its progress line.
+bool one_process_anyway(const FuzzOptions& o, const std::vector<KernelUnderTest>& kernels, bool everything) {
+    if (everything || o.reference_decoder) return false;
+    int isolated = o.kernel_lib.empty() ? 0 : 1;
+    for (const KernelUnderTest& k : kernels) {
+        const KernelEntry* e = find_kernel(k.name);
+        if (!e || !e->reads_out_of_bounds) return false;
+        ++isolated;
+    }
+    return isolated <= 1;
+}
+
 }  // namespace
 
 int run_fuzz(const FuzzOptions& o) {
@@ -263,7 +289,8 @@ int run_fuzz(const FuzzOptions& o) {
     try {
         const bool everything = !o.mutants && o.kernels.empty() && o.kernel_lib.empty() && !o.reference_decoder;
         std::string declared;
-        const std::vector<KernelUnderTest> kernels = prepare(o, everything, declared);
+        int planned = 0;
+        const std::vector<KernelUnderTest> kernels = prepare(o, everything, declared, planned);
 
         std::cout << "attncheck fuzz: seed " << seed << "; " << isa_line() << std::endl;
         if (!declared.empty()) std::cout << "declared: " << declared << std::endl;
@@ -279,7 +306,11 @@ int run_fuzz(const FuzzOptions& o) {
         if (o.mutants) {
             code = run_mutants(o, seed, rows, json_out);
         } else {
-            collect_subjects(o, seed, kernels, everything || o.reference_decoder, rows);
+            const auto walk = [&](const FuzzOptions& w, std::vector<Row>& into) {
+                collect_subjects(w, seed, kernels, everything || o.reference_decoder, into);
+            };
+            if (o.jobs <= 1 || one_process_anyway(o, kernels, everything)) walk(o, rows);
+            else if (!walk_in_processes(o, planned, walk, isolated_group(o), rows)) return 1;
             code = report_rows(o, rows, rows);
         }
         if (o.verbose) print_spread(std::cout, rows);

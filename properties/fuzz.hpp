@@ -50,6 +50,10 @@ struct FuzzOptions {
     std::string declare;
     std::string json, junit;  // "" = not written
     std::string worker_out;   // the worker's result file (run_fuzz_worker)
+    // --jobs: the property runs of a plain run shared out among this many processes
+    // (properties/fuzz_parallel.hpp); 1 runs them here, in order. Campaigns and --mutants run
+    // serially whatever it says.
+    int jobs = 1;
 
     // Campaigns (properties/campaign.hpp, docs/cli.md "Campaigns"). Any of rounds, duration_s
     // or a shard makes the run a campaign: rounds of the whole selection, each at its own seed.

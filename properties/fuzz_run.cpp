@@ -41,7 +41,13 @@ std::string progress_label(RowKind kind, const std::string& subject, const std::
     return label;
 }
 
-ProgressLine::ProgressLine(bool forced) : tty_(isatty(2) != 0), on_(tty_ || forced) {}
+namespace {
+bool g_progress_off = false;  // ProgressLine::turn_off_in_this_process
+}  // namespace
+
+ProgressLine::ProgressLine(bool forced) : tty_(isatty(2) != 0), on_(!g_progress_off && (tty_ || forced)) {}
+
+void ProgressLine::turn_off_in_this_process() { g_progress_off = true; }
 
 Progress ProgressLine::track(const std::string& label, int total) {
     if (!on_) return {};
@@ -61,7 +67,7 @@ void ProgressLine::show(const std::string& text, bool force) {
 }
 
 void ProgressLine::clear() {
-    if (tty_) std::fprintf(stderr, "\r\033[K");
+    if (tty_ && on_) std::fprintf(stderr, "\r\033[K");
 }
 
 bool selected(const FuzzOptions& o, const std::string& property) {

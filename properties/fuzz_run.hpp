@@ -24,6 +24,9 @@ namespace attncheck::properties {
 class ProgressLine {
 public:
     explicit ProgressLine(bool forced = false);
+    // Turns off every progress line of this process, from now on (a --jobs worker process: its
+    // parent shows one line for all of them).
+    static void turn_off_in_this_process();
     Progress track(const std::string& label, int total);
     // Any other state of the run ("... shrinking case 17, step 4").
     void show(const std::string& text, bool force = false);
