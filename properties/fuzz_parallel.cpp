@@ -103,16 +103,15 @@ int cpus_allowed() {
     return sched_getaffinity(0, sizeof set, &set) == 0 ? std::max(1, CPU_COUNT(&set)) : 1;
 }
 
-// The OpenMP threads of a worker. The optimized kernels and decoder open their parallel regions
-// on every CPU by default, so N workers on C CPUs run N x C threads. Fewer per worker would
-// oversubscribe less, but the determinism properties (determinism, grad_determinism) compare a
-// call on omp_get_max_threads() threads with the same call on one thread: a worker held to one
-// thread would make that comparison vacuous. So a worker keeps at least 2 threads, C / N when
-// that is more, and never more than it had; OMP_NUM_THREADS, when set, is left as it is. On the
-// 2-CPU development machine the workers of --jobs 2 keep their 2 threads each.
+// The OpenMP threads of a worker: the CPUs over the workers, at least 1. N workers of C threads
+// each on C CPUs oversubscribe them, and libgomp's threads spin at every barrier while another
+// process holds the core: on the 2-vCPU Zen 5 VM the default run took 99.9 s with --jobs 2 at 2
+// threads a worker against 50.1 s with --jobs 1 (seed 5, AVX2 path). The determinism properties
+// still compare two thread counts: on a worker of one thread, the second call runs on 2
+// (properties/thread_counts.hpp). OMP_NUM_THREADS, when set, is left as it is.
 void limit_openmp_threads(int jobs) {
     if (std::getenv("OMP_NUM_THREADS")) return;
-    const int threads = std::max(2, cpus_allowed() / jobs);
+    const int threads = std::max(1, cpus_allowed() / jobs);
     if (threads < omp_get_max_threads()) omp_set_num_threads(threads);
 }
 

@@ -19,6 +19,7 @@
 #include "attncheck/tolerance.hpp"
 #include "properties/calls.hpp"
 #include "properties/stream.hpp"
+#include "properties/thread_counts.hpp"
 
 namespace attncheck::properties {
 
@@ -345,14 +346,14 @@ Verdict grad_invisible_zero(const KernelUnderTest& kernel, const KernelCase& c) 
 
 Verdict grad_determinism(const KernelUnderTest& kernel, const KernelCase& c) {
     // The same call again with dq, dk, dv prefilled with zeros (a kernel must not read them),
-    // and once on a single thread.
+    // and once on another thread count (other_thread_count).
     const KernelInputs in = fill_inputs(c);
     const std::vector<float> dout = dout_of(c);
     const GradCall a = call_backward(kernel, c, in, dout, {.oracle = !kernel.declaration.deterministic_backward});
     if (a.rc != 0) return unsupported(a.rc);
     const GradCall b = call_backward(kernel, c, in, dout, {.zero_outputs = true, .oracle = false});
-    const int threads = omp_get_max_threads();
-    omp_set_num_threads(1);
+    const int threads = omp_get_max_threads(), again_on = other_thread_count();
+    omp_set_num_threads(again_on);
     const GradCall d = call_backward(kernel, c, in, dout, {.oracle = false});
     omp_set_num_threads(threads);
     if (b.rc != 0 || d.rc != 0)
@@ -360,7 +361,7 @@ Verdict grad_determinism(const KernelUnderTest& kernel, const KernelCase& c) {
                              ", then " + std::to_string(d.rc));
     const reference::GradOracle& o = a.oracle;
     for (const auto& [other, how] : {std::pair{&b, std::string("with dq, dk, dv prefilled with 0 instead of NaN")},
-                                     std::pair{&d, "on 1 thread instead of " + std::to_string(threads)}})
+                                     std::pair{&d, on_threads(again_on, threads)}})
         for (const auto& [name, x, y, exact, bound, width, per_key] :
              {std::tuple{"dq", &a.dq, &other->dq, &o.dq, &o.dq_bound, o.head_dim, false},
               std::tuple{"dk", &a.dk, &other->dk, &o.dk, &o.dk_bound, o.head_dim, true},
@@ -376,7 +377,8 @@ Verdict grad_determinism(const KernelUnderTest& kernel, const KernelCase& c) {
                                                   : a.built.element(e / std::size_t(width), int(e % std::size_t(width))) + " [b,h,i,c]") +
                                          " was " + fmt((*x)[e]) + ", " + how + " it is " + fmt((*y)[e]) + declared_deterministic(kernel));
             }
-    for (const auto& [other, how] : {std::pair{&b, "with dq, dk, dv prefilled with 0 instead of NaN"}, std::pair{&d, "on 1 thread"}})
+    for (const auto& [other, how] : {std::pair{&b, std::string("with dq, dk, dv prefilled with 0 instead of NaN")},
+                                     std::pair{&d, on_threads(again_on, threads)}})
         for (std::size_t h = 0; h < a.dsinks.size(); ++h) {
             const bool same = kernel.declaration.deterministic_backward
                                   ? std::memcmp(&a.dsinks[h], &other->dsinks[h], sizeof(float)) == 0

@@ -45,6 +45,7 @@
 #include "properties/calls.hpp"
 #include "properties/gradients.hpp"
 #include "properties/stream.hpp"
+#include "properties/thread_counts.hpp"
 #include "reference/attention_v2.hpp"
 
 namespace attncheck::properties {
@@ -231,12 +232,12 @@ Verdict batch(const KernelUnderTest& kernel, const KernelCase& c) {
 
 Verdict determinism(const KernelUnderTest& kernel, const KernelCase& c) {
     // The same call again with out and lse prefilled with zeros (a kernel must not read its
-    // outputs), and once on a single thread (no dependence on the thread count).
+    // outputs), and once on another thread count (no dependence on it: other_thread_count).
     const First f = first_call(kernel, c);
     if (f.call.rc != 0) return unsupported(f.call.rc);
     const Call second = call_case(kernel, c, f.in, {.zero_outputs = true});
-    const int threads = omp_get_max_threads();
-    omp_set_num_threads(1);
+    const int threads = omp_get_max_threads(), again_on = other_thread_count();
+    omp_set_num_threads(again_on);
     const Call third = call_case(kernel, c, f.in);
     omp_set_num_threads(threads);
     if (second.rc != 0 || third.rc != 0)
@@ -249,7 +250,7 @@ Verdict determinism(const KernelUnderTest& kernel, const KernelCase& c) {
                                      : "";
     if (Verdict v = same_bits("", kernel, f.call, second, o, "with out prefilled with 0 instead of NaN"); v.failed())
         return Verdict::fail("the same call twice: " + v.message + declared);
-    if (Verdict v = same_bits("", kernel, f.call, third, o, "on 1 thread instead of " + std::to_string(threads)); v.failed())
+    if (Verdict v = same_bits("", kernel, f.call, third, o, on_threads(again_on, threads)); v.failed())
         return Verdict::fail("the same call on " + std::to_string(threads) + " threads, then on 1: " + v.message + declared);
     return Verdict::pass();
 }

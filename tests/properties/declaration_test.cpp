@@ -3,6 +3,7 @@
 // declaring them (NUMERICS.md "What a kernel may declare").
 #include <catch2/catch.hpp>
 
+#include <omp.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -122,6 +123,18 @@ int alternating_kernel(const attncheck_problem* p, const float* q, const float* 
     return attncheck_reference_kernel(p, qr.data(), kr.data(), v, out);
 }
 
+// Correct on one thread; on more, the dot products' columns are reversed (as the alternating
+// kernel does): a result that depends on the thread count, as one split by threads does.
+int thread_count_kernel(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
+    if (omp_get_max_threads() == 1) return attncheck_reference_kernel(p, q, k, v, out);
+    const std::size_t Dk = std::size_t(p->head_dim);
+    std::vector<float> qr(q, q + std::size_t(p->batch) * p->heads * p->q_len * Dk);
+    std::vector<float> kr(k, k + std::size_t(p->batch) * p->heads * p->kv_len * Dk);
+    for (auto* x : {&qr, &kr})
+        for (std::size_t r = 0; r < x->size(); r += Dk) std::reverse(x->begin() + std::ptrdiff_t(r), x->begin() + std::ptrdiff_t(r + Dk));
+    return attncheck_reference_kernel(p, qr.data(), kr.data(), v, out);
+}
+
 CheckOptions options(const std::string& declaration, int cases = 60) {
     CheckOptions o;
     o.seed = 20240611;
@@ -195,6 +208,22 @@ TEST_CASE("deterministic=no: bitwise repeatability is not demanded, agreement st
     o.decoder = false;
     o.only = {"determinism"};
     fails_saying(alternating_kernel, "alternating", o, "determinism", "declares deterministic=no");
+}
+
+TEST_CASE("determinism compares two thread counts, on a process of one thread too", "[declaration]") {
+    // An `attncheck fuzz --jobs N` worker on N cores runs one OpenMP thread: determinism then
+    // calls the kernel again on 2 (properties/thread_counts.hpp), not on 1 again.
+    CheckOptions o = options("");
+    o.decoder = false;
+    o.only = {"determinism"};
+    const int threads = omp_get_max_threads();
+    for (const int process : {std::max(threads, 2), 1}) {
+        omp_set_num_threads(process);
+        INFO("a process of " << process << " threads");
+        fails_saying(thread_count_kernel, "thread_count", o, "determinism",
+                     process == 1 ? "on 2 threads instead of 1" : "on 1 thread instead of " + std::to_string(process));
+    }
+    omp_set_num_threads(threads);
 }
 
 namespace {
