@@ -39,5 +39,9 @@ for path in avx512 avx2 scalar; do
   ran=$((ran + 1))
 done
 echo "== other_isa.sh: building for -march=znver3 with warnings as errors (not run)"
-ATTNCHECK_WERROR=ON ATTNCHECK_BUILD_DIR=$dir ci/build.sh -DATTNCHECK_MARCH=znver3 -DATTNCHECK_BUILD_BENCH=OFF -DATTNCHECK_PYTHON=OFF
+# The libraries and the command line, not the tests: a change that recompiles a third of the tree
+# overran the stage with the tests in this compile (220 s, 2026-12-02; the known znver3 false
+# positive was once in a test file, tests/model/npy_test.cpp: a user's own -march=native build of
+# the tests shows warnings, fatal only with ATTNCHECK_WERROR=ON).
+ATTNCHECK_WERROR=ON ATTNCHECK_BUILD_DIR=$dir ci/build.sh -DATTNCHECK_MARCH=znver3 -DATTNCHECK_BUILD_BENCH=OFF -DATTNCHECK_PYTHON=OFF -DATTNCHECK_BUILD_TESTS=OFF
 echo "other_isa.sh: $ran other path(s) tested; the znver3 build is clean"
