@@ -110,11 +110,9 @@ int dims_8_16_kernel(const attncheck_problem* p, const float* q, const float* k,
 
 // Correct, but sums alternate calls in another order: not bitwise repeatable (as a kernel with
 // atomics or a split chosen at run time is).
-int alternating_kernel(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
-    static std::atomic<unsigned> calls{0};
-    if (calls++ % 2 == 0) return attncheck_reference_kernel(p, q, k, v, out);
-    // The same problem with the dot products' columns reversed: the same exact scores, summed
-    // in the reverse order.
+// The reference kernel on the same problem with the dot products' columns reversed: the same
+// exact scores, summed in the reverse order (other bits, within the bound).
+int reversed_columns_kernel(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
     const std::size_t Dk = std::size_t(p->head_dim);
     std::vector<float> qr(q, q + std::size_t(p->batch) * p->heads * p->q_len * Dk);
     std::vector<float> kr(k, k + std::size_t(p->batch) * p->heads * p->kv_len * Dk);
@@ -123,16 +121,17 @@ int alternating_kernel(const attncheck_problem* p, const float* q, const float* 
     return attncheck_reference_kernel(p, qr.data(), kr.data(), v, out);
 }
 
-// Correct on one thread; on more, the dot products' columns are reversed (as the alternating
-// kernel does): a result that depends on the thread count, as one split by threads does.
+int alternating_kernel(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
+    static std::atomic<unsigned> calls{0};
+    if (calls++ % 2 == 0) return attncheck_reference_kernel(p, q, k, v, out);
+    return reversed_columns_kernel(p, q, k, v, out);
+}
+
+// Correct on one thread; on more, the columns reversed: a result that depends on the thread
+// count, as one split by threads does.
 int thread_count_kernel(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
     if (omp_get_max_threads() == 1) return attncheck_reference_kernel(p, q, k, v, out);
-    const std::size_t Dk = std::size_t(p->head_dim);
-    std::vector<float> qr(q, q + std::size_t(p->batch) * p->heads * p->q_len * Dk);
-    std::vector<float> kr(k, k + std::size_t(p->batch) * p->heads * p->kv_len * Dk);
-    for (auto* x : {&qr, &kr})
-        for (std::size_t r = 0; r < x->size(); r += Dk) std::reverse(x->begin() + std::ptrdiff_t(r), x->begin() + std::ptrdiff_t(r + Dk));
-    return attncheck_reference_kernel(p, qr.data(), kr.data(), v, out);
+    return reversed_columns_kernel(p, q, k, v, out);
 }
 
 CheckOptions options(const std::string& declaration, int cases = 60) {
