@@ -247,7 +247,7 @@ std::vector<KernelUnderTest> prepare(const FuzzOptions& o, bool everything, std:
     KernelDeclaration with_backward;
     with_backward.set_backward(true);
     planned = o.mutants ? planned_runs(o, {{false, {}, false, {}}, {true, with_backward, false, {}}}, false)
-                                  : planned_runs(o, planned_kernels, everything || o.reference_decoder);
+                        : planned_runs(o, planned_kernels, everything || o.reference_decoder);
     if (planned == 0) throw InputError(nothing_selected(o, planned_kernels));
     for (const auto& [flag, path] : {std::pair<std::string, std::string>{"--json", o.json}, {"--junit", o.junit}}) {
         if (path.empty()) continue;
