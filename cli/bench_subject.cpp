@@ -111,18 +111,8 @@ ProblemV2::ProblemV2(const perf::KernelProblem& pr, std::int32_t dt, bool bwd) :
         lse.assign(std::size_t(v1.heads) * std::size_t(v1.q_len), 0.0f);
     }
     q_pos = v1.q_offset;
-    p = v2_fields_of(v1, &q_pos);  // B = 1: one position
+    p = v2_fields_of(v1, &q_pos);  // B = 1: one position; contiguous [B, H, T, D]
     p.dtype = dtype;
-    const auto bhtd = [&](attncheck_tensor_v2& t, int rows, int width) {
-        t.stride[3] = 1;
-        t.stride[2] = width;
-        t.stride[1] = std::int64_t(rows) * width;
-        t.stride[0] = std::int64_t(v1.heads) * t.stride[1];
-    };
-    bhtd(p.q, v1.q_len, v1.head_dim);
-    bhtd(p.k, v1.kv_len, v1.head_dim);
-    bhtd(p.v, v1.kv_len, v1.value_dim);
-    bhtd(p.out, v1.q_len, v1.value_dim);
     if (backward) {
         p.lse_stride[2] = 1;
         p.lse_stride[1] = v1.q_len;

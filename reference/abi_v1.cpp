@@ -45,6 +45,17 @@ attncheck_problem_v2 v2_fields_of(const attncheck_problem& p, const std::int32_t
     v2.causal = p.causal;
     v2.window_left = v2.window_right = -1;
     v2.scale = p.scale;
+    // Version 1's layout, contiguous [B, H, T, width].
+    const auto bhtd = [&](attncheck_tensor_v2& t, std::int64_t rows, std::int64_t width) {
+        t.stride[3] = 1;
+        t.stride[2] = width;
+        t.stride[1] = rows * width;
+        t.stride[0] = std::int64_t(p.heads) * rows * width;
+    };
+    bhtd(v2.q, p.q_len, p.head_dim);
+    bhtd(v2.k, p.kv_len, p.head_dim);
+    bhtd(v2.v, p.kv_len, p.value_dim);
+    bhtd(v2.out, p.q_len, p.value_dim);
     return v2;
 }
 

@@ -76,14 +76,12 @@ void load_query_row(const attncheck_problem_v2& p, int b, int h, int i, std::vec
     for (int c = 0; c < p.head_dim; ++c) q[std::size_t(c)] = double(load_element(p.dtype, p.q.data, q_offset_v2(p, p.q, b, h, i, c)));
 }
 
-ScoreV2 score_v2(const attncheck_problem_v2& p, double tanh_ulps, int b, int h, int i, int j, const double* q,
-                 const double* k) {
+namespace {
+
+// The score and its bound from the dot product q.k (summed in d order) and sum_d |q_d k_d|.
+ScoreV2 score_of_dot(const attncheck_problem_v2& p, double tanh_ulps, int b, int h, int i, int j, double dot,
+                     double mag) {
     const double scale = double(p.scale);
-    double dot = 0, mag = 0;
-    for (int d = 0; d < p.head_dim; ++d) {
-        dot += q[d] * k[d];
-        mag += std::abs(q[d] * k[d]);
-    }
     ScoreV2 r;
     r.s0 = scale * dot;
     r.s = r.s0;
@@ -106,6 +104,18 @@ ScoreV2 score_v2(const attncheck_problem_v2& p, double tanh_ulps, int b, int h, 
     return r;
 }
 
+}  // namespace
+
+ScoreV2 score_v2(const attncheck_problem_v2& p, double tanh_ulps, int b, int h, int i, int j, const double* q,
+                 const double* k) {
+    double dot = 0, mag = 0;
+    for (int d = 0; d < p.head_dim; ++d) {
+        dot += q[d] * k[d];
+        mag += std::abs(q[d] * k[d]);
+    }
+    return score_of_dot(p, tanh_ulps, b, h, i, j, dot, mag);
+}
+
 namespace {
 
 ScoredKey score_of(const attncheck_problem_v2& p, const OracleV2Options& options, int b, int h, int i, int j,
@@ -114,14 +124,40 @@ ScoredKey score_of(const attncheck_problem_v2& p, const OracleV2Options& options
     return {j, sc.s, sc.e, 0.0};
 }
 
+// The scores of the visible keys in `keys` (their j set) without their bounds (values_only):
+// kLanes dot products at once, each still summed in d order, so each is the same double as
+// score_v2's; the lanes are independent chains of additions where one chain waits on each add.
+void scores_without_bounds(const attncheck_problem_v2& p, const OracleV2Options& options, int b, int h, int i,
+                           const double* q, const KeysValues& kv, std::vector<ScoredKey>& keys) {
+    constexpr std::size_t kLanes = 8;
+    const int Dk = p.head_dim;
+    std::size_t t = 0;
+    for (; t + kLanes <= keys.size(); t += kLanes) {
+        const double* k[kLanes];
+        double dot[kLanes] = {};
+        for (std::size_t l = 0; l < kLanes; ++l) k[l] = kv.key(keys[t + l].j, Dk);
+        for (int d = 0; d < Dk; ++d)
+            for (std::size_t l = 0; l < kLanes; ++l) dot[l] += q[d] * k[l][d];
+        for (std::size_t l = 0; l < kLanes; ++l)
+            keys[t + l].s = score_of_dot(p, options.tanh_ulps, b, h, i, keys[t + l].j, dot[l], 0.0).s;
+    }
+    for (; t < keys.size(); ++t) keys[t] = score_of(p, options, b, h, i, keys[t].j, q, kv);
+}
+
 // Row (b, h, i) into the oracle's logical row r.
 void attend_row(const attncheck_problem_v2& p, const OracleV2Options& options, int b, int h, int i, std::size_t r,
                 OracleV2& o, std::vector<ScoredKey>& keys, const std::vector<double>& q, const KeysValues& kv) {
     const std::size_t Dv = std::size_t(p.value_dim);
     keys.clear();
     const int Tk = kv_len_of(p, b);
-    for (int j = 0; j < Tk; ++j)
-        if (visible_v2(p, b, i, j)) keys.push_back(score_of(p, options, b, h, i, j, q.data(), kv));
+    if (options.values_only) {
+        for (int j = 0; j < Tk; ++j)
+            if (visible_v2(p, b, i, j)) keys.push_back({j, 0.0, 0.0, 0.0});
+        scores_without_bounds(p, options, b, h, i, q.data(), kv, keys);
+    } else {
+        for (int j = 0; j < Tk; ++j)
+            if (visible_v2(p, b, i, j)) keys.push_back(score_of(p, options, b, h, i, j, q.data(), kv));
+    }
     o.visible[r] = int(keys.size());
     // A sink is one more score, exact as given, with a value of 0 (key index -1): the bound
     // below counts it as a key (its exponential's stage, one more term of each sum).
@@ -153,6 +189,15 @@ void attend_row(const attncheck_problem_v2& p, const OracleV2Options& options, i
     }
     o.max_score[r] = m;
 
+    // out = sum_j p_j v_j, each column summed in key order; the sink's value is 0 and adds
+    // nothing (a sum that starts at +0 is never -0).
+    double* out_row = o.out.data() + r * Dv;
+    for (const ScoredKey& k : keys) {
+        if (k.j < 0) continue;
+        const double* v_row = kv.value(k.j, p.value_dim);
+        for (std::size_t c = 0; c < Dv; ++c) out_row[c] += k.p * v_row[c];
+    }
+
     // lse = m + log z. Score errors move it by log sum_j p_j e^{delta_j}, within
     // [-E, E] and at most e^E sum_j p_j e_j; the sum z (any order, online rescaling, split-KV
     // merge) errs relatively by u (3n + 8), its log by that over 1 - that (u (3n + 9)); a log or
@@ -167,6 +212,7 @@ void attend_row(const attncheck_problem_v2& p, const OracleV2Options& options, i
     const bool p_rounded = options.probabilities_rounded && narrow;
     const double log_z = std::log(z);
     o.lse[r] = m + log_z;
+    if (options.values_only) return;  // the bounds below are left empty
     o.lse_bound[r] = std::min(std::exp(E) * weighted_e, E) + u * (3.0 * nn + 9.0) + 6.0 * u * std::abs(log_z) +
                      4.0 * u * (std::abs(o.lse[r]) + std::abs(m)) + split_merge_lse_term(nn, o.lse[r]) + nn * kMinNormal32 +
                      (p_rounded ? 1.1 * (ud + nn * tiny_rounding(p.dtype)) : 0.0);
@@ -188,15 +234,8 @@ void attend_row(const attncheck_problem_v2& p, const OracleV2Options& options, i
     const SplitMerge merge = split_merge_output(nn, o.lse[r]);
     std::vector<double> v(n);
     for (std::size_t c = 0; c < Dv; ++c) {
-        double out = 0;
-        for (std::size_t t = 0; t < n; ++t) {
-            v[t] = keys[t].j < 0 ? 0.0 : kv.value(keys[t].j, p.value_dim)[c];
-            out += keys[t].p * v[t];
-        }
-        if (options.values_only) {
-            o.out[r * Dv + c] = out;
-            continue;
-        }
+        const double out = out_row[c];
+        for (std::size_t t = 0; t < n; ++t) v[t] = keys[t].j < 0 ? 0.0 : kv.value(keys[t].j, p.value_dim)[c];
         double soft = 0, mag = 0, vmax = 0, cap = 0;
         for (std::size_t t = 0; t < n; ++t) {
             soft += keys[t].p * keys[t].e * std::abs(v[t] - out);
@@ -210,7 +249,6 @@ void attend_row(const attncheck_problem_v2& p, const OracleV2Options& options, i
         double bound = first + arith * weighted + merge.magnitude * M + merge.largest * vmax + (nn + 2.0) * kMinNormal32 * (vmax + 1.0);
         if (p_rounded) bound += 1.1 * ud * weighted + nn * tiny_rounding(p.dtype) * vmax;
         if (narrow) bound += ud * (std::abs(out) + bound) + tiny_rounding(p.dtype);
-        o.out[r * Dv + c] = out;
         o.out_bound[r * Dv + c] = bound;
     }
 }
