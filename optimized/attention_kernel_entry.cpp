@@ -16,16 +16,6 @@
 namespace attncheck::optimized::attention_detail {
 namespace {
 
-// True when every element count (and its byte size) fits in int64 / size_t, so no index wraps.
-bool sizes_fit(const attncheck_problem& p) {
-    const unsigned __int128 bh = (unsigned __int128)p.batch * (unsigned __int128)p.heads;
-    const unsigned __int128 limit = (unsigned __int128)INT64_MAX / 4;
-    for (const std::int32_t rows : {p.q_len, p.kv_len})
-        for (const std::int32_t width : {p.head_dim, p.value_dim})
-            if (bh * (unsigned __int128)rows * (unsigned __int128)width > limit) return false;
-    return true;
-}
-
 // True when the last element of every view (the largest offset, strides being non-negative)
 // fits in int64 with room, so no index wraps.
 bool views_fit(const attncheck_problem& p, const Strides& st) {
@@ -71,7 +61,7 @@ extern "C" int attncheck_optimized_kernel(const attncheck_problem* p, const floa
     // No exception may cross the C boundary: a failed allocation reports "unsupported".
     try {
         if (!attncheck::problem_error(*p).empty()) return ATTNCHECK_UNSUPPORTED;
-        if (!detail::sizes_fit(*p)) return ATTNCHECK_UNSUPPORTED;
+        if (!attncheck::element_counts_fit(*p)) return ATTNCHECK_UNSUPPORTED;
         const std::int64_t Tq = p->q_len, Tk = p->kv_len, H = p->heads, Dk = p->head_dim, Dv = p->value_dim;
         const detail::Strides dense{.q = {H * Tq * Dk, Tq * Dk, Dk},
                                     .k = {H * Tk * Dk, Tk * Dk, Dk},
@@ -92,7 +82,7 @@ int strided_kernel(const attncheck_problem& p, const Strides& st, const float* q
         if (!attncheck::problem_error(p).empty()) return ATTNCHECK_UNSUPPORTED;
         for (const std::int64_t* s : {st.q, st.k, st.v, st.out})
             if (s[0] < 0 || s[1] < 0 || s[2] < 0) return ATTNCHECK_UNSUPPORTED;
-        if (!sizes_fit(p) || !views_fit(p, st)) return ATTNCHECK_UNSUPPORTED;
+        if (!attncheck::element_counts_fit(p) || !views_fit(p, st)) return ATTNCHECK_UNSUPPORTED;
         return run_v1(p, st, q, k, v, out);
     } catch (...) {
         return ATTNCHECK_UNSUPPORTED;

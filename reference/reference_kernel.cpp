@@ -20,29 +20,13 @@
 #include "attncheck/problem.hpp"
 #include "reference/attention_v2.hpp"
 
-namespace {
-
-// True when B*H*Tq*Dk, B*H*Tk*Dk, B*H*Tk*Dv and B*H*Tq*Dv all fit in int64 with room for their
-// bytes. The fields are int32, so a hostile problem could otherwise wrap the element counts and
-// make the reference index past the caller's buffers.
-bool element_counts_fit(const attncheck_problem& p) {
-    const unsigned __int128 bh = (unsigned __int128)p.batch * (unsigned __int128)p.heads;
-    const unsigned __int128 limit = (unsigned __int128)INT64_MAX / 4;
-    for (const std::int32_t rows : {p.q_len, p.kv_len})
-        for (const std::int32_t width : {p.head_dim, p.value_dim})
-            if (bh * (unsigned __int128)rows * (unsigned __int128)width > limit) return false;
-    return true;
-}
-
-}  // namespace
-
 extern "C" int attncheck_reference_kernel(const attncheck_problem* p, const float* q, const float* k,
                                           const float* v, float* out) {
     if (!p || !q || !k || !v || !out) return ATTNCHECK_UNSUPPORTED;
     // An exception must not cross the C boundary: anything that throws (an allocation that
     // fails for an absurd but well-formed size) is reported as unsupported.
     try {
-        if (!attncheck::problem_error(*p).empty() || !element_counts_fit(*p)) return ATTNCHECK_UNSUPPORTED;
+        if (!attncheck::problem_error(*p).empty() || !attncheck::element_counts_fit(*p)) return ATTNCHECK_UNSUPPORTED;
         const std::vector<std::int32_t> q_pos(std::size_t(p->batch), p->q_offset);
         attncheck_problem_v2 v2 = attncheck::v2_fields_of(*p, q_pos.data());
         v2.q.data = const_cast<float*>(q);
