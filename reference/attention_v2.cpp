@@ -124,22 +124,30 @@ ScoredKey score_of(const attncheck_problem_v2& p, const OracleV2Options& options
     return {j, sc.s, sc.e, 0.0};
 }
 
-// The scores of the visible keys in `keys` (their j set) without their bounds (values_only):
-// kLanes dot products at once, each still summed in d order, so each is the same double as
-// score_v2's; the lanes are independent chains of additions where one chain waits on each add.
-void scores_without_bounds(const attncheck_problem_v2& p, const OracleV2Options& options, int b, int h, int i,
-                           const double* q, const KeysValues& kv, std::vector<ScoredKey>& keys) {
+// The scores and their bounds of the visible keys in `keys` (their j set), kLanes keys at once:
+// each lane's dot product and sum_d |q_d k_d| are still summed in d order, so each score is the
+// same double as score_v2's, but the lanes are independent chains of additions where one chain
+// waits on each add. The magnitudes are skipped for values_only (the bounds stay unused).
+void score_keys(const attncheck_problem_v2& p, const OracleV2Options& options, int b, int h, int i,
+                const double* q, const KeysValues& kv, std::vector<ScoredKey>& keys) {
     constexpr std::size_t kLanes = 8;
     const int Dk = p.head_dim;
+    const bool with_bounds = !options.values_only;
     std::size_t t = 0;
     for (; t + kLanes <= keys.size(); t += kLanes) {
         const double* k[kLanes];
-        double dot[kLanes] = {};
+        double dot[kLanes] = {}, mag[kLanes] = {};
         for (std::size_t l = 0; l < kLanes; ++l) k[l] = kv.key(keys[t + l].j, Dk);
         for (int d = 0; d < Dk; ++d)
             for (std::size_t l = 0; l < kLanes; ++l) dot[l] += q[d] * k[l][d];
-        for (std::size_t l = 0; l < kLanes; ++l)
-            keys[t + l].s = score_of_dot(p, options.tanh_ulps, b, h, i, keys[t + l].j, dot[l], 0.0).s;
+        if (with_bounds)
+            for (int d = 0; d < Dk; ++d)
+                for (std::size_t l = 0; l < kLanes; ++l) mag[l] += std::abs(q[d] * k[l][d]);
+        for (std::size_t l = 0; l < kLanes; ++l) {
+            const ScoreV2 sc = score_of_dot(p, options.tanh_ulps, b, h, i, keys[t + l].j, dot[l], mag[l]);
+            keys[t + l].s = sc.s;
+            keys[t + l].e = sc.e;
+        }
     }
     for (; t < keys.size(); ++t) keys[t] = score_of(p, options, b, h, i, keys[t].j, q, kv);
 }
@@ -150,14 +158,9 @@ void attend_row(const attncheck_problem_v2& p, const OracleV2Options& options, i
     const std::size_t Dv = std::size_t(p.value_dim);
     keys.clear();
     const int Tk = kv_len_of(p, b);
-    if (options.values_only) {
-        for (int j = 0; j < Tk; ++j)
-            if (visible_v2(p, b, i, j)) keys.push_back({j, 0.0, 0.0, 0.0});
-        scores_without_bounds(p, options, b, h, i, q.data(), kv, keys);
-    } else {
-        for (int j = 0; j < Tk; ++j)
-            if (visible_v2(p, b, i, j)) keys.push_back(score_of(p, options, b, h, i, j, q.data(), kv));
-    }
+    for (int j = 0; j < Tk; ++j)
+        if (visible_v2(p, b, i, j)) keys.push_back({j, 0.0, 0.0, 0.0});
+    score_keys(p, options, b, h, i, q.data(), kv, keys);
     o.visible[r] = int(keys.size());
     // A sink is one more score, exact as given, with a value of 0 (key index -1): the bound
     // below counts it as a key (its exponential's stage, one more term of each sum).
