@@ -101,4 +101,13 @@ int v1_call(attncheck_kernel_fn fn, const attncheck_problem_v2& p) {
     return fn(&call.problem, call.q, call.k, call.v, call.out);
 }
 
+bool element_counts_fit(const attncheck_problem& p) {
+    const unsigned __int128 bh = (unsigned __int128)p.batch * (unsigned __int128)p.heads;
+    const unsigned __int128 limit = (unsigned __int128)INT64_MAX / 4;  // elements of 4 bytes
+    for (const std::int32_t rows : {p.q_len, p.kv_len})
+        for (const std::int32_t width : {p.head_dim, p.value_dim})
+            if (bh * (unsigned __int128)rows * (unsigned __int128)width > limit) return false;
+    return true;
+}
+
 }  // namespace attncheck

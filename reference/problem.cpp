@@ -40,13 +40,4 @@ std::string problem_error(const attncheck_problem& p) {
     return {};
 }
 
-bool element_counts_fit(const attncheck_problem& p) {
-    const unsigned __int128 bh = (unsigned __int128)p.batch * (unsigned __int128)p.heads;
-    const unsigned __int128 limit = (unsigned __int128)INT64_MAX / 4;  // elements of 4 bytes
-    for (const int32_t rows : {p.q_len, p.kv_len})
-        for (const int32_t width : {p.head_dim, p.value_dim})
-            if (bh * (unsigned __int128)rows * (unsigned __int128)width > limit) return false;
-    return true;
-}
-
 }  // namespace attncheck

@@ -50,6 +50,12 @@ const char* beyond_v1_features(const attncheck_problem_v2& p);
 // unknown versions is tested through the adapter.
 std::string v1_call_of(const attncheck_problem_v2& p, V1Call& call);
 
+// True when each tensor's element count (B*H*Tq*Dk, B*H*Tk*Dk, B*H*Tk*Dv, B*H*Tq*Dv) of a version
+// 1 problem fits in int64 with room for its bytes. The fields are int32, so a hostile but
+// well-formed problem could otherwise wrap a kernel's element counts and make it index past the
+// caller's buffers. The built-in kernels' version 1 entries check it after problem_error().
+bool element_counts_fit(const attncheck_problem& p);
+
 // fn on p as version 1 poses it: its return code, or ATTNCHECK_UNSUPPORTED when version 1
 // cannot pose p (the kernel is then not called).
 int v1_call(attncheck_kernel_fn fn, const attncheck_problem_v2& p);

@@ -32,9 +32,4 @@ attncheck_problem make_problem(const ProblemShape& s);
 // q_offset >= 0, kv_valid_len[b] in [0, kv_len].
 std::string problem_error(const attncheck_problem& p);
 
-// True when each tensor's element count (B*H*Tq*Dk, B*H*Tk*Dk, B*H*Tk*Dv, B*H*Tq*Dv) fits in
-// int64 with room for its bytes. The fields are int32, so a hostile but well-formed problem
-// could otherwise wrap a kernel's element counts and make it index past the caller's buffers.
-bool element_counts_fit(const attncheck_problem& p);
-
 }  // namespace attncheck
