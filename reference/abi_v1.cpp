@@ -45,17 +45,19 @@ attncheck_problem_v2 v2_fields_of(const attncheck_problem& p, const std::int32_t
     v2.causal = p.causal;
     v2.window_left = v2.window_right = -1;
     v2.scale = p.scale;
-    // Version 1's layout, contiguous [B, H, T, width].
-    const auto bhtd = [&](attncheck_tensor_v2& t, std::int64_t rows, std::int64_t width) {
+    // Version 1's layout, contiguous [B, H, T, width]. Unsigned products: a problem whose sizes
+    // do not fit (element_counts_fit) gets meaningless strides, never an overflow.
+    const auto bhtd = [&](attncheck_tensor_v2& t, std::uint64_t rows, std::uint64_t width) {
         t.stride[3] = 1;
-        t.stride[2] = width;
-        t.stride[1] = rows * width;
-        t.stride[0] = std::int64_t(p.heads) * rows * width;
+        t.stride[2] = std::int64_t(width);
+        t.stride[1] = std::int64_t(rows * width);
+        t.stride[0] = std::int64_t(std::uint64_t(std::uint32_t(p.heads)) * rows * width);
     };
-    bhtd(v2.q, p.q_len, p.head_dim);
-    bhtd(v2.k, p.kv_len, p.head_dim);
-    bhtd(v2.v, p.kv_len, p.value_dim);
-    bhtd(v2.out, p.q_len, p.value_dim);
+    const auto u = [](std::int32_t x) { return std::uint64_t(std::uint32_t(x)); };
+    bhtd(v2.q, u(p.q_len), u(p.head_dim));
+    bhtd(v2.k, u(p.kv_len), u(p.head_dim));
+    bhtd(v2.v, u(p.kv_len), u(p.value_dim));
+    bhtd(v2.out, u(p.q_len), u(p.value_dim));
     return v2;
 }
 

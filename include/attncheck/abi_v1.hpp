@@ -34,8 +34,8 @@ attncheck_problem v1_fields_of(const attncheck_problem_v2& p);
 // The version 2 problem of a version 1 problem's fields, its tensors' data aside (the caller's
 // to set): float32, kv_heads = heads, q_pos = the given B positions (each q_offset; the caller
 // owns them), kv_valid_len as kv_lens, no window, softcap, ALiBi, lse or sinks, and the tensors'
-// strides version 1's contiguous [B, H, T, D]. The built-in kernels run a version 1 call as this
-// problem (the optimized one on its own strides when it reads views).
+// strides version 1's contiguous [B, H, T, D] (meaningful when element_counts_fit(p)). The built-in
+// optimized kernel runs a version 1 call as this problem (on its own strides when it reads views).
 attncheck_problem_v2 v2_fields_of(const attncheck_problem& p, const std::int32_t* q_pos);
 
 // Null when version 1 can say everything p says, its tensors' strides aside (float32, kv_heads =
