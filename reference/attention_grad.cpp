@@ -123,7 +123,7 @@ GradOracle attention_grad_oracle(const attncheck_problem_v2& p, const attncheck_
                 row_keys.clear();
                 for (int j = 0; j < kv_len_of(p, b); ++j)
                     if (visible_v2(p, b, i, j))
-                        row_keys.push_back({j, score_v2(p, options.tanh_ulps, b, h, i, j, q.data(), kv.key(j, Dk))});
+                        row_keys.push_back({j, score_v2(p, options.tanh_ulps, b, h, i, j, q.data(), kv.key(j))});
                 const std::size_t n = row_keys.size();
                 // No key: dq = 0 exactly, nothing reaches any key, and out = 0 makes D = 0, so
                 // the row adds nothing to its sink's gradient either.
@@ -163,7 +163,7 @@ GradOracle attention_grad_oracle(const attncheck_problem_v2& p, const attncheck_
                 for (int c = 0; c < Dv; ++c) dO[std::size_t(c)] = load(dout.data, q_offset_v2(p, dout, b, h, i, c));
                 std::fill(out_exact.begin(), out_exact.end(), 0.0);
                 for (Key& k : row_keys) {
-                    const double* vj = kv.value(k.j, Dv);
+                    const double* vj = kv.value(k.j);
                     if (bounds)
                         for (int c = 0; c < Dv; ++c) k.mdP += std::abs(dO[std::size_t(c)] * vj[c]);
                     for (int c = 0; c < Dv; ++c) {
@@ -230,7 +230,7 @@ GradOracle attention_grad_oracle(const attncheck_problem_v2& p, const attncheck_
                     const std::size_t kr = o.key(b, hk, k.j);
                     o.key_seen[kr] = 1;
                     ++ak.terms[kr];
-                    const double* kj = kv.key(k.j, Dk);
+                    const double* kj = kv.key(k.j);
                     for (int c = 0; c < Dk; ++c) {
                         const std::size_t uc = std::size_t(c);
                         dq[uc] += scale * dS0 * kj[c];

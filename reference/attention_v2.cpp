@@ -15,6 +15,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -61,13 +63,63 @@ void KeysValues::load(const attncheck_problem_v2& p, int b_, int hk_) {
     if (b_ == b && hk_ == hk) return;
     b = b_, hk = hk_;
     const std::size_t Tk = std::size_t(kv_len_of(p, b)), Dk = std::size_t(p.head_dim), Dv = std::size_t(p.value_dim);
+    head_dim = p.head_dim;
+    kt_stride = Tk + std::size_t(kBlock);
+    v_stride = (Dv + std::size_t(kColumns) - 1) / std::size_t(kColumns) * std::size_t(kColumns);
     k.resize(Tk * Dk);
-    v.resize(Tk * Dv);
+    kt.assign(Dk * kt_stride, 0.0);
+    v.assign(Tk * v_stride, 0.0);
     for (std::size_t j = 0; j < Tk; ++j) {
-        for (std::size_t c = 0; c < Dk; ++c)
+        for (std::size_t c = 0; c < Dk; ++c) {
             k[j * Dk + c] = double(load_element(p.dtype, p.k.data, kv_offset_v2(p, p.k, b, hk, int(j), int(c))));
+            kt[c * kt_stride + j] = k[j * Dk + c];
+        }
         for (std::size_t c = 0; c < Dv; ++c)
-            v[j * Dv + c] = double(load_element(p.dtype, p.v.data, kv_offset_v2(p, p.v, b, hk, int(j), int(c))));
+            v[j * v_stride + c] = double(load_element(p.dtype, p.v.data, kv_offset_v2(p, p.v, b, hk, int(j), int(c))));
+    }
+}
+
+namespace {
+
+// Four doubles as one value of GCC's (and Clang's) vector extension: +, * and & act lane by
+// lane, each lane's operation the IEEE one of a scalar double (no contraction: -ffp-contract=off),
+// so a lane computes exactly what the scalar loop would; the compiler maps it onto the machine's
+// vector registers (one AVX register, two SSE ones).
+using Double4 = double __attribute__((vector_size(4 * sizeof(double))));
+using Bits4 = std::uint64_t __attribute__((vector_size(4 * sizeof(double))));
+constexpr int kQuads = KeysValues::kBlock / 4;
+
+// dots() for one block of kBlock keys whose transposed keys start at kt.
+template <bool kMagnitudes>
+void dot_block(const double* q, int Dk, const double* kt, std::size_t stride, double* dot, double* mag) {
+    const Bits4 magnitude_bits = ~Bits4{} >> 1;  // all but the sign bit
+    Double4 sd[kQuads] = {}, sm[kQuads] = {};
+    for (int d = 0; d < Dk; ++d, kt += stride)
+        for (int g = 0; g < kQuads; ++g) {
+            Double4 k;
+            std::memcpy(&k, kt + 4 * g, sizeof k);
+            const Double4 x = q[d] * k;
+            sd[g] += x;
+            if constexpr (kMagnitudes) sm[g] += (Double4)((Bits4)x & magnitude_bits);  // |x|
+        }
+    std::memcpy(dot, sd, sizeof sd);
+    if constexpr (kMagnitudes) std::memcpy(mag, sm, sizeof sm);
+}
+
+}  // namespace
+
+void KeysValues::dots(const double* q, int lo, int n, double* dot, double* mag) const {
+    // Whole blocks into a local buffer (the last block's lanes past Tk read kt's zero padding).
+    double sd[kBlock], sm[kBlock];
+    for (int t = 0; t < n; t += kBlock) {
+        const double* col = kt.data() + std::size_t(lo + t);
+        if (mag)
+            dot_block<true>(q, head_dim, col, kt_stride, sd, sm);
+        else
+            dot_block<false>(q, head_dim, col, kt_stride, sd, sm);
+        const int m = std::min(kBlock, n - t);
+        std::copy_n(sd, m, dot + t);
+        if (mag) std::copy_n(sm, m, mag + t);
     }
 }
 
@@ -79,7 +131,9 @@ void load_query_row(const attncheck_problem_v2& p, int b, int h, int i, std::vec
 namespace {
 
 // The score and its bound from the dot product q.k (summed in d order) and sum_d |q_d k_d|.
-ScoreV2 score_of_dot(const attncheck_problem_v2& p, double tanh_ulps, int b, int h, int i, int j, double dot,
+// Inlined into the oracle's loop over a row's keys, where the branches on softcap and ALiBi are
+// the same for every key.
+[[gnu::always_inline]] inline ScoreV2 score_of_dot(const attncheck_problem_v2& p, double tanh_ulps, int b, int h, int i, int j, double dot,
                      double mag) {
     const double scale = double(p.scale);
     ScoreV2 r;
@@ -118,49 +172,41 @@ ScoreV2 score_v2(const attncheck_problem_v2& p, double tanh_ulps, int b, int h, 
 
 namespace {
 
-ScoredKey score_of(const attncheck_problem_v2& p, const OracleV2Options& options, int b, int h, int i, int j,
-                   const double* q, const KeysValues& kv) {
-    const ScoreV2 sc = score_v2(p, options.tanh_ulps, b, h, i, j, q, kv.key(j, p.head_dim));
-    return {j, sc.s, sc.e, 0.0};
-}
+// What attend_row() reuses from row to row.
+struct RowScratch {
+    std::vector<ScoredKey> keys;   // the row's visible keys (and its sink)
+    std::vector<double> dot, mag;  // KeysValues::dots() over the span of the visible keys
+};
 
-// The scores and their bounds of the visible keys in `keys` (their j set), kLanes keys at once:
-// each lane's dot product and sum_d |q_d k_d| are still summed in d order, so each score is the
-// same double as score_v2's, but the lanes are independent chains of additions where one chain
-// waits on each add. The magnitudes are skipped for values_only (the bounds stay unused).
+// The scores and their bounds of the visible keys in `keys` (their j set). The dot products are
+// taken over the keys' span [first j, last j], which is all of it: visible_v2()'s keys are one
+// interval. The magnitudes are skipped for values_only (the bounds stay unused).
 void score_keys(const attncheck_problem_v2& p, const OracleV2Options& options, int b, int h, int i,
-                const double* q, const KeysValues& kv, std::vector<ScoredKey>& keys) {
-    constexpr std::size_t kLanes = 8;
-    const int Dk = p.head_dim;
-    const bool with_bounds = !options.values_only;
-    std::size_t t = 0;
-    for (; t + kLanes <= keys.size(); t += kLanes) {
-        const double* k[kLanes];
-        double dot[kLanes] = {}, mag[kLanes] = {};
-        for (std::size_t l = 0; l < kLanes; ++l) k[l] = kv.key(keys[t + l].j, Dk);
-        for (int d = 0; d < Dk; ++d)
-            for (std::size_t l = 0; l < kLanes; ++l) dot[l] += q[d] * k[l][d];
-        if (with_bounds)
-            for (int d = 0; d < Dk; ++d)
-                for (std::size_t l = 0; l < kLanes; ++l) mag[l] += std::abs(q[d] * k[l][d]);
-        for (std::size_t l = 0; l < kLanes; ++l) {
-            const ScoreV2 sc = score_of_dot(p, options.tanh_ulps, b, h, i, keys[t + l].j, dot[l], mag[l]);
-            keys[t + l].s = sc.s;
-            keys[t + l].e = sc.e;
-        }
+                const double* q, const KeysValues& kv, RowScratch& w) {
+    if (w.keys.empty()) return;
+    const int lo = w.keys.front().j, span = w.keys.back().j - lo + 1;
+    w.dot.resize(std::size_t(span));
+    w.mag.assign(std::size_t(span), 0.0);
+    kv.dots(q, lo, span, w.dot.data(), options.values_only ? nullptr : w.mag.data());
+    for (ScoredKey& k : w.keys) {
+        const std::size_t t = std::size_t(k.j - lo);
+        const ScoreV2 sc = score_of_dot(p, options.tanh_ulps, b, h, i, k.j, w.dot[t], w.mag[t]);
+        k.s = sc.s;
+        k.e = sc.e;
     }
-    for (; t < keys.size(); ++t) keys[t] = score_of(p, options, b, h, i, keys[t].j, q, kv);
 }
 
 // Row (b, h, i) into the oracle's logical row r.
 void attend_row(const attncheck_problem_v2& p, const OracleV2Options& options, int b, int h, int i, std::size_t r,
-                OracleV2& o, std::vector<ScoredKey>& keys, const std::vector<double>& q, const KeysValues& kv) {
+                OracleV2& o, RowScratch& w, const std::vector<double>& q, const KeysValues& kv) {
+    constexpr int L = KeysValues::kColumns;
     const std::size_t Dv = std::size_t(p.value_dim);
+    std::vector<ScoredKey>& keys = w.keys;
     keys.clear();
     const int Tk = kv_len_of(p, b);
     for (int j = 0; j < Tk; ++j)
         if (visible_v2(p, b, i, j)) keys.push_back({j, 0.0, 0.0, 0.0});
-    score_keys(p, options, b, h, i, q.data(), kv, keys);
+    score_keys(p, options, b, h, i, q.data(), kv, w);
     o.visible[r] = int(keys.size());
     // A sink is one more score, exact as given, with a value of 0 (key index -1): the bound
     // below counts it as a key (its exponential's stage, one more term of each sum).
@@ -192,13 +238,17 @@ void attend_row(const attncheck_problem_v2& p, const OracleV2Options& options, i
     }
     o.max_score[r] = m;
 
-    // out = sum_j p_j v_j, each column summed in key order; the sink's value is 0 and adds
-    // nothing (a sum that starts at +0 is never -0).
+    // out = sum_j p_j v_j, each column summed in key order, L columns at a time; the sink's value
+    // is 0 and adds nothing (a sum that starts at +0 is never -0).
     double* out_row = o.out.data() + r * Dv;
-    for (const ScoredKey& k : keys) {
-        if (k.j < 0) continue;
-        const double* v_row = kv.value(k.j, p.value_dim);
-        for (std::size_t c = 0; c < Dv; ++c) out_row[c] += k.p * v_row[c];
+    for (std::size_t c0 = 0; c0 < Dv; c0 += L) {
+        double acc[L] = {};
+        for (const ScoredKey& k : keys) {
+            if (k.j < 0) continue;
+            const double* v_row = kv.value(k.j) + c0;
+            for (int l = 0; l < L; ++l) acc[l] += k.p * v_row[l];
+        }
+        std::copy_n(acc, std::min(std::size_t(L), Dv - c0), out_row + c0);
     }
 
     // lse = m + log z. Score errors move it by log sum_j p_j e^{delta_j}, within
@@ -235,24 +285,45 @@ void attend_row(const attncheck_problem_v2& p, const OracleV2Options& options, i
     const double growth = std::exp(2.0 * E);
     const double arith = u * (3.0 * nn + 8.0);
     const SplitMerge merge = split_merge_output(nn, o.lse[r]);
-    std::vector<double> v(n);
-    for (std::size_t c = 0; c < Dv; ++c) {
-        const double out = out_row[c];
-        for (std::size_t t = 0; t < n; ++t) v[t] = keys[t].j < 0 ? 0.0 : kv.value(keys[t].j, p.value_dim)[c];
-        double soft = 0, mag = 0, vmax = 0, cap = 0;
-        for (std::size_t t = 0; t < n; ++t) {
-            soft += keys[t].p * keys[t].e * std::abs(v[t] - out);
-            mag += keys[t].p * std::abs(v[t]);
-            vmax = std::max(vmax, std::abs(v[t]));
-            cap = std::max(cap, std::abs(v[t] - out));
+    // The sums over the keys, each column in key order, kC columns at a time (the sink's value
+    // is a row of zeros); std::max(a, b) is a < b ? b : a, lane by lane.
+    constexpr std::size_t kC = 8, kG = kC / 4;
+    static const double zeros[kC] = {};
+    const Bits4 magnitude_bits = ~Bits4{} >> 1;
+    for (std::size_t c0 = 0; c0 < Dv; c0 += kC) {
+        const std::size_t width = std::min(kC, Dv - c0);
+        double out[kC] = {}, soft[kC], mag[kC], vmax[kC], cap[kC];
+        std::copy_n(out_row + c0, width, out);
+        Double4 o4[kG], soft4[kG] = {}, mag4[kG] = {}, vmax4[kG] = {}, cap4[kG] = {};
+        std::memcpy(o4, out, sizeof o4);
+        for (const ScoredKey& k : keys) {
+            const double* v = k.j < 0 ? zeros : kv.value(k.j) + c0;
+            const double pe = k.p * k.e;
+            for (std::size_t g = 0; g < kG; ++g) {
+                Double4 v4;
+                std::memcpy(&v4, v + 4 * g, sizeof v4);
+                const Double4 abs_v = (Double4)((Bits4)v4 & magnitude_bits);
+                const Double4 abs_d = (Double4)((Bits4)(v4 - o4[g]) & magnitude_bits);
+                soft4[g] += pe * abs_d;
+                mag4[g] += k.p * abs_v;
+                vmax4[g] = vmax4[g] < abs_v ? abs_v : vmax4[g];
+                cap4[g] = cap4[g] < abs_d ? abs_d : cap4[g];
+            }
         }
-        const double first = (std::isfinite(growth) && growth < 2.0) ? std::min(growth * soft, cap) : cap;
-        const double M = std::isfinite(growth) ? std::min(growth * mag, vmax) : vmax;
-        const double weighted = M + std::abs(out) + first;
-        double bound = first + arith * weighted + merge.magnitude * M + merge.largest * vmax + (nn + 2.0) * kMinNormal32 * (vmax + 1.0);
-        if (p_rounded) bound += 1.1 * ud * weighted + nn * tiny_rounding(p.dtype) * vmax;
-        if (narrow) bound += ud * (std::abs(out) + bound) + tiny_rounding(p.dtype);
-        o.out_bound[r * Dv + c] = bound;
+        std::memcpy(soft, soft4, sizeof soft);
+        std::memcpy(mag, mag4, sizeof mag);
+        std::memcpy(vmax, vmax4, sizeof vmax);
+        std::memcpy(cap, cap4, sizeof cap);
+        for (std::size_t l = 0; l < width; ++l) {
+            const double first = (std::isfinite(growth) && growth < 2.0) ? std::min(growth * soft[l], cap[l]) : cap[l];
+            const double M = std::isfinite(growth) ? std::min(growth * mag[l], vmax[l]) : vmax[l];
+            const double weighted = M + std::abs(out[l]) + first;
+            double bound = first + arith * weighted + merge.magnitude * M + merge.largest * vmax[l] +
+                           (nn + 2.0) * kMinNormal32 * (vmax[l] + 1.0);
+            if (p_rounded) bound += 1.1 * ud * weighted + nn * tiny_rounding(p.dtype) * vmax[l];
+            if (narrow) bound += ud * (std::abs(out[l]) + bound) + tiny_rounding(p.dtype);
+            o.out_bound[r * Dv + c0 + l] = bound;
+        }
     }
 }
 
@@ -282,12 +353,14 @@ OracleV2 attention_v2_oracle(const attncheck_problem_v2& p, const OracleV2Option
     }
     const std::size_t rows = o.rows(), Dv = std::size_t(p.value_dim);
     o.out.assign(rows * Dv, 0.0);
-    o.out_bound.assign(rows * Dv, 0.0);
     o.lse.assign(rows, 0.0);
-    o.lse_bound.assign(rows, 0.0);
+    if (!options.values_only) {
+        o.out_bound.assign(rows * Dv, 0.0);
+        o.lse_bound.assign(rows, 0.0);
+    }
     o.visible.assign(rows, 0);
     o.max_score.assign(rows, 0.0);
-    std::vector<ScoredKey> keys;
+    RowScratch scratch;
     std::vector<double> q;
     KeysValues kv;
     for (int b = 0; b < p.batch; ++b)
@@ -295,7 +368,7 @@ OracleV2 attention_v2_oracle(const attncheck_problem_v2& p, const OracleV2Option
             kv.load(p, b, kv_head_of(p, h));
             for (int i = 0; i < o.q_len[std::size_t(b)]; ++i) {
                 load_query_row(p, b, h, i, q);
-                attend_row(p, options, b, h, i, o.row(b, h, i), o, keys, q, kv);
+                attend_row(p, options, b, h, i, o.row(b, h, i), o, scratch, q, kv);
             }
         }
     return o;

@@ -65,13 +65,22 @@ ScoreV2 score_v2(const attncheck_problem_v2& p, double tanh_ulps, int b, int h, 
 
 // The keys and values of (sequence b, kv head hk) as float64, [Tk(b), Dk] and [Tk(b), Dv]: the
 // oracles read each stored element once per (sequence, kv head), not once per row that sees it.
-// load() reads them when (b, hk) changes.
+// load() reads them when (b, hk) changes. The keys are also kept transposed, [Dk, Tk] (kt), so
+// that dots() scores kBlock neighbouring keys at once; the value rows are zero-padded to a
+// multiple of kColumns, so that a row's output can be summed kColumns columns at once.
 struct KeysValues {
+    static constexpr int kBlock = 16, kColumns = 32;
     int b = -1, hk = -1;
-    std::vector<double> k, v;
+    int head_dim = 0;
+    std::size_t kt_stride = 0, v_stride = 0;  // kt's row: Tk + kBlock keys; v's row: Dv rounded up to kColumns
+    std::vector<double> k, kt, v;
     void load(const attncheck_problem_v2& p, int b, int hk);
-    const double* key(int j, int head_dim) const { return k.data() + std::size_t(j) * std::size_t(head_dim); }
-    const double* value(int j, int value_dim) const { return v.data() + std::size_t(j) * std::size_t(value_dim); }
+    const double* key(int j) const { return k.data() + std::size_t(j) * std::size_t(head_dim); }
+    const double* value(int j) const { return v.data() + std::size_t(j) * v_stride; }
+    // dot[t] = q.k_{lo+t} and, when mag is not null, mag[t] = sum_d |q_d k_{lo+t,d}|, for t < n
+    // (keys lo .. lo+n-1 of the loaded ones): each summed in d order, as score_v2() sums it (the
+    // same doubles), kBlock keys at a time as independent chains.
+    void dots(const double* q, int lo, int n, double* dot, double* mag) const;
 };
 // Row i of sequence b, query head h, as float64.
 void load_query_row(const attncheck_problem_v2& p, int b, int h, int i, std::vector<double>& q);
