@@ -4,8 +4,8 @@
 // ATTNCHECK_INJECT_SLOWDOWN in the environment:
 //   unset, "" or "0"    nothing is injected
 //   "1" or "reference"  every benchmark that would run the optimized attention kernel runs the
-//                       textbook reference kernel instead (an order of magnitude slower on long
-//                       sequences): a gross, real slowdown of the same binary
+//                       reference kernel (the float64 oracle rounded) instead, one to two
+//                       orders of magnitude slower: a gross, real slowdown of the same binary
 //   a number 0 < s < 1  every timed call of the code under test takes (1 + s) times as long: its
 //                       own duration, then s of it more in a busy wait on the same thread. Rates
 //                       fall by s / (1 + s). A slowdown of any size, with the real benchmark's

@@ -30,11 +30,11 @@ const char* to_string(KernelRole role) {
 const std::vector<KernelEntry>& kernel_registry() {
     static const std::vector<KernelEntry> registry = [] {
         std::vector<KernelEntry> all = {
-            // Copies all kv_len key and value rows into its tensors and scores a full
-            // [Tq, Tk] matrix: its cost grows with kv_len, whatever the mask hides.
+            // reference_v2 behind version 1 of the ABI (reference/reference_kernel.cpp): reads
+            // every key and value row of a sequence's head once, as float64, whatever the mask hides.
             {.name = "reference",
              .fn = attncheck_reference_kernel,
-             .description = "textbook float32 attention: full score matrix, max-subtracted softmax, P V",
+             .description = "the float64 oracle rounded to float32 (reference_v2 behind ABI v1)",
              .role = KernelRole::builtin,
              .declaration = "",
              .bug = "",

@@ -7,9 +7,9 @@
 //
 // Dimension legend: B = batch, H = heads, Tq = q_len, Tk = kv_len, Dk = head_dim, Dv = value_dim.
 //
-// The masking rule is one function, key_visible(), used by the per-head attention that the
-// reference decoder calls and by the ABI-shaped entry point below, so the decoder and the
-// built-in reference kernel cannot drift apart.
+// The masking rule is one function, key_visible(), used by the per-head attention of the reference
+// decoder and by the ABI-shaped entry point below (the tests' float32 baseline and float64 oracle):
+// visible_v2() of attncheck/problem_v2.hpp, which the reference kernels run, on version 1's problems.
 #pragma once
 
 #include <cmath>

@@ -12,8 +12,8 @@
 // L = n_layers, N = max_len, T = tokens in a call, S = memory rows, hkv = n_kv_heads,
 // g = h / hkv (query heads per kv head), w = attn_window.
 //
-// Attention goes through attend_head() of attention.hpp, the same function the built-in
-// reference kernel uses, so the decoder and the ABI kernel share one masking rule. The version 2
+// Attention goes through attend_head() of attention.hpp, whose masking rule is the ABI's
+// (key_visible(), visible_v2() restricted to version 1's problems). The version 2
 // features of MODEL.md are spelled out where they act: grouped-query heads and the sliding
 // window in multi_head_attention(), rotary positions in rotate_heads().
 #pragma once

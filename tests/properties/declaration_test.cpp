@@ -16,6 +16,7 @@
 #include "attncheck/check.hpp"
 #include "attncheck/declaration.hpp"
 #include "attncheck/kernels.hpp"
+#include "reference/attention.hpp"
 
 using attncheck::CheckOptions;
 using attncheck::CheckReport;
@@ -108,9 +109,17 @@ int dims_8_16_kernel(const attncheck_problem* p, const float* q, const float* k,
     return attncheck_reference_kernel(p, q, k, v, out);
 }
 
-// Correct, but sums alternate calls in another order: not bitwise repeatable (as a kernel with
-// atomics or a split chosen at run time is).
-// The reference kernel on the same problem with the dot products' columns reversed: the same
+// The float32 textbook evaluation (reference::attention<float>) on the problems the reference
+// kernel accepts: float32 sums, whose order shows in their bits (the reference kernel's float64
+// sums rounded to float32 seldom show it).
+int float32_kernel(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
+    if (const int rc = attncheck_reference_kernel(p, q, k, v, out); rc != ATTNCHECK_OK) return rc;
+    const std::vector<float> result = attncheck::reference::attention<float>(*p, q, k, v);
+    std::copy(result.begin(), result.end(), out);
+    return ATTNCHECK_OK;
+}
+
+// The float32 evaluation of the same problem with the dot products' columns reversed: the same
 // exact scores, summed in the reverse order (other bits, within the bound).
 int reversed_columns_kernel(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
     const std::size_t Dk = std::size_t(p->head_dim);
@@ -118,19 +127,21 @@ int reversed_columns_kernel(const attncheck_problem* p, const float* q, const fl
     std::vector<float> kr(k, k + std::size_t(p->batch) * p->heads * p->kv_len * Dk);
     for (auto* x : {&qr, &kr})
         for (std::size_t r = 0; r < x->size(); r += Dk) std::reverse(x->begin() + std::ptrdiff_t(r), x->begin() + std::ptrdiff_t(r + Dk));
-    return attncheck_reference_kernel(p, qr.data(), kr.data(), v, out);
+    return float32_kernel(p, qr.data(), kr.data(), v, out);
 }
 
+// Correct, but sums alternate calls in another order: not bitwise repeatable (as a kernel with
+// atomics or a split chosen at run time is).
 int alternating_kernel(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
     static std::atomic<unsigned> calls{0};
-    if (calls++ % 2 == 0) return attncheck_reference_kernel(p, q, k, v, out);
+    if (calls++ % 2 == 0) return float32_kernel(p, q, k, v, out);
     return reversed_columns_kernel(p, q, k, v, out);
 }
 
 // Correct on one thread; on more, the columns reversed: a result that depends on the thread
 // count, as one split by threads does.
 int thread_count_kernel(const attncheck_problem* p, const float* q, const float* k, const float* v, float* out) {
-    if (omp_get_max_threads() == 1) return attncheck_reference_kernel(p, q, k, v, out);
+    if (omp_get_max_threads() == 1) return float32_kernel(p, q, k, v, out);
     return reversed_columns_kernel(p, q, k, v, out);
 }
 
