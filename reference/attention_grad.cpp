@@ -113,6 +113,7 @@ GradOracle attention_grad_oracle(const attncheck_problem_v2& p, const attncheck_
     std::vector<Key> row_keys;
     std::vector<double> dO(uDv), out_exact(uDv), q(uDk), dq(uDk), aq(uDk), bq(uDk);
     KeysValues kv;
+    kv.row_major_keys = true;
 
     for (int b = 0; b < B; ++b)
         for (int h = 0; h < p.q_heads; ++h) {

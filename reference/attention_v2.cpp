@@ -46,6 +46,24 @@ struct ScoredKey {
     double p = 0;  // the softmax weight p_j
 };
 
+// n elements of a row of a tensor, `stride` apart from element `offset` on, as float64 (exact),
+// into row[0], row[to], row[2 to], ... One loop per dtype (load_element() with a constant dtype),
+// and the contiguous case apart, a loop the compiler vectorizes.
+void load_row(std::int32_t dtype, const void* data, std::int64_t offset, std::int64_t stride, std::size_t n,
+              double* row, std::size_t to = 1) {
+    const auto run = [&](auto element) {
+        if (stride == 1 && to == 1)
+            for (std::size_t c = 0; c < n; ++c) row[c] = double(element(offset + std::int64_t(c)));
+        else
+            for (std::size_t c = 0; c < n; ++c) row[c * to] = double(element(offset + std::int64_t(c) * stride));
+    };
+    switch (dtype) {
+    case ATTNCHECK_DTYPE_F16: return run([data](std::int64_t o) { return load_element(ATTNCHECK_DTYPE_F16, data, o); });
+    case ATTNCHECK_DTYPE_BF16: return run([data](std::int64_t o) { return load_element(ATTNCHECK_DTYPE_BF16, data, o); });
+    default: return run([data](std::int64_t o) { return load_element(ATTNCHECK_DTYPE_F32, data, o); });
+    }
+}
+
 }  // namespace
 
 // The score of key j for (b, h, row i) and the bound on its float32 evaluation, up to (not
@@ -66,17 +84,26 @@ void KeysValues::load(const attncheck_problem_v2& p, int b_, int hk_) {
     head_dim = p.head_dim;
     kt_stride = Tk + std::size_t(kBlock);
     v_stride = (Dv + std::size_t(kColumns) - 1) / std::size_t(kColumns) * std::size_t(kColumns);
-    k.resize(Tk * Dk);
-    kt.assign(Dk * kt_stride, 0.0);
-    v.assign(Tk * v_stride, 0.0);
+    kt.resize(Dk * kt_stride);
+    v.resize(Tk * v_stride);
+    // The padding (kt's keys past Tk, v's columns past Dv) is zero; the rest is written below.
+    for (std::size_t c = 0; c < Dk; ++c) std::fill_n(kt.data() + c * kt_stride + Tk, kBlock, 0.0);
     for (std::size_t j = 0; j < Tk; ++j) {
-        for (std::size_t c = 0; c < Dk; ++c) {
-            k[j * Dk + c] = double(load_element(p.dtype, p.k.data, kv_offset_v2(p, p.k, b, hk, int(j), int(c))));
-            kt[c * kt_stride + j] = k[j * Dk + c];
-        }
-        for (std::size_t c = 0; c < Dv; ++c)
-            v[j * v_stride + c] = double(load_element(p.dtype, p.v.data, kv_offset_v2(p, p.v, b, hk, int(j), int(c))));
+        load_row(p.dtype, p.k.data, kv_offset_v2(p, p.k, b, hk, int(j), 0), p.k.stride[3], Dk, &kt[j], kt_stride);
+        load_row(p.dtype, p.v.data, kv_offset_v2(p, p.v, b, hk, int(j), 0), p.v.stride[3], Dv, &v[j * v_stride]);
+        std::fill_n(v.data() + j * v_stride + Dv, v_stride - Dv, 0.0);
     }
+    k.clear();
+    if (row_major_keys) {
+        k.resize(Tk * Dk);
+        for (std::size_t j = 0; j < Tk; ++j)
+            for (std::size_t c = 0; c < Dk; ++c) k[j * Dk + c] = kt[c * kt_stride + j];
+    }
+}
+
+void load_query_row(const attncheck_problem_v2& p, int b, int h, int i, std::vector<double>& q) {
+    q.resize(std::size_t(p.head_dim));
+    load_row(p.dtype, p.q.data, q_offset_v2(p, p.q, b, h, i, 0), p.q.stride[3], q.size(), q.data());
 }
 
 namespace {
@@ -123,10 +150,6 @@ void KeysValues::dots(const double* q, int lo, int n, double* dot, double* mag) 
     }
 }
 
-void load_query_row(const attncheck_problem_v2& p, int b, int h, int i, std::vector<double>& q) {
-    q.resize(std::size_t(p.head_dim));
-    for (int c = 0; c < p.head_dim; ++c) q[std::size_t(c)] = double(load_element(p.dtype, p.q.data, q_offset_v2(p, p.q, b, h, i, c)));
-}
 
 namespace {
 
@@ -362,7 +385,11 @@ OracleV2 attention_v2_oracle(const attncheck_problem_v2& p, const OracleV2Option
     o.max_score.assign(rows, 0.0);
     RowScratch scratch;
     std::vector<double> q;
-    KeysValues kv;
+    // The float64 copies of the keys and values are kept from call to call, one set per thread:
+    // a decode step computes one row per head from every key and value, and copies made afresh
+    // each call would cost more than its arithmetic (new pages from the kernel for each MB).
+    thread_local KeysValues kv;
+    kv.b = kv.hk = -1;  // another call's tensors
     for (int b = 0; b < p.batch; ++b)
         for (int h = 0; h < p.q_heads; ++h) {
             kv.load(p, b, kv_head_of(p, h));

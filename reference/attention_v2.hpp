@@ -63,13 +63,15 @@ struct ScoreV2 {
 ScoreV2 score_v2(const attncheck_problem_v2& p, double tanh_ulps, int b, int h, int i, int j, const double* q,
                  const double* k);
 
-// The keys and values of (sequence b, kv head hk) as float64, [Tk(b), Dk] and [Tk(b), Dv]: the
-// oracles read each stored element once per (sequence, kv head), not once per row that sees it.
-// load() reads them when (b, hk) changes. The keys are also kept transposed, [Dk, Tk] (kt), so
-// that dots() scores kBlock neighbouring keys at once; the value rows are zero-padded to a
-// multiple of kColumns, so that a row's output can be summed kColumns columns at once.
+// The keys and values of (sequence b, kv head hk) as float64: the oracles read each stored
+// element once per (sequence, kv head), not once per row that sees it. load() reads them when
+// (b, hk) changes. The keys are kept transposed, kt [Dk, Tk], so that dots() scores kBlock
+// neighbouring keys at once (and, when row_major_keys is set, also as k [Tk, Dk], for key());
+// the values, v [Tk, Dv], have their rows zero-padded to a multiple of kColumns, so that a row's
+// output can be summed kColumns columns at once.
 struct KeysValues {
     static constexpr int kBlock = 16, kColumns = 32;
+    bool row_major_keys = false;
     int b = -1, hk = -1;
     int head_dim = 0;
     std::size_t kt_stride = 0, v_stride = 0;  // kt's row: Tk + kBlock keys; v's row: Dv rounded up to kColumns
