@@ -1,7 +1,7 @@
 // reference/attention_grad.cpp — the float64 oracle of the backward pass (attention_grad.hpp) and
 // the reference backward kernel behind the v2 C ABI.
 //
-// One query row at a time, as the forward oracle: its visible keys' exact scores (score_v2, with
+// One query row at a time, as the forward oracle: its visible keys' exact scores (score_span, with
 // the bound on a float32 kernel's score), the exact probabilities p_j, output o and
 //   dP_j = dout . v_j,   D = dout . o,   dS_j = p_j (dP_j - D),   dS0_j = dS_j (1 - t_j^2)
 // (t_j = tanh(s0_j / softcap), 1 without softcap), and their contributions
@@ -111,6 +111,7 @@ GradOracle attention_grad_oracle(const attncheck_problem_v2& p, const attncheck_
     const bool bounds = !options.values_only;
     const auto load = [&](const void* data, std::int64_t offset) { return double(load_element(p.dtype, data, offset)); };
     std::vector<Key> row_keys;
+    std::vector<ScoreV2> scores;
     std::vector<double> dO(uDv), out_exact(uDv), q(uDk), dq(uDk), aq(uDk), bq(uDk);
     KeysValues kv;
     kv.row_major_keys = true;
@@ -121,10 +122,15 @@ GradOracle attention_grad_oracle(const attncheck_problem_v2& p, const attncheck_
             kv.load(p, b, hk);
             for (int i = 0; i < o.q_len[std::size_t(b)]; ++i) {
                 load_query_row(p, b, h, i, q);
+                // The visible keys (one interval), scored over their span.
                 row_keys.clear();
                 for (int j = 0; j < kv_len_of(p, b); ++j)
-                    if (visible_v2(p, b, i, j))
-                        row_keys.push_back({j, score_v2(p, options.tanh_ulps, b, h, i, j, q.data(), kv.key(j))});
+                    if (visible_v2(p, b, i, j)) row_keys.push_back({j, {}});
+                if (!row_keys.empty()) {
+                    const int lo = row_keys.front().j;
+                    score_span(p, options.tanh_ulps, b, h, i, q.data(), kv, lo, row_keys.back().j - lo + 1, true, scores);
+                    for (Key& k : row_keys) k.sc = scores[std::size_t(k.j - lo)];
+                }
                 const std::size_t n = row_keys.size();
                 // No key: dq = 0 exactly, nothing reaches any key, and out = 0 makes D = 0, so
                 // the row adds nothing to its sink's gradient either.

@@ -154,7 +154,7 @@ void KeysValues::dots(const double* q, int lo, int n, double* dot, double* mag) 
 namespace {
 
 // The score and its bound from the dot product q.k (summed in d order) and sum_d |q_d k_d|.
-// Inlined into the oracle's loop over a row's keys, where the branches on softcap and ALiBi are
+// Inlined into score_span()'s loop over a row's keys, where the branches on softcap and ALiBi are
 // the same for every key.
 [[gnu::always_inline]] inline ScoreV2 score_of_dot(const attncheck_problem_v2& p, double tanh_ulps, int b, int h, int i, int j, double dot,
                      double mag) {
@@ -183,37 +183,37 @@ namespace {
 
 }  // namespace
 
-ScoreV2 score_v2(const attncheck_problem_v2& p, double tanh_ulps, int b, int h, int i, int j, const double* q,
-                 const double* k) {
-    double dot = 0, mag = 0;
-    for (int d = 0; d < p.head_dim; ++d) {
-        dot += q[d] * k[d];
-        mag += std::abs(q[d] * k[d]);
+void score_span(const attncheck_problem_v2& p, double tanh_ulps, int b, int h, int i, const double* q,
+                const KeysValues& kv, int lo, int n, bool with_bounds, std::vector<ScoreV2>& scores) {
+    constexpr int L = KeysValues::kBlock;
+    scores.resize(std::size_t(std::max(n, 0)));
+    double dot[L], mag[L] = {};
+    for (int t0 = 0; t0 < n; t0 += L) {
+        const int m = std::min(L, n - t0);
+        kv.dots(q, lo + t0, m, dot, with_bounds ? mag : nullptr);
+        for (int t = 0; t < m; ++t)
+            scores[std::size_t(t0 + t)] = score_of_dot(p, tanh_ulps, b, h, i, lo + t0 + t, dot[t], mag[t]);
     }
-    return score_of_dot(p, tanh_ulps, b, h, i, j, dot, mag);
 }
 
 namespace {
 
 // What attend_row() reuses from row to row.
 struct RowScratch {
-    std::vector<ScoredKey> keys;   // the row's visible keys (and its sink)
-    std::vector<double> dot, mag;  // KeysValues::dots() over the span of the visible keys
+    std::vector<ScoredKey> keys;  // the row's visible keys (and its sink)
+    std::vector<ScoreV2> scores;  // score_span() over the span of the visible keys
 };
 
-// The scores and their bounds of the visible keys in `keys` (their j set). The dot products are
-// taken over the keys' span [first j, last j], which is all of it: visible_v2()'s keys are one
-// interval. The magnitudes are skipped for values_only (the bounds stay unused).
+// The scores and their bounds of the visible keys in `keys` (their j set), taken over the keys'
+// span [first j, last j], which is all of it: visible_v2()'s keys are one interval. The
+// magnitudes are skipped for values_only (the bounds stay unused).
 void score_keys(const attncheck_problem_v2& p, const OracleV2Options& options, int b, int h, int i,
                 const double* q, const KeysValues& kv, RowScratch& w) {
     if (w.keys.empty()) return;
-    const int lo = w.keys.front().j, span = w.keys.back().j - lo + 1;
-    w.dot.resize(std::size_t(span));
-    w.mag.assign(std::size_t(span), 0.0);
-    kv.dots(q, lo, span, w.dot.data(), options.values_only ? nullptr : w.mag.data());
+    const int lo = w.keys.front().j;
+    score_span(p, options.tanh_ulps, b, h, i, q, kv, lo, w.keys.back().j - lo + 1, !options.values_only, w.scores);
     for (ScoredKey& k : w.keys) {
-        const std::size_t t = std::size_t(k.j - lo);
-        const ScoreV2 sc = score_of_dot(p, options.tanh_ulps, b, h, i, k.j, w.dot[t], w.mag[t]);
+        const ScoreV2& sc = w.scores[std::size_t(k.j - lo)];
         k.s = sc.s;
         k.e = sc.e;
     }
@@ -388,6 +388,8 @@ OracleV2 attention_v2_oracle(const attncheck_problem_v2& p, const OracleV2Option
     // The float64 copies of the keys and values are kept from call to call, one set per thread:
     // a decode step computes one row per head from every key and value, and copies made afresh
     // each call would cost more than its arithmetic (new pages from the kernel for each MB).
+    // Copies of long sequences (over kKeptBytes) are let go at the end of the call.
+    constexpr std::size_t kKeptBytes = std::size_t(64) << 20;
     thread_local KeysValues kv;
     kv.b = kv.hk = -1;  // another call's tensors
     for (int b = 0; b < p.batch; ++b)
@@ -398,6 +400,7 @@ OracleV2 attention_v2_oracle(const attncheck_problem_v2& p, const OracleV2Option
                 attend_row(p, options, b, h, i, o.row(b, h, i), o, scratch, q, kv);
             }
         }
+    if ((kv.k.capacity() + kv.kt.capacity() + kv.v.capacity()) * sizeof(double) > kKeptBytes) kv = KeysValues{};
     return o;
 }
 

@@ -59,9 +59,6 @@ struct ScoreV2 {
     double e = 0;         // |a float32 kernel's score - s| <= e
     double e_capped = 0;  // the same for the softcapped score before ALiBi (e without ALiBi)
 };
-// q: the row's Dk query elements, k: key j's, as float64 (load_query_row, KeysValues).
-ScoreV2 score_v2(const attncheck_problem_v2& p, double tanh_ulps, int b, int h, int i, int j, const double* q,
-                 const double* k);
 
 // The keys and values of (sequence b, kv head hk) as float64: the oracles read each stored
 // element once per (sequence, kv head), not once per row that sees it. load() reads them when
@@ -80,10 +77,18 @@ struct KeysValues {
     const double* key(int j) const { return k.data() + std::size_t(j) * std::size_t(head_dim); }
     const double* value(int j) const { return v.data() + std::size_t(j) * v_stride; }
     // dot[t] = q.k_{lo+t} and, when mag is not null, mag[t] = sum_d |q_d k_{lo+t,d}|, for t < n
-    // (keys lo .. lo+n-1 of the loaded ones): each summed in d order, as score_v2() sums it (the
-    // same doubles), kBlock keys at a time as independent chains.
+    // (keys lo .. lo+n-1 of the loaded ones): each summed in d order (d = 0 first, a rounded
+    // product added at each step), kBlock keys at a time as independent chains.
     void dots(const double* q, int lo, int n, double* dot, double* mag) const;
 };
+
+// The scores of keys lo, lo + 1, ..., lo + n - 1 of kv for (sequence b, query head h, row i),
+// into scores[0 .. n), from the row's Dk query elements q as float64 (load_query_row) and the
+// dot products of KeysValues::dots(). Without bounds (with_bounds false) each e and e_capped is
+// meaningless.
+void score_span(const attncheck_problem_v2& p, double tanh_ulps, int b, int h, int i, const double* q,
+                const KeysValues& kv, int lo, int n, bool with_bounds, std::vector<ScoreV2>& scores);
+
 // Row i of sequence b, query head h, as float64.
 void load_query_row(const attncheck_problem_v2& p, int b, int h, int i, std::vector<double>& q);
 
