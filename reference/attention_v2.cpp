@@ -385,13 +385,7 @@ OracleV2 attention_v2_oracle(const attncheck_problem_v2& p, const OracleV2Option
     o.max_score.assign(rows, 0.0);
     RowScratch scratch;
     std::vector<double> q;
-    // The float64 copies of the keys and values are kept from call to call, one set per thread:
-    // a decode step computes one row per head from every key and value, and copies made afresh
-    // each call would cost more than its arithmetic (new pages from the kernel for each MB).
-    // Copies of long sequences (over kKeptBytes) are let go at the end of the call.
-    constexpr std::size_t kKeptBytes = std::size_t(64) << 20;
-    thread_local KeysValues kv;
-    kv.b = kv.hk = -1;  // another call's tensors
+    KeysValues kv;
     for (int b = 0; b < p.batch; ++b)
         for (int h = 0; h < p.q_heads; ++h) {
             kv.load(p, b, kv_head_of(p, h));
@@ -400,7 +394,6 @@ OracleV2 attention_v2_oracle(const attncheck_problem_v2& p, const OracleV2Option
                 attend_row(p, options, b, h, i, o.row(b, h, i), o, scratch, q, kv);
             }
         }
-    if ((kv.k.capacity() + kv.kt.capacity() + kv.v.capacity()) * sizeof(double) > kKeptBytes) kv = KeysValues{};
     return o;
 }
 
