@@ -7,6 +7,11 @@
 // evaluation with float32 accumulation meets. Every term of the bound is derived in
 // docs/numerics.md, "Version 2"; the comments below name them.
 //
+// Every sum has one fixed order: a dot product over d from 0 up, an output column and each of
+// its bound's sums over the row's keys in key order. The loops take 16 keys or 8-32 columns at a
+// time in vector lanes, each lane doing exactly the scalar loop's operations in its order, so
+// the doubles are the plain loops' (and the same on every instruction set).
+//
 // Notation: u = 2^-24 (float32, the accumulation); ud = unit_roundoff(dtype) (the inputs' and
 // the output's type); n = the row's visible keys; s0_j = scale q.k_j; c_j = the softcapped
 // score (c_j = s0_j without softcap); beta_j = the ALiBi bias; s_j = c_j - beta_j the score;
@@ -150,14 +155,13 @@ void KeysValues::dots(const double* q, int lo, int n, double* dot, double* mag) 
     }
 }
 
-
 namespace {
 
 // The score and its bound from the dot product q.k (summed in d order) and sum_d |q_d k_d|.
 // Inlined into score_span()'s loop over a row's keys, where the branches on softcap and ALiBi are
 // the same for every key.
-[[gnu::always_inline]] inline ScoreV2 score_of_dot(const attncheck_problem_v2& p, double tanh_ulps, int b, int h, int i, int j, double dot,
-                     double mag) {
+[[gnu::always_inline]] inline ScoreV2 score_of_dot(const attncheck_problem_v2& p, double tanh_ulps, int b, int h,
+                                                  int i, int j, double dot, double mag) {
     const double scale = double(p.scale);
     ScoreV2 r;
     r.s0 = scale * dot;
