@@ -10,7 +10,7 @@
 // Every sum has one fixed order: a dot product over d from 0 up, an output column and each of
 // its bound's sums over the row's keys in key order. The loops take 16 keys or 8-32 columns at a
 // time in vector lanes, each lane doing exactly the scalar loop's operations in its order, so
-// the doubles are the plain loops' (and the same on every instruction set).
+// the doubles are the plain loops' whatever the vector width.
 //
 // Notation: u = 2^-24 (float32, the accumulation); ud = unit_roundoff(dtype) (the inputs' and
 // the output's type); n = the row's visible keys; s0_j = scale q.k_j; c_j = the softcapped
