@@ -319,10 +319,8 @@ void attend_row(const attncheck_problem_v2& p, const OracleV2Options& options, i
     const Bits4 magnitude_bits = ~Bits4{} >> 1;
     for (std::size_t c0 = 0; c0 < Dv; c0 += kC) {
         const std::size_t width = std::min(kC, Dv - c0);
-        double out[kC] = {}, soft[kC], mag[kC], vmax[kC], cap[kC];
-        std::copy_n(out_row + c0, width, out);
-        Double4 o4[kG], soft4[kG] = {}, mag4[kG] = {}, vmax4[kG] = {}, cap4[kG] = {};
-        std::memcpy(o4, out, sizeof o4);
+        Double4 o4[kG] = {}, soft4[kG] = {}, mag4[kG] = {}, vmax4[kG] = {}, cap4[kG] = {};
+        for (std::size_t l = 0; l < width; ++l) o4[l / 4][l % 4] = out_row[c0 + l];
         for (const ScoredKey& k : keys) {
             const double* v = k.j < 0 ? zeros : kv.value(k.j) + c0;
             const double pe = k.p * k.e;
@@ -337,18 +335,17 @@ void attend_row(const attncheck_problem_v2& p, const OracleV2Options& options, i
                 cap4[g] = cap4[g] < abs_d ? abs_d : cap4[g];
             }
         }
-        std::memcpy(soft, soft4, sizeof soft);
-        std::memcpy(mag, mag4, sizeof mag);
-        std::memcpy(vmax, vmax4, sizeof vmax);
-        std::memcpy(cap, cap4, sizeof cap);
         for (std::size_t l = 0; l < width; ++l) {
-            const double first = (std::isfinite(growth) && growth < 2.0) ? std::min(growth * soft[l], cap[l]) : cap[l];
-            const double M = std::isfinite(growth) ? std::min(growth * mag[l], vmax[l]) : vmax[l];
-            const double weighted = M + std::abs(out[l]) + first;
-            double bound = first + arith * weighted + merge.magnitude * M + merge.largest * vmax[l] +
-                           (nn + 2.0) * kMinNormal32 * (vmax[l] + 1.0);
-            if (p_rounded) bound += 1.1 * ud * weighted + nn * tiny_rounding(p.dtype) * vmax[l];
-            if (narrow) bound += ud * (std::abs(out[l]) + bound) + tiny_rounding(p.dtype);
+            const std::size_t g = l / 4, lane = l % 4;
+            const double out = o4[g][lane], soft = soft4[g][lane], mag = mag4[g][lane], vmax = vmax4[g][lane],
+                         cap = cap4[g][lane];
+            const double first = (std::isfinite(growth) && growth < 2.0) ? std::min(growth * soft, cap) : cap;
+            const double M = std::isfinite(growth) ? std::min(growth * mag, vmax) : vmax;
+            const double weighted = M + std::abs(out) + first;
+            double bound = first + arith * weighted + merge.magnitude * M + merge.largest * vmax +
+                           (nn + 2.0) * kMinNormal32 * (vmax + 1.0);
+            if (p_rounded) bound += 1.1 * ud * weighted + nn * tiny_rounding(p.dtype) * vmax;
+            if (narrow) bound += ud * (std::abs(out) + bound) + tiny_rounding(p.dtype);
             o.out_bound[r * Dv + c0 + l] = bound;
         }
     }
